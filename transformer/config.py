@@ -1,0 +1,173 @@
+"""Model configuration: one validated dataclass, JSON round-trip, and the paper's presets.
+
+Every switch that departs from the paper (Vaswani et al., 2017) has a name here, with the
+paper's choice as its default: post-LN, sqrt(d_model) embedding scale, interleaved sin/cos
+positions, tied target embedding and pre-softmax projection (section 3.4).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ACTIVATIONS = ("relu", "gelu")
+POSITIONAL = ("sinusoidal", "learned")
+SINUSOID_LAYOUTS = ("interleaved", "concat")
+
+
+@dataclass
+class ModelConfig:
+    """Sizes and switches of an encoder-decoder Transformer (paper section 3, Table 3)."""
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    dropout: float = 0.1  # residual dropout and dropout on embeddings + positions (5.4)
+    attention_dropout: float = 0.1  # dropout on the attention weights
+    activation_dropout: float = 0.0  # dropout between the two feed-forward layers
+    activation: str = "relu"  # position-wise FFN non-linearity (3.3): "relu" or "gelu"
+    norm_first: bool = False  # False: post-LN as in the paper; True: pre-LN + final LayerNorm
+    layer_norm_eps: float = 1e-5
+    positional: str = "sinusoidal"  # "sinusoidal" (3.5) or "learned"
+    sinusoid_layout: str = "interleaved"  # sin on even / cos on odd dims, or "concat" (all sin, then all cos)
+    max_positions: int = 1024  # size of a learned position table (sinusoids extend on demand)
+    scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model) (3.4)
+    share_embeddings: bool = False  # one embedding for source and target (needs one vocabulary)
+    tie_output: bool = True  # target embedding == pre-softmax projection (3.4)
+    output_bias: bool = False  # a bias on the pre-softmax projection
+    extra: dict[str, Any] = field(default_factory=dict)  # free-form notes (e.g. provenance); not read by the model
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # ----------------------------------------------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        """d_k = d_v = d_model / h (3.2.2)."""
+        return self.d_model // self.n_heads
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first field that is out of range."""
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_positions"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}")
+        for name in ("n_encoder_layers", "n_decoder_layers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"ModelConfig.{name} must be an integer >= 1, got {value!r}")
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(
+                f"ModelConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}); "
+                f"e.g. d_model=512 with n_heads=8 gives d_k=64"
+            )
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"ModelConfig.{name} must be in [0, 1), got {value!r}")
+        if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
+            raise ValueError(f"ModelConfig.layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
+        _check_choice("activation", self.activation, ACTIVATIONS)
+        _check_choice("positional", self.positional, POSITIONAL)
+        _check_choice("sinusoid_layout", self.sinusoid_layout, SINUSOID_LAYOUTS)
+        if self.positional == "sinusoidal" and self.d_model % 2 != 0:
+            raise ValueError(f"sinusoidal positions need an even d_model, got {self.d_model}")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                "share_embeddings=True needs one shared vocabulary, but src_vocab_size="
+                f"{self.src_vocab_size} != tgt_vocab_size={self.tgt_vocab_size}; train a joint tokenizer "
+                "or set share_embeddings=False"
+            )
+
+    # ----------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        """Build from a dict; unknown keys are an error that lists the valid ones."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a model config must be a JSON object, got {type(data).__name__}")
+        valid = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - valid)
+        if unknown:
+            raise ValueError(f"unknown ModelConfig keys {unknown}; valid keys: {sorted(valid)}")
+        missing = [f.name for f in dataclasses.fields(cls) if f.name in ("src_vocab_size", "tgt_vocab_size") and f.name not in data]
+        if missing:
+            raise ValueError(f"model config is missing required keys {missing}")
+        return cls(**data)
+
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
+        """Serialise to JSON text; write it (atomically) to ``path`` when given."""
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+        if path is not None:
+            _atomic_write_text(Path(path), text)
+        return text
+
+    @classmethod
+    def from_json(cls, source: str | os.PathLike[str]) -> ModelConfig:
+        """Read from a JSON file path, or from JSON text."""
+        text = str(source)
+        if not text.lstrip().startswith("{"):
+            path = Path(source)
+            if not path.is_file():
+                raise FileNotFoundError(f"model config file not found: {path}")
+            text = path.read_text(encoding="utf-8")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"model config is not valid JSON: {err}") from None
+        return cls.from_dict(data)
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"ModelConfig.{name} must be one of {list(choices)}, got {value!r}")
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------------------------
+# Presets. "base" and "big" are the paper's Table 3 rows; "small" fits CPU training in minutes,
+# "tiny" is for tests.
+PRESETS: dict[str, dict[str, Any]] = {
+    "base": dict(d_model=512, n_heads=8, d_ff=2048, n_encoder_layers=6, n_decoder_layers=6, dropout=0.1),
+    "big": dict(d_model=1024, n_heads=16, d_ff=4096, n_encoder_layers=6, n_decoder_layers=6, dropout=0.3),
+    "small": dict(d_model=256, n_heads=4, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3, dropout=0.1),
+    "tiny": dict(d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2, dropout=0.0,
+                 attention_dropout=0.0),
+}
+
+
+def preset(name: str, *, src_vocab_size: int, tgt_vocab_size: int | None = None, **overrides: Any) -> ModelConfig:
+    """The named preset for the given vocabulary sizes (one shared vocabulary when tgt is omitted).
+
+    With a single shared vocabulary the source/target embeddings are shared as in the paper.
+    """
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+    shared = tgt_vocab_size is None or tgt_vocab_size == src_vocab_size
+    values: dict[str, Any] = dict(PRESETS[name])
+    values.update(
+        src_vocab_size=src_vocab_size,
+        tgt_vocab_size=src_vocab_size if tgt_vocab_size is None else tgt_vocab_size,
+        share_embeddings=shared,
+    )
+    values.update(overrides)
+    return ModelConfig(**values)

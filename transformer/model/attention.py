@@ -1,0 +1,191 @@
+"""Scaled dot-product attention and multi-head attention (paper sections 3.2.1 and 3.2.2).
+
+Letters used in shape comments: B batch, H heads, T query length, S key length,
+D head size (d_k = d_v), E model size (d_model).
+
+Masks are boolean, True = may attend (see ``transformer.masks``), and broadcast to the score
+matrix ``(B, H, T, S)``. A query row whose keys are all masked gets an output of zeros and zero
+attention weights (never NaN), in both paths and in their gradients.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transformer.masks import causal_mask_with_offset
+from transformer.model.cache import KVCache, StaticKV
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (paper 3.2.1, equation 1).
+
+    Args:
+        q: queries ``(B, H, T, D)``; k: keys ``(B, H, S, D)``; v: values ``(B, H, S, Dv)``.
+        mask: optional bool mask broadcastable to ``(B, H, T, S)``, True = may attend.
+        causal: also forbid attending to later positions (the last ``T`` of the ``S`` keys are
+            the queries' own positions, so cached keys before them stay visible).
+        dropout_p: dropout on the attention weights (pass 0.0 in evaluation).
+        need_weights: return the ``(B, H, T, S)`` weights too. When False the fused kernel
+            ``torch.nn.functional.scaled_dot_product_attention`` is used and weights are None.
+
+    Returns:
+        ``(output (B, H, T, Dv), weights or None)``.
+
+    Raises:
+        ValueError: wrong ranks, mismatched sizes, or a mask that is not bool or does not broadcast.
+    """
+    _check_qkv(q, k, v, mask)
+    T, S = q.shape[-2], k.shape[-2]
+    if causal:
+        tri = causal_mask_with_offset(T, S, device=q.device)  # (T, S)
+        if mask is None and T == S and not need_weights:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True), None
+        mask = tri if mask is None else (mask & tri)
+    if not need_weights:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
+
+    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, T, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        # Rows with no allowed key would be uniform over masked keys; make them exactly zero.
+        weights = weights * mask.any(dim=-1, keepdim=True)
+    attended = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    return torch.matmul(attended, v), weights  # (B, H, T, Dv)
+
+
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> None:
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(
+            f"attention expects q, k, v of rank 4 (B, H, L, D); got shapes {tuple(q.shape)}, "
+            f"{tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"query size {q.shape[-1]} != key size {k.shape[-1]}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"{k.shape[-2]} keys but {v.shape[-2]} values")
+    if not q.is_floating_point():
+        raise ValueError(f"attention needs floating-point tensors, got {q.dtype}")
+    if mask is not None:
+        if mask.dtype != torch.bool:
+            raise ValueError(f"attention mask must be torch.bool (True = may attend), got {mask.dtype}")
+        scores_shape = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+        try:
+            torch.broadcast_shapes(mask.shape, scores_shape)
+        except RuntimeError:
+            raise ValueError(
+                f"attention mask of shape {tuple(mask.shape)} does not broadcast to the scores "
+                f"(B, H, T, S) = {scores_shape}"
+            ) from None
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O (paper 3.2.2).
+
+    All heads are computed at once: the projections are single ``E -> E`` matrices whose
+    outputs are viewed as ``(B, H, L, D)``. Subclasses decide where Q, K, V come from.
+    """
+
+    def __init__(self, *, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+        super().__init__()
+        if d_model % n_heads != 0:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        self.dropout = dropout
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
+
+    def _split(self, x: Tensor) -> Tensor:
+        B, L, _ = x.shape
+        return x.view(B, L, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, L, D)
+
+    def _merge_and_project(self, heads: Tensor) -> Tensor:
+        B, _, T, _ = heads.shape
+        return self.out_proj(heads.transpose(1, 2).reshape(B, T, self.d_model))  # (B, T, E)
+
+    def _check_input(self, x: Tensor, name: str) -> None:
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"{name} must have shape (B, L, {self.d_model}), got {tuple(x.shape)}")
+
+
+class SelfAttention(MultiHeadAttention):
+    """Self-attention: Q, K and V all come from the same sequence; one fused Q/K/V projection."""
+
+    def __init__(self, *, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+        super().__init__(d_model=d_model, n_heads=n_heads, dropout=dropout, bias=bias)
+        self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # [W^Q; W^K; W^V] for all heads
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """x ``(B, T, E)`` -> ``(output (B, T, E), weights (B, H, T, S) or None)``.
+
+        With a ``cache`` the new keys/values are appended to it and the queries attend to every
+        cached position as well (S = cached + T).
+        """
+        self._check_input(x, "self-attention input")
+        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # 3 x (B, T, E)
+        q, k, v = self._split(q), self._split(k), self._split(v)  # (B, H, T, D)
+        if cache is not None:
+            k, v = cache.append(k, v)  # (B, H, S, D)
+        dropout_p = self.dropout if self.training else 0.0
+        heads, weights = scaled_dot_product_attention(
+            q, k, v, mask=mask, causal=causal, dropout_p=dropout_p, need_weights=need_weights
+        )
+        return self._merge_and_project(heads), weights
+
+
+class CrossAttention(MultiHeadAttention):
+    """Encoder-decoder attention: queries from the decoder, keys and values from the encoder output."""
+
+    def __init__(self, *, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+        super().__init__(d_model=d_model, n_heads=n_heads, dropout=dropout, bias=bias)
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W^Q
+        self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=bias)  # [W^K; W^V]
+
+    def memory_kv(self, memory: Tensor) -> StaticKV:
+        """Project the encoder output once into per-head keys and values ``(B, H, S, D)``."""
+        self._check_input(memory, "encoder memory")
+        k, v = self.kv_proj(memory).chunk(2, dim=-1)
+        return StaticKV(self._split(k), self._split(v))
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        *,
+        mask: Tensor | None = None,
+        memory_kv: StaticKV | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """x ``(B, T, E)`` attends over ``memory`` ``(B, S, E)`` (or precomputed ``memory_kv``)."""
+        self._check_input(x, "decoder input to cross-attention")
+        if memory_kv is None:
+            if memory is None:
+                raise ValueError("cross-attention needs the encoder memory or its cached keys/values")
+            memory_kv = self.memory_kv(memory)
+        q = self._split(self.q_proj(x))  # (B, H, T, D)
+        dropout_p = self.dropout if self.training else 0.0
+        heads, weights = scaled_dot_product_attention(
+            q, memory_kv.k, memory_kv.v, mask=mask, dropout_p=dropout_p, need_weights=need_weights
+        )
+        return self._merge_and_project(heads), weights

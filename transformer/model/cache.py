@@ -1,0 +1,106 @@
+"""The decoder's key/value cache for incremental (autoregressive) decoding.
+
+At inference the decoder produces one token per step (paper 3.2.3). Recomputing the keys and
+values of every earlier position at each step would cost O(T^2) projections; the cache keeps
+them instead:
+
+* ``KVCache``: a decoder self-attention layer's keys/values, growing by the new positions each
+  step. Storage is preallocated and grown by doubling, so a step is an in-place write.
+* ``StaticKV``: a cross-attention layer's keys/values, projected once from the encoder
+  output and reused at every step.
+* ``DecoderCache``: one of each per decoder layer, passed explicitly into and out of
+  ``Transformer.decode``. It is never module state and never part of a checkpoint.
+
+``reorder(index)`` selects batch rows (beam search keeps the surviving hypotheses' caches).
+The cache is meant for inference under ``torch.no_grad()``.
+
+Letters: B batch (sentences x beams), H heads, S cached positions, D head size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+class KVCache:
+    """Growing keys/values ``(B, H, S, D)`` of one self-attention layer."""
+
+    def __init__(self, initial_capacity: int = 32) -> None:
+        if initial_capacity < 1:
+            raise ValueError(f"initial_capacity must be >= 1, got {initial_capacity}")
+        self._capacity = initial_capacity
+        self._k: Tensor | None = None
+        self._v: Tensor | None = None
+        self.length = 0  # positions stored
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store the new positions ``k, v (B, H, T, D)``; return all keys/values so far ``(B, H, S, D)``."""
+        B, H, T, D = k.shape
+        if self._k is None:
+            capacity = max(self._capacity, T)
+            self._k = k.new_empty(B, H, capacity, D)
+            self._v = v.new_empty(B, H, capacity, v.shape[-1])
+        elif self._k.shape[0] != B:
+            raise ValueError(f"cache holds {self._k.shape[0]} rows but the new keys have {B}; reorder() first")
+        assert self._v is not None
+        needed = self.length + T
+        if needed > self._k.shape[2]:
+            self._k = _grow(self._k, needed, self.length)
+            self._v = _grow(self._v, needed, self.length)
+        self._k[:, :, self.length : needed] = k
+        self._v[:, :, self.length : needed] = v
+        self.length = needed
+        return self._k[:, :, :needed], self._v[:, :, :needed]
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (B',) in that order (rows may repeat)."""
+        if self._k is not None:
+            assert self._v is not None
+            self._k = self._k.index_select(0, index)
+            self._v = self._v.index_select(0, index)
+
+
+def _grow(buffer: Tensor, needed: int, used: int) -> Tensor:
+    capacity = max(needed, 2 * buffer.shape[2])
+    bigger = buffer.new_empty(*buffer.shape[:2], capacity, buffer.shape[3])
+    bigger[:, :, :used] = buffer[:, :, :used]
+    return bigger
+
+
+@dataclass
+class StaticKV:
+    """Cross-attention keys and values ``(B, H, S, D)``, computed once from the encoder output."""
+
+    k: Tensor
+    v: Tensor
+
+    def reorder(self, index: Tensor) -> StaticKV:
+        return StaticKV(self.k.index_select(0, index), self.v.index_select(0, index))
+
+
+@dataclass
+class DecoderCache:
+    """Per-layer caches of a decoder stack. Create with ``Transformer.new_cache()``."""
+
+    self_attn: list[KVCache]
+    cross_attn: list[StaticKV | None] = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, n_layers: int, *, initial_capacity: int = 32) -> DecoderCache:
+        return cls([KVCache(initial_capacity) for _ in range(n_layers)], [None] * n_layers)
+
+    @property
+    def length(self) -> int:
+        """Number of target positions already decoded (the next position's index)."""
+        return self.self_attn[0].length if self.self_attn else 0
+
+    def reorder(self, index: Tensor) -> None:
+        """Select batch rows ``index`` in every layer, e.g. the parents of surviving beams."""
+        if index.dtype != torch.long or index.dim() != 1:
+            raise ValueError(f"reorder index must be a 1-D long tensor, got {index.dtype} {tuple(index.shape)}")
+        for layer in self.self_attn:
+            layer.reorder(index)
+        self.cross_attn = [kv.reorder(index) if kv is not None else None for kv in self.cross_attn]

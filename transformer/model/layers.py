@@ -1,0 +1,137 @@
+"""Feed-forward network, encoder layer and decoder layer (paper sections 3.1 and 3.3).
+
+Each sub-layer is wrapped as LayerNorm(x + Dropout(Sublayer(x))) ("Add & Norm", post-LN, as in
+the paper). ``norm_first=True`` switches to pre-LN, x + Dropout(Sublayer(LayerNorm(x))), which
+trains more stably without warmup; the stacks then end with a final LayerNorm.
+
+Letters: B batch, S source length, T target length, E d_model, H heads.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transformer.model.attention import CrossAttention, SelfAttention
+from transformer.model.cache import KVCache, StaticKV
+
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position alike (paper 3.3)."""
+
+    def __init__(self, *, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0) -> None:
+        super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(_ACTIVATIONS)}")
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.activation = _ACTIVATIONS[activation]
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, L, E)
+
+
+class _Residual(nn.Module):
+    """One "Add & Norm" wrapper around a sub-layer, post-LN or pre-LN."""
+
+    def __init__(self, *, d_model: int, dropout: float, norm_first: bool, eps: float) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def pre(self, x: Tensor) -> Tensor:
+        """What the sub-layer sees."""
+        return self.norm(x) if self.norm_first else x
+
+    def post(self, x: Tensor, sublayer_out: Tensor) -> Tensor:
+        """The residual sum (normalised afterwards in post-LN)."""
+        y = x + self.dropout(sublayer_out)
+        return y if self.norm_first else self.norm(y)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each with residual + LayerNorm (paper 3.1, encoder)."""
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        self.self_attn = SelfAttention(d_model=d_model, n_heads=n_heads, dropout=attention_dropout)
+        self.ffn = FeedForward(d_model=d_model, d_ff=d_ff, activation=activation, dropout=activation_dropout)
+        self.attn_block = _Residual(d_model=d_model, dropout=dropout, norm_first=norm_first, eps=eps)
+        self.ffn_block = _Residual(d_model=d_model, dropout=dropout, norm_first=norm_first, eps=eps)
+
+    def forward(
+        self, x: Tensor, *, mask: Tensor | None = None, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """x ``(B, S, E)``, mask bool broadcastable to ``(B, H, S, S)`` -> ``(x, weights (B, H, S, S) or None)``."""
+        attn_out, weights = self.self_attn(self.attn_block.pre(x), mask=mask, need_weights=need_weights)
+        x = self.attn_block.post(x, attn_out)
+        x = self.ffn_block.post(x, self.ffn(self.ffn_block.pre(x)))
+        return x, weights
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention, feed-forward (paper 3.1, decoder)."""
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        self.self_attn = SelfAttention(d_model=d_model, n_heads=n_heads, dropout=attention_dropout)
+        self.cross_attn = CrossAttention(d_model=d_model, n_heads=n_heads, dropout=attention_dropout)
+        self.ffn = FeedForward(d_model=d_model, d_ff=d_ff, activation=activation, dropout=activation_dropout)
+        self.self_block = _Residual(d_model=d_model, dropout=dropout, norm_first=norm_first, eps=eps)
+        self.cross_block = _Residual(d_model=d_model, dropout=dropout, norm_first=norm_first, eps=eps)
+        self.ffn_block = _Residual(d_model=d_model, dropout=dropout, norm_first=norm_first, eps=eps)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None,
+        *,
+        memory_mask: Tensor | None = None,
+        self_cache: KVCache | None = None,
+        memory_kv: StaticKV | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """x ``(B, T, E)`` attends causally to itself (and to ``self_cache``) and to ``memory`` ``(B, S, E)``.
+
+        Returns ``(x, self weights (B, H, T, T') or None, cross weights (B, H, T, S) or None)``.
+        """
+        self_out, self_w = self.self_attn(
+            self.self_block.pre(x), causal=True, cache=self_cache, need_weights=need_weights
+        )
+        x = self.self_block.post(x, self_out)
+        cross_out, cross_w = self.cross_attn(
+            self.cross_block.pre(x), memory, mask=memory_mask, memory_kv=memory_kv, need_weights=need_weights
+        )
+        x = self.cross_block.post(x, cross_out)
+        x = self.ffn_block.post(x, self.ffn(self.ffn_block.pre(x)))
+        return x, self_w, cross_w
