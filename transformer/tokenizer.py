@@ -1,0 +1,362 @@
+"""Subword tokenizers: byte-pair encoding (paper 5.1: shared source-target BPE) on Hugging Face ``tokenizers``.
+
+Pipeline of every trained :class:`BPETokenizer`:
+
+* **Normalization** (``normalize``): Unicode NFKC, then every run of whitespace (tabs, newlines,
+  U+00A0 and the narrow no-break space U+202F that French puts before ``? ! : ;`` and inside
+  ``« »``) becomes one plain space, and leading/trailing whitespace is stripped. NFKC also folds
+  compatibility forms: ``ﬁ`` -> ``fi``, ``…`` -> ``...``, full-width ``Ａ`` -> ``A``, ``½`` -> ``1⁄2``.
+  Accents, curly quotes/apostrophes, ``« »`` and ``€`` are kept. Zero-width characters are kept.
+* **Pre-tokenization**: Metaspace: each space becomes the word-boundary mark ``▁`` (U+2581)
+  prefixed to the next word, so pieces read like ``▁chat``, ``s`` and decoding is exact:
+  ``decode(encode(x)) == normalize(x)``.
+* **Model**: BPE with *byte fallback*: a character never seen in training is encoded as its
+  UTF-8 bytes (tokens ``<0x00>`` .. ``<0xFF>``, always in the vocabulary), so nothing becomes
+  ``<unk>`` and decoding still restores it. An invalid byte sequence (a model emitting a lone
+  ``<0xE2>``) decodes to U+FFFD.
+
+Ids are fixed at training time: ``<pad>`` 0, ``<s>`` 1, ``</s>`` 2, ``<unk>`` 3, then the 256 byte
+tokens, then the learned alphabet and merges. Code elsewhere reads ``pad_id`` etc. from the
+tokenizer; on load they are looked up in the vocabulary, never assumed. Special-token strings
+appearing in input text (a literal ``"<s>"``) are encoded as ordinary text, not as the special.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Tokenizer as HFTokenizer
+
+PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
+SPECIAL_TOKENS: tuple[str, ...] = (PAD, BOS, EOS, UNK)
+BYTE_TOKENS: tuple[str, ...] = tuple(f"<0x{b:02X}>" for b in range(256))
+WORD_BOUNDARY = "\u2581"  # "▁"
+
+JOINT_FILE = "tokenizer.json"
+SRC_FILE = "tokenizer.src.json"
+TGT_FILE = "tokenizer.tgt.json"
+
+
+def _atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same directory and ``os.replace``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _check_texts(texts: Iterable[str], what: str) -> list[str]:
+    """Materialize training ``texts``; TypeError on non-str items, ValueError if all are blank."""
+    if isinstance(texts, str):
+        raise TypeError(f"{what} must be an iterable of strings, not a single str")
+    texts = list(texts)
+    for t in texts:
+        if not isinstance(t, str):
+            raise TypeError(f"{what} must contain str, got {type(t).__name__}")
+    if not any(t.strip() for t in texts):
+        raise ValueError(f"{what} is empty: need at least one non-blank training text")
+    return texts
+
+
+def _read_json(path: str | os.PathLike) -> dict:
+    """Parse a tokenizer JSON file; FileNotFoundError if missing, ValueError if not a tokenizer."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"tokenizer file not found: {path}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not a valid tokenizer JSON: {e}") from e
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+        raise ValueError(f"{path} is not a valid tokenizer JSON: no 'model' section")
+    return data
+
+
+class Tokenizer(abc.ABC):
+    """Text <-> token ids. Backends: :class:`BPETokenizer` (a SentencePiece one may follow)."""
+
+    @property
+    @abc.abstractmethod
+    def pad_id(self) -> int:
+        """Id of ``<pad>``."""
+
+    @property
+    @abc.abstractmethod
+    def bos_id(self) -> int:
+        """Id of ``<s>`` (start of sequence; prepended by the data pipeline, not by ``encode``)."""
+
+    @property
+    @abc.abstractmethod
+    def eos_id(self) -> int:
+        """Id of ``</s>`` (end of sequence; appended by the data pipeline, not by ``encode``)."""
+
+    @property
+    @abc.abstractmethod
+    def unk_id(self) -> int:
+        """Id of ``<unk>``."""
+
+    @property
+    @abc.abstractmethod
+    def vocab_size(self) -> int:
+        """Number of ids, specials included: valid ids are ``0 .. vocab_size - 1``."""
+
+    @abc.abstractmethod
+    def normalize(self, text: str) -> str:
+        """The text ``encode`` actually sees; ``decode(encode(x)) == normalize(x)``."""
+
+    @abc.abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``, without ``<s>``/``</s>``."""
+
+    @abc.abstractmethod
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """``[encode(t) for t in texts]``, computed in parallel by the backend."""
+
+    @abc.abstractmethod
+    def decode(self, ids: Sequence[int], *, skip_special: bool = True) -> str:
+        """Text of ``ids``; with ``skip_special`` the specials are dropped (callers cut at eos)."""
+
+    @abc.abstractmethod
+    def decode_batch(self, batch: Sequence[Sequence[int]], *, skip_special: bool = True) -> list[str]:
+        """``[decode(ids) for ids in batch]``, computed in parallel by the backend."""
+
+    @abc.abstractmethod
+    def pieces(self, ids: Sequence[int]) -> list[str]:
+        """Readable subword strings of ``ids`` (``"▁chat"``, ``"s"``, ``"<s>"``), e.g. for plot axes."""
+
+    @abc.abstractmethod
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the tokenizer to ``path`` atomically."""
+
+    @classmethod
+    @abc.abstractmethod
+    def load(cls, path: str | os.PathLike) -> Tokenizer:
+        """Read a tokenizer written by :meth:`save`."""
+
+    @property
+    def special_ids(self) -> dict[str, int]:
+        """``{"<pad>": pad_id, "<s>": bos_id, "</s>": eos_id, "<unk>": unk_id}``."""
+        return {PAD: self.pad_id, BOS: self.bos_id, EOS: self.eos_id, UNK: self.unk_id}
+
+
+class BPETokenizer(Tokenizer):
+    """Byte-pair-encoding tokenizer (NFKC, Metaspace ``▁`` word marks, byte fallback)."""
+
+    def __init__(self, hf: HFTokenizer) -> None:
+        """Wrap a Hugging Face BPE tokenizer; ValueError if it lacks a special token."""
+        missing = [t for t in SPECIAL_TOKENS if hf.token_to_id(t) is None]
+        if missing:
+            raise ValueError(f"tokenizer vocabulary lacks special tokens {missing}")
+        self._hf = hf
+        self._hf.encode_special_tokens = True  # literal "<s>" in text is text (not serialized: set here)
+        self._pad, self._bos, self._eos, self._unk = (hf.token_to_id(t) for t in SPECIAL_TOKENS)
+        self._size = hf.get_vocab_size(with_added_tokens=True)
+
+    @classmethod
+    def train(cls, texts: Iterable[str], *, vocab_size: int, min_frequency: int = 2) -> BPETokenizer:
+        """Learn BPE on ``texts``; the result has at most ``vocab_size`` ids (specials and bytes included).
+
+        Raises ValueError if ``vocab_size`` cannot hold the 4 specials, 256 byte tokens and the
+        characters of the training text, or if ``texts`` holds no non-blank string.
+        """
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+            raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
+        reserved = len(SPECIAL_TOKENS) + len(BYTE_TOKENS)
+        if vocab_size <= reserved:
+            raise ValueError(f"vocab_size={vocab_size} too small: {reserved} ids are reserved for "
+                             f"{len(SPECIAL_TOKENS)} special and {len(BYTE_TOKENS)} byte tokens")
+        if min_frequency < 1:
+            raise ValueError(f"min_frequency must be >= 1, got {min_frequency}")
+        texts = _check_texts(texts, "training texts")
+
+        hf = HFTokenizer(models.BPE(unk_token=UNK))
+        hf.normalizer = normalizers.Sequence(
+            [normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()])
+        hf.pre_tokenizer = pre_tokenizers.Metaspace(replacement=WORD_BOUNDARY, prepend_scheme="always")
+        hf.decoder = decoders.Sequence(
+            [decoders.ByteFallback(), decoders.Metaspace(replacement=WORD_BOUNDARY, prepend_scheme="always")])
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size - len(BYTE_TOKENS), min_frequency=min_frequency,
+                                      special_tokens=list(SPECIAL_TOKENS), show_progress=False)
+        hf.train_from_iterator(texts, trainer, length=len(texts))
+
+        # Re-number: specials, then the 256 byte tokens, then alphabet and merges in learned order.
+        # Merges are stored as strings, so they survive the re-numbering unchanged.
+        data = json.loads(hf.to_str())
+        model = data["model"]
+        learned = sorted(model["vocab"], key=model["vocab"].__getitem__)
+        alphabet = len(learned) - len(SPECIAL_TOKENS) - len(model["merges"])
+        if vocab_size < reserved + alphabet:
+            raise ValueError(f"vocab_size={vocab_size} too small: specials, byte tokens and the "
+                             f"{alphabet}-character alphabet need at least {reserved + alphabet}")
+        seen = set(SPECIAL_TOKENS) | set(BYTE_TOKENS)
+        order = [*SPECIAL_TOKENS, *BYTE_TOKENS, *(t for t in learned if t not in seen)]
+        model["vocab"] = {tok: i for i, tok in enumerate(order)}
+        model["byte_fallback"] = True
+        for added in data["added_tokens"]:
+            added["id"] = model["vocab"][added["content"]]
+        return cls(HFTokenizer.from_str(json.dumps(data)))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> BPETokenizer:
+        """Read a tokenizer saved by :meth:`save`; FileNotFoundError / ValueError on a bad file."""
+        data = _read_json(path)
+        if data["model"].get("type") != "BPE":
+            raise ValueError(f"{path} holds a {data['model'].get('type')!r} model, not BPE")
+        try:
+            hf = HFTokenizer.from_str(json.dumps(data))
+        except Exception as e:  # the Rust side raises a plain Exception
+            raise ValueError(f"{path} is not a valid tokenizer JSON: {e}") from e
+        return cls(hf)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the tokenizer as JSON (the ``tokenizers`` format) to ``path`` atomically."""
+        _atomic_write_text(path, self._hf.to_str(pretty=True))
+
+    @property
+    def pad_id(self) -> int:
+        return self._pad
+
+    @property
+    def bos_id(self) -> int:
+        return self._bos
+
+    @property
+    def eos_id(self) -> int:
+        return self._eos
+
+    @property
+    def unk_id(self) -> int:
+        return self._unk
+
+    @property
+    def vocab_size(self) -> int:
+        return self._size
+
+    def normalize(self, text: str) -> str:
+        return self._hf.normalizer.normalize_str(self._check_str(text))
+
+    def encode(self, text: str) -> list[int]:
+        return self._hf.encode(self._check_str(text), add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        if isinstance(texts, str):
+            raise TypeError("encode_batch expects a sequence of str, not a single str")
+        texts = [self._check_str(t) for t in texts]
+        return [e.ids for e in self._hf.encode_batch(texts, add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int], *, skip_special: bool = True) -> str:
+        return self._hf.decode(self._check_ids(ids), skip_special_tokens=skip_special)
+
+    def decode_batch(self, batch: Sequence[Sequence[int]], *, skip_special: bool = True) -> list[str]:
+        return self._hf.decode_batch([self._check_ids(ids) for ids in batch], skip_special_tokens=skip_special)
+
+    def pieces(self, ids: Sequence[int]) -> list[str]:
+        return [self._hf.id_to_token(i) for i in self._check_ids(ids)]
+
+    def _check_str(self, text: str) -> str:
+        if not isinstance(text, str):
+            raise TypeError(f"expected str, got {type(text).__name__}")
+        return text
+
+    def _check_ids(self, ids: Sequence[int]) -> list[int]:
+        """Ids as a list of Python ints (accepts tensor/numpy elements); ValueError if out of range."""
+        ids = [int(i) for i in ids]
+        if ids and (min(ids) < 0 or max(ids) >= self._size):
+            raise ValueError(f"token ids must lie in [0, {self._size}), got min {min(ids)}, max {max(ids)}")
+        return ids
+
+    def __repr__(self) -> str:
+        return f"BPETokenizer(vocab_size={self._size})"
+
+
+_BACKENDS: dict[str, type[Tokenizer]] = {"BPE": BPETokenizer}  # JSON "model.type" -> class
+
+
+def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
+    """Load a tokenizer file, choosing the backend by the model type recorded in it."""
+    kind = _read_json(path)["model"].get("type")
+    if kind not in _BACKENDS:
+        raise ValueError(f"{path}: unsupported tokenizer model type {kind!r} (known: {sorted(_BACKENDS)})")
+    return _BACKENDS[kind].load(path)
+
+
+class Vocabularies:
+    """Source and target tokenizers; ``joint`` (one shared vocabulary) when both are the same object."""
+
+    def __init__(self, src: Tokenizer, tgt: Tokenizer) -> None:
+        if not isinstance(src, Tokenizer) or not isinstance(tgt, Tokenizer):
+            raise TypeError("Vocabularies needs two Tokenizer instances")
+        self.src = src
+        self.tgt = tgt
+
+    @property
+    def joint(self) -> bool:
+        """True when source and target share one tokenizer (the paper's shared BPE)."""
+        return self.src is self.tgt
+
+    @classmethod
+    def train(cls, pairs: Sequence[tuple[str, str]], *, vocab_size: int, joint: bool = True,
+              min_frequency: int = 2) -> Vocabularies:
+        """Train on ``(source, target)`` pairs: one shared BPE, or (``joint=False``) one per side,
+        each with ``vocab_size`` ids."""
+        pairs = list(pairs)
+        for p in pairs:
+            if not isinstance(p, (tuple, list)) or len(p) != 2:
+                raise TypeError(f"pairs must hold (source, target) 2-tuples, got {p!r:.80}")
+        src = _check_texts((s for s, _ in pairs), "source texts")
+        tgt = _check_texts((t for _, t in pairs), "target texts")
+        if joint:
+            shared = BPETokenizer.train(src + tgt, vocab_size=vocab_size, min_frequency=min_frequency)
+            return cls(shared, shared)
+        return cls(BPETokenizer.train(src, vocab_size=vocab_size, min_frequency=min_frequency),
+                   BPETokenizer.train(tgt, vocab_size=vocab_size, min_frequency=min_frequency))
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write ``tokenizer.json`` (joint) or ``tokenizer.src.json`` + ``tokenizer.tgt.json``
+        into ``directory`` (created if needed); files of the other layout are removed."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        if self.joint:
+            self.src.save(directory / JOINT_FILE)
+            stale = [SRC_FILE, TGT_FILE]
+        else:
+            self.src.save(directory / SRC_FILE)
+            self.tgt.save(directory / TGT_FILE)
+            stale = [JOINT_FILE]
+        for name in stale:
+            (directory / name).unlink(missing_ok=True)
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> Vocabularies:
+        """Load what :meth:`save` wrote, picking the layout by the files present in ``directory``."""
+        directory = Path(directory)
+        has = {name: (directory / name).is_file() for name in (JOINT_FILE, SRC_FILE, TGT_FILE)}
+        if has[JOINT_FILE]:
+            if has[SRC_FILE] or has[TGT_FILE]:
+                raise ValueError(f"{directory} holds both {JOINT_FILE} and {SRC_FILE}/{TGT_FILE}: ambiguous")
+            shared = load_tokenizer(directory / JOINT_FILE)
+            return cls(shared, shared)
+        if has[SRC_FILE] and has[TGT_FILE]:
+            return cls(load_tokenizer(directory / SRC_FILE), load_tokenizer(directory / TGT_FILE))
+        if has[SRC_FILE] or has[TGT_FILE]:
+            missing = TGT_FILE if has[SRC_FILE] else SRC_FILE
+            raise FileNotFoundError(f"{directory / missing} not found (separate vocabularies need both "
+                                    f"{SRC_FILE} and {TGT_FILE})")
+        raise FileNotFoundError(f"no tokenizer in {directory}: expected {JOINT_FILE} (joint) "
+                                f"or {SRC_FILE} + {TGT_FILE} (separate)")
+
+    def __repr__(self) -> str:
+        if self.joint:
+            return f"Vocabularies(joint, {self.src!r})"
+        return f"Vocabularies(src={self.src!r}, tgt={self.tgt!r})"
