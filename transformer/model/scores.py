@@ -177,7 +177,7 @@ def attend(scores: Tensor, values: Tensor, mask: Tensor | None = None) -> tuple[
             raise ValueError(
                 f"mask must broadcast to scores {(B, T, S)}, e.g. ({B}, 1, {S}) for key padding, got {tuple(mask.shape)}"
             )
-        scores = scores.masked_fill(~mask, float('-inf'))
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     weights = torch.softmax(scores, dim=-1)  # (B, T, S)
     if mask is not None:
         weights = weights * mask  # exact zeros at masked keys and in rows with no allowed key
