@@ -26,6 +26,15 @@ from transformer.model.scores import (
 B, T, S, DQ, DK, H = 2, 3, 5, 4, 6, 7
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """All tensors here are tiny: one intra-op thread keeps the tests fast even on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _inputs(dq: int = DQ, dk: int = DK) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     return torch.randn(B, T, dq, generator=g, dtype=torch.float64), torch.randn(B, S, dk, generator=g, dtype=torch.float64)
