@@ -1,0 +1,224 @@
+"""Scaled dot-product attention and multi-head attention against independent references."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from transformer.masks import causal_mask
+from transformer.model.attention import CrossAttention, SelfAttention, scaled_dot_product_attention
+
+
+def reference_attention(q, k, v, mask=None):
+    """softmax(Q K^T / sqrt(d_k)) V written out per query row, in float64."""
+    B, H, T, D = q.shape
+    S = k.shape[2]
+    out = torch.zeros(B, H, T, v.shape[-1], dtype=torch.float64)
+    weights = torch.zeros(B, H, T, S, dtype=torch.float64)
+    full = mask.expand(B, H, T, S) if mask is not None else torch.ones(B, H, T, S, dtype=torch.bool)
+    for b in range(B):
+        for h in range(H):
+            for t in range(T):
+                allowed = full[b, h, t]
+                if not allowed.any():
+                    continue
+                scores = torch.tensor([float(q[b, h, t] @ k[b, h, s]) / math.sqrt(D) for s in range(S)], dtype=torch.float64)
+                scores[~allowed] = float("-inf")
+                w = torch.softmax(scores, dim=0)
+                weights[b, h, t] = w
+                out[b, h, t] = w @ v[b, h].double()
+    return out, weights
+
+
+@pytest.fixture
+def qkv():
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 3, 4, 8, generator=g)
+    k = torch.randn(2, 3, 6, 8, generator=g)
+    v = torch.randn(2, 3, 6, 5, generator=g)
+    return q, k, v
+
+
+def padding_with_empty_row():
+    mask = torch.ones(2, 1, 4, 6, dtype=torch.bool)
+    mask[0, :, :, 4:] = False  # padding in the first sentence
+    mask[1, :, 2, :] = False  # one query row with every key masked
+    return mask
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_matches_written_out_formula(qkv, need_weights):
+    q, k, v = qkv
+    mask = padding_with_empty_row()
+    out, weights = scaled_dot_product_attention(q, k, v, mask=mask, need_weights=need_weights)
+    ref_out, ref_w = reference_attention(q.double(), k.double(), v.double(), mask)
+    torch.testing.assert_close(out.double(), ref_out, atol=1e-5, rtol=1e-5)
+    if need_weights:
+        torch.testing.assert_close(weights.double(), ref_w, atol=1e-6, rtol=1e-6)
+    else:
+        assert weights is None
+
+
+def test_fused_and_explicit_paths_agree_fp32(qkv):
+    q, k, v = qkv
+    for mask, causal in [(None, False), (padding_with_empty_row(), False), (None, True), (padding_with_empty_row(), True)]:
+        qq = q if not causal else q[:, :, :4]
+        kk, vv = (k, v) if not causal else (k[:, :, :4], v[:, :, :4])
+        m = mask[..., :4] if (mask is not None and causal) else mask
+        fused, _ = scaled_dot_product_attention(qq, kk, vv, mask=m, causal=causal)
+        explicit, w = scaled_dot_product_attention(qq, kk, vv, mask=m, causal=causal, need_weights=True)
+        torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
+        assert w is not None
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_fully_masked_rows_give_zeros_and_finite_gradients(qkv, need_weights):
+    q, k, v = (t.clone().requires_grad_() for t in qkv)
+    mask = padding_with_empty_row()
+    out, weights = scaled_dot_product_attention(q, k, v, mask=mask, need_weights=need_weights)
+    assert torch.isfinite(out).all()
+    assert torch.equal(out[1, :, 2], torch.zeros_like(out[1, :, 2]))
+    if need_weights:
+        assert torch.equal(weights[1, :, 2], torch.zeros_like(weights[1, :, 2]))
+        # every other row is a distribution
+        rows = weights.sum(-1)
+        rows[1, :, 2] = 1
+        torch.testing.assert_close(rows, torch.ones_like(rows))
+    out.sum().backward()
+    for t in (q, k, v):
+        assert torch.isfinite(t.grad).all()
+    assert torch.equal(q.grad[1, :, 2], torch.zeros_like(q.grad[1, :, 2]))
+
+
+def test_masked_keys_get_exactly_zero_weight(qkv):
+    q, k, v = qkv
+    mask = padding_with_empty_row()
+    _, weights = scaled_dot_product_attention(q, k, v, mask=mask, need_weights=True)
+    assert torch.count_nonzero(weights[0, :, :, 4:]) == 0
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_gradcheck_float64(need_weights):
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 2, 3, 4, dtype=torch.float64, generator=g, requires_grad=True)
+    k = torch.randn(1, 2, 5, 4, dtype=torch.float64, generator=g, requires_grad=True)
+    v = torch.randn(1, 2, 5, 3, dtype=torch.float64, generator=g, requires_grad=True)
+    mask = torch.ones(1, 1, 3, 5, dtype=torch.bool)
+    mask[..., 3:] = False
+    fn = lambda q, k, v: scaled_dot_product_attention(q, k, v, mask=mask, need_weights=need_weights)[0]
+    assert torch.autograd.gradcheck(fn, (q, k, v))
+
+
+def test_slides_worked_example_scores_112_and_96():
+    """q.k1 = 112, q.k2 = 96, d_k = 64: scores / 8 = 14 and 12, softmax = 0.88 and 0.12."""
+    q = torch.ones(1, 1, 1, 64)
+    k = torch.stack([torch.full((64,), 112 / 64), torch.full((64,), 96 / 64)]).view(1, 1, 2, 64)
+    assert float(q[0, 0, 0] @ k[0, 0, 0]) == pytest.approx(112)
+    v = torch.eye(2).view(1, 1, 2, 2)
+    _, w = scaled_dot_product_attention(q, k, v, need_weights=True)
+    assert w[0, 0, 0].tolist() == pytest.approx([0.88, 0.12], abs=0.005)
+    assert w[0, 0, 0, 0] == pytest.approx(math.exp(14) / (math.exp(14) + math.exp(12)), rel=1e-6)
+
+
+def test_slides_worked_example_every_query_attends_to_B():
+    """W_K = 10 I, W_Q = [[0, 1], [0, 1]], tokens A A B A: every query attends to the B token."""
+    E = torch.tensor([[1.0, 0], [1, 0], [0, 1], [1, 0]])
+    W_K = torch.tensor([[10.0, 0], [0, 10]])
+    W_Q = torch.tensor([[0.0, 1], [0, 1]])
+    q, k = (E @ W_Q).view(1, 1, 4, 2), (E @ W_K).view(1, 1, 4, 2)
+    _, w = scaled_dot_product_attention(q, k, k, need_weights=True)
+    assert (w[0, 0].argmax(-1) == 2).all()
+    assert (w[0, 0, :, 2] > 0.99).all()
+
+
+def test_why_scale_by_sqrt_dk():
+    """With unit-variance components q.k has variance d_k; unscaled scores make softmax peaked."""
+    g = torch.Generator().manual_seed(0)
+    d_k = 256
+    q, k = torch.randn(4000, d_k, generator=g), torch.randn(4000, d_k, generator=g)
+    dots = (q * k).sum(-1)
+    assert dots.var().item() == pytest.approx(d_k, rel=0.1)
+    assert (dots / math.sqrt(d_k)).var().item() == pytest.approx(1.0, rel=0.1)
+    scores = torch.randn(1000, 10, generator=g) * math.sqrt(d_k)
+    assert torch.softmax(scores, -1).max(-1).values.mean() > 0.9
+    assert torch.softmax(scores / math.sqrt(d_k), -1).max(-1).values.mean() < 0.6
+
+
+# --------------------------------------------------------------------------------------------------
+# Multi-head attention against torch.nn.MultiheadAttention, weights copied, float64.
+
+def _torch_mha(d_model=16, n_heads=4):
+    torch.manual_seed(0)
+    return nn.MultiheadAttention(d_model, n_heads, batch_first=True, dtype=torch.float64).eval()
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_self_attention_matches_torch_mha(need_weights):
+    ref = _torch_mha()
+    ours = SelfAttention(d_model=16, n_heads=4).double().eval()
+    with torch.no_grad():
+        ours.qkv_proj.weight.copy_(ref.in_proj_weight)
+        ours.qkv_proj.bias.copy_(ref.in_proj_bias)
+        ours.out_proj.load_state_dict(ref.out_proj.state_dict())
+    x = torch.randn(3, 7, 16, dtype=torch.float64)
+    keep = torch.ones(3, 7, dtype=torch.bool)
+    keep[0, 5:] = False
+    keep[2, 3:] = False
+    causal = causal_mask(7)
+    # padding + causal: torch's masks say True = ignore
+    ref_out, ref_w = ref(x, x, x, key_padding_mask=~keep, attn_mask=~causal, average_attn_weights=False)
+    out, w = ours(x, mask=keep[:, None, None, :], causal=True, need_weights=need_weights)
+    torch.testing.assert_close(out, ref_out, atol=1e-6, rtol=1e-6)
+    if need_weights:
+        torch.testing.assert_close(w, ref_w, atol=1e-6, rtol=1e-6)
+    # padding only
+    ref_out, _ = ref(x, x, x, key_padding_mask=~keep)
+    out, _ = ours(x, mask=keep[:, None, None, :], need_weights=need_weights)
+    torch.testing.assert_close(out, ref_out, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_cross_attention_matches_torch_mha(need_weights):
+    ref = _torch_mha()
+    ours = CrossAttention(d_model=16, n_heads=4).double().eval()
+    with torch.no_grad():
+        ours.q_proj.weight.copy_(ref.in_proj_weight[:16])
+        ours.q_proj.bias.copy_(ref.in_proj_bias[:16])
+        ours.kv_proj.weight.copy_(ref.in_proj_weight[16:])
+        ours.kv_proj.bias.copy_(ref.in_proj_bias[16:])
+        ours.out_proj.load_state_dict(ref.out_proj.state_dict())
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    memory = torch.randn(2, 9, 16, dtype=torch.float64)
+    keep = torch.ones(2, 9, dtype=torch.bool)
+    keep[1, 4:] = False
+    ref_out, ref_w = ref(x, memory, memory, key_padding_mask=~keep, average_attn_weights=False)
+    out, w = ours(x, memory, mask=keep[:, None, None, :], need_weights=need_weights)
+    torch.testing.assert_close(out, ref_out, atol=1e-6, rtol=1e-6)
+    if need_weights:
+        torch.testing.assert_close(w, ref_w, atol=1e-6, rtol=1e-6)
+
+
+def test_no_python_loop_over_heads_single_matmul_projection():
+    """One fused Q/K/V projection for self-attention; separate Q and K/V for cross-attention."""
+    sa = SelfAttention(d_model=16, n_heads=4)
+    assert sa.qkv_proj.weight.shape == (48, 16)
+    ca = CrossAttention(d_model=16, n_heads=4)
+    assert ca.q_proj.weight.shape == (16, 16) and ca.kv_proj.weight.shape == (32, 16)
+
+
+def test_bad_inputs_name_the_problem(qkv):
+    q, k, v = qkv
+    with pytest.raises(ValueError, match="rank 4"):
+        scaled_dot_product_attention(q[0], k, v)
+    with pytest.raises(ValueError, match="torch.bool"):
+        scaled_dot_product_attention(q, k, v, mask=torch.ones(2, 1, 4, 6))
+    with pytest.raises(ValueError, match="does not broadcast"):
+        scaled_dot_product_attention(q, k, v, mask=torch.ones(2, 1, 4, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="floating-point"):
+        scaled_dot_product_attention(q.long(), k.long(), v.long())
+    sa = SelfAttention(d_model=16, n_heads=4)
+    with pytest.raises(ValueError, match=r"\(B, L, 16\)"):
+        sa(torch.randn(2, 3, 12))
+    with pytest.raises(ValueError, match="divisible"):
+        SelfAttention(d_model=10, n_heads=4)
