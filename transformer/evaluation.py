@@ -1,0 +1,47 @@
+"""Scoring translations with sacreBLEU and chrF, reported with their signatures.
+
+Scores are computed on detokenized, cased text with sacreBLEU's default 13a tokenization,
+the way papers report them; the signature says exactly how.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import sacrebleu
+
+
+@dataclass
+class Scores:
+    bleu: float
+    chrf: float
+    exact_match: float  # fraction of hypotheses equal to their reference (after stripping)
+    bleu_signature: str
+    chrf_signature: str
+    n: int
+
+    def as_dict(self) -> dict[str, float | str | int]:
+        return {
+            "bleu": round(self.bleu, 2),
+            "chrf": round(self.chrf, 2),
+            "exact_match": round(self.exact_match, 4),
+            "bleu_signature": self.bleu_signature,
+            "chrf_signature": self.chrf_signature,
+            "sentences": self.n,
+        }
+
+
+def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
+    """Corpus-level sacreBLEU, chrF and exact match of ``hypotheses`` against one reference each."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    if not hypotheses:
+        raise ValueError("nothing to score: no hypotheses")
+    bleu = sacrebleu.metrics.BLEU()
+    chrf = sacrebleu.metrics.CHRF()
+    refs = [list(references)]
+    b = bleu.corpus_score(list(hypotheses), refs)
+    c = chrf.corpus_score(list(hypotheses), refs)
+    exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references)) / len(hypotheses)
+    return Scores(b.score, c.score, exact, str(bleu.get_signature()), str(chrf.get_signature()), len(hypotheses))

@@ -1,0 +1,349 @@
+"""The training loop: the paper's recipe (section 5) with checkpoints and exact resume.
+
+A run directory holds everything needed to translate with, inspect or resume a run::
+
+    run/
+      config.json, model.safetensors   the model (best on validation, or averaged; load_model reads it)
+      tokenizer.json                   the tokenizer (tokenizer.src.json + tokenizer.tgt.json if separate)
+      run_config.json                  the full RunConfig
+      metrics.jsonl, training_curve.png
+      checkpoints/step-XXXXXXXX/       weights, optimizer, schedule, RNG, data position
+      checkpoints/latest.json
+
+Running the same command again on an existing run directory resumes from its latest
+checkpoint and continues exactly as if it had never stopped (same data order, same RNG).
+A run directory that holds a different configuration is refused and left untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, TextIO
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from transformer.checkpoint import CONFIG_FILE, WEIGHTS_FILE, CheckpointError, save_weights
+from transformer.config import ModelConfig
+from transformer.data import Batch, TokenBudgetBatches, make_batch
+from transformer.evaluation import score
+from transformer.model import Transformer
+from transformer.tokenizer import Vocabularies
+from transformer.training import distributed as D
+from transformer.training.config import RunConfig
+from transformer.training.data_setup import PreparedData, prepare_data
+from transformer.training.loss import LabelSmoothedCrossEntropy
+from transformer.training.progress import CURVE_FILE, METRICS_FILE, MetricsLog, Progress, plot_training_curve
+from transformer.training.schedule import build_optimizer
+from transformer.training.state import TrainerState, average_last, latest_checkpoint, load_checkpoint, save_checkpoint
+from transformer.translator import Translator
+
+RUN_CONFIG_FILE = "run_config.json"
+
+
+class RunDirectoryError(ValueError):
+    """The run directory holds another run, or cannot be used."""
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    steps: int
+    epochs_completed: int
+    seconds: float
+    valid: dict[str, Any] | None  # last validation record
+    resumed_from: int | None  # step of the checkpoint resumed from
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("train.device=cuda but no CUDA device is available; use train.device=cpu or auto")
+    return torch.device(name)
+
+
+class Trainer:
+    """Trains a ``Transformer`` on a ``RunConfig`` into a run directory."""
+
+    def __init__(self, cfg: RunConfig, run_dir: str | Path, *, show_progress: bool = True, stream: TextIO | None = None):
+        self.cfg, self.run_dir = cfg, Path(run_dir)
+        t = cfg.train
+        self.device = resolve_device(t.device)
+        if t.precision == "fp16" and self.device.type != "cuda":
+            raise ValueError("train.precision=fp16 needs CUDA (loss scaling); use bf16 or fp32 on CPU")
+        self.dist = D.init_distributed(self.device.type)
+        if self.dist.enabled and self.device.type == "cuda":
+            self.device = torch.device("cuda", self.dist.local_rank)
+        if t.threads:
+            torch.set_num_threads(t.threads)
+        _seed_everything(t.seed)
+        self.show_progress = show_progress and self.dist.is_main
+        self.stream = stream
+
+        vocab = self._check_run_dir()
+        self.data: PreparedData = prepare_data(cfg.data, vocab=vocab)
+        self.vocab: Vocabularies = self.data.vocab
+        model_cfg = cfg.model_config(src_vocab_size=self.vocab.src.vocab_size, tgt_vocab_size=self.vocab.tgt.vocab_size)
+        self._check_model_config(model_cfg)
+        self.model = Transformer(model_cfg).to(self.device)
+        self.optimizer, self.scheduler = build_optimizer(
+            self.model.parameters(), d_model=model_cfg.d_model, warmup=t.warmup, scale=t.lr_scale,
+            betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps, weight_decay=t.weight_decay,
+        )
+        self.criterion = LabelSmoothedCrossEntropy(smoothing=t.label_smoothing, ignore_index=self.vocab.tgt.pad_id)
+        self.batches = TokenBudgetBatches(
+            self.data.train, max_tokens=cfg.data.max_tokens, pad_id=self.vocab.src.pad_id, bos_id=self.vocab.tgt.bos_id,
+            eos_id=self.vocab.tgt.eos_id, shuffle=True, seed=t.seed, rank=self.dist.rank, world_size=self.dist.world_size,
+        )
+        self.metrics = MetricsLog(self.run_dir / METRICS_FILE)
+        self.scaler = torch.amp.GradScaler("cuda") if t.precision == "fp16" else None
+        self.state = TrainerState()
+        self.resumed_from: int | None = None
+        self._write_run_files(model_cfg)
+        self._resume()
+
+    # ---------------------------------------------------------------------------------- set-up
+    def _check_run_dir(self) -> Vocabularies | None:
+        """Refuse a run directory of another configuration; return its tokenizer when resuming."""
+        saved = self.run_dir / RUN_CONFIG_FILE
+        if not saved.exists():
+            if self.run_dir.exists() and any(p.name in (CONFIG_FILE, WEIGHTS_FILE) for p in self.run_dir.iterdir()):
+                raise RunDirectoryError(f"{self.run_dir} already holds a model that was not trained by this run; "
+                                        "choose another --run-dir")
+            return None
+        try:
+            previous = RunConfig.from_dict(json.loads(saved.read_text(encoding="utf-8")))
+        except (ValueError, json.JSONDecodeError) as err:
+            raise RunDirectoryError(f"{saved} is not a readable run config ({err}); choose another --run-dir") from None
+        if previous.to_dict() != self.cfg.to_dict():
+            diffs = _differences(previous.to_dict(), self.cfg.to_dict())
+            raise RunDirectoryError(
+                f"{self.run_dir} holds a run with a different configuration ({'; '.join(diffs[:6])}); "
+                "choose another --run-dir to start a new run, or repeat the original settings to resume"
+            )
+        return Vocabularies.load(self.run_dir)
+
+    def _check_model_config(self, model_cfg: ModelConfig) -> None:
+        path = self.run_dir / CONFIG_FILE
+        if path.exists() and ModelConfig.from_json(path) != model_cfg:
+            raise RunDirectoryError(f"{path} describes a different model than this run; choose another --run-dir")
+
+    def _write_run_files(self, model_cfg: ModelConfig) -> None:
+        if self.dist.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.vocab.save(self.run_dir)
+            model_cfg.to_json(self.run_dir / CONFIG_FILE)
+            self.cfg.save(self.run_dir / RUN_CONFIG_FILE)
+        D.barrier(self.dist)
+
+    def _resume(self) -> None:
+        path = latest_checkpoint(self.run_dir)
+        if path is None:
+            return
+        self.state = load_checkpoint(path, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
+        self.resumed_from = self.state.step
+        if self.dist.is_main:
+            self.metrics.truncate_after(self.state.step)
+
+    # ---------------------------------------------------------------------------------- loop
+    def train(self) -> TrainResult:
+        t, st = self.cfg.train, self.state
+        model: torch.nn.Module = self.model
+        if self.dist.enabled:
+            model = DistributedDataParallel(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        total = t.max_steps or t.epochs * math.ceil(len(self.batches) / t.accumulate)
+        progress = Progress(total_steps=total, initial_step=st.step, log_every=t.log_every, stream=self.stream,
+                            enabled=self.show_progress)
+        progress.message(f"training {self.model.num_parameters():,} parameters on {len(self.data.train):,} pairs, "
+                         f"{len(self.batches)} batches/epoch, device {self.device}, {t.precision}, "
+                         f"{self.dist.world_size} process(es)" + (f"; resumed at step {st.step}" if self.resumed_from else ""))
+        start = time.perf_counter()
+        window_loss = window_tokens = 0.0
+        window_start = time.perf_counter()
+        last_valid: dict[str, Any] | None = None
+        stop = t.max_steps is not None and st.step >= t.max_steps  # a finished run resumed: nothing to do
+        while st.epoch < t.epochs and not stop:
+            batches = self.batches.iter_from(st.epoch, st.batch_in_epoch)
+            for group in _groups(batches, t.accumulate):
+                model.train()
+                loss_sum, tokens = self._step(model, group)
+                st.step += 1
+                st.batch_in_epoch += len(group)
+                window_loss += loss_sum
+                window_tokens += tokens
+                if st.step % t.log_every == 0:
+                    window_loss, window_tokens = D.all_reduce_sum([window_loss, window_tokens], self.dist, self.device)
+                    rate = window_tokens / max(time.perf_counter() - window_start, 1e-9)
+                    record = dict(kind="train", step=st.step, epoch=st.epoch, loss=window_loss / window_tokens,
+                                  lr=self.scheduler.get_last_lr()[0], tokens_per_s=rate)
+                    if self.dist.is_main:
+                        self.metrics.write(record)
+                    progress.update(st.step, loss=record["loss"], lr=record["lr"], tokens_per_s=rate, epoch=st.epoch)
+                    window_loss = window_tokens = 0.0
+                    window_start = time.perf_counter()
+                out_of_time = t.time_limit is not None and time.perf_counter() - start > t.time_limit
+                stop = D.broadcast_flag(out_of_time or (t.max_steps is not None and st.step >= t.max_steps),
+                                        self.dist, self.device)
+                if stop:
+                    break
+                if t.eval_every and st.step % t.eval_every == 0:
+                    last_valid = self._validate_and_save(progress)
+                elif t.save_every and st.step % t.save_every == 0:
+                    self._save()
+            else:  # the epoch ran to its end
+                st.epoch += 1
+                st.batch_in_epoch = 0
+                if not t.eval_every:
+                    last_valid = self._validate_and_save(progress)
+        if last_valid is None or last_valid.get("step") != st.step:
+            last_valid = self._validate_and_save(progress)
+        self._finish(progress)
+        progress.close()
+        return TrainResult(self.run_dir, st.step, st.epoch, time.perf_counter() - start, last_valid, self.resumed_from)
+
+    def _step(self, model: torch.nn.Module, group: list[Batch]) -> tuple[float, float]:
+        """One optimizer step over ``group``; the loss is normalised by the step's global target tokens."""
+        t = self.cfg.train
+        local_tokens = float(sum(b.n_tgt_tokens for b in group))
+        (global_tokens,) = D.all_reduce_sum([local_tokens], self.dist, self.device)
+        # DDP averages gradients over ranks, so scale by world_size to get sum / global tokens.
+        factor = self.dist.world_size / global_tokens
+        loss_total = 0.0
+        for i, batch in enumerate(group):
+            batch = batch.to(self.device)
+            sync = nullcontext() if (not self.dist.enabled or i == len(group) - 1) else model.no_sync()  # type: ignore[operator]
+            with sync, self._autocast():
+                logits = model(batch.src, batch.tgt_in, batch.src_mask)
+                loss, _ = self.criterion(logits, batch.tgt_out)
+                scaled = loss * factor
+                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            loss_total += float(loss.detach())
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        if t.clip_norm:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm)
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss_total, local_tokens
+
+    def _autocast(self):
+        precision = self.cfg.train.precision
+        if precision == "fp32":
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+
+    # ---------------------------------------------------------------------------------- validation
+    def _validate_and_save(self, progress: Progress) -> dict[str, Any] | None:
+        record = self.validate() if self.dist.is_main else None
+        if record is not None:
+            self.metrics.write(record)
+            metric = record["bleu"] if record.get("bleu") is not None else -record["loss"]
+            if self.state.best_metric is None or metric > self.state.best_metric:
+                self.state.best_metric, self.state.best_step = metric, self.state.step
+                save_weights(self.model, self.run_dir / WEIGHTS_FILE)
+                record["best"] = True
+            progress.message(
+                f"validation at step {record['step']}: loss {record['loss']:.4f} ppl {record['ppl']:.2f}"
+                + (f" BLEU {record['bleu']:.2f} exact {record['exact_match']:.1%}" if record.get("bleu") is not None else "")
+            )
+        elif self.dist.is_main:
+            save_weights(self.model, self.run_dir / WEIGHTS_FILE)  # no validation data: keep the latest
+        self._save()
+        return record
+
+    @torch.no_grad()
+    def validate(self) -> dict[str, Any] | None:
+        """Validation loss and perplexity on all validation pairs; BLEU on the first ``eval_sentences``."""
+        if not self.data.valid:
+            return None
+        self.model.eval()
+        nll = tokens = smoothed = 0.0
+        examples = sorted(self.data.valid, key=lambda e: len(e[0]))
+        for chunk in _chunks(examples, self.cfg.data.max_tokens):
+            batch = make_batch(chunk, pad_id=self.vocab.src.pad_id, bos_id=self.vocab.tgt.bos_id,
+                               eos_id=self.vocab.tgt.eos_id).to(self.device)
+            with self._autocast():
+                logits = self.model(batch.src, batch.tgt_in, batch.src_mask)
+            loss, nll_sum = self.criterion(logits, batch.tgt_out)
+            smoothed, nll, tokens = smoothed + float(loss), nll + float(nll_sum), tokens + batch.n_tgt_tokens
+        record: dict[str, Any] = dict(kind="valid", step=self.state.step, epoch=self.state.epoch,
+                                      loss=smoothed / tokens, nll=nll / tokens, ppl=math.exp(min(nll / tokens, 50)))
+        n = min(self.cfg.train.eval_sentences, len(self.data.valid_text))
+        if n:
+            pairs = self.data.valid_text[:n]
+            translator = Translator(self.model, self.vocab, device=self.device, bf16=self.cfg.train.precision == "bf16")
+            scores = score(translator.translate([s for s, _ in pairs]), [r for _, r in pairs])
+            record.update(bleu=scores.bleu, chrf=scores.chrf, exact_match=scores.exact_match, sentences=n)
+        return record
+
+    # ---------------------------------------------------------------------------------- saving
+    def _save(self) -> None:
+        if self.dist.is_main:
+            save_checkpoint(self.run_dir, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
+                            state=self.state, keep_last=self.cfg.train.keep_last)
+        D.barrier(self.dist)
+
+    def _finish(self, progress: Progress) -> None:
+        if self.dist.is_main:
+            n = self.cfg.train.average_last
+            if n:
+                used = average_last(self.run_dir, n, self.run_dir / WEIGHTS_FILE)
+                progress.message(f"averaged the last {len(used)} checkpoints into {self.run_dir / WEIGHTS_FILE}")
+            try:
+                plot_training_curve(self.metrics.read(), self.run_dir / CURVE_FILE)
+            except Exception as err:  # a plot must never lose a finished run
+                progress.message(f"could not draw the training curve: {err}")
+        D.barrier(self.dist)
+
+
+def _groups(batches: Iterator[Batch], size: int) -> Iterator[list[Batch]]:
+    group: list[Batch] = []
+    for b in batches:
+        group.append(b)
+        if len(group) == size:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
+def _chunks(examples: list, max_tokens: int) -> Iterator[list]:
+    chunk: list = []
+    for e in examples:
+        width = max(len(e[0]), len(e[1]) + 1)
+        if chunk and (len(chunk) + 1) * width * 2 > max_tokens:
+            yield chunk
+            chunk = []
+        chunk.append(e)
+    if chunk:
+        yield chunk
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: {a!r} there, {b!r} now")
+    return out
