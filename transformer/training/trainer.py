@@ -165,6 +165,7 @@ class Trainer:
         progress.message(f"training {self.model.num_parameters():,} parameters on {len(self.data.train):,} pairs, "
                          f"{len(self.batches)} batches/epoch, device {self.device}, {t.precision}, "
                          f"{self.dist.world_size} process(es)" + (f"; resumed at step {st.step}" if self.resumed_from else ""))
+        progress.message(_data_report(self.data.stats))
         start = time.perf_counter()
         window_loss = window_tokens = 0.0
         window_start = time.perf_counter()
@@ -307,6 +308,19 @@ class Trainer:
             except Exception as err:  # a plot must never lose a finished run
                 progress.message(f"could not draw the training curve: {err}")
         D.barrier(self.dist)
+
+
+def _data_report(stats: dict[str, Any]) -> str:
+    """One line on what reading and filtering kept and dropped."""
+    parts = []
+    read = stats.get("train_read")
+    if read:
+        parts.append(f"{read['n_read']:,} training lines read, {read['n_empty_skipped']:,} with an empty side skipped")
+    kept = stats.get("train_filter")
+    if kept:
+        parts.append(f"{kept['kept']:,} pairs kept, dropped {kept['too_long']:,} too long, {kept['bad_ratio']:,} "
+                     f"with a bad length ratio, {kept['empty']:,} empty after tokenization")
+    return "data: " + "; ".join(parts) if parts else "data: built-in corpus"
 
 
 def _groups(batches: Iterator[Batch], size: int) -> Iterator[list[Batch]]:
