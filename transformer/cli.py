@@ -149,7 +149,7 @@ def _register_demo(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--run-dir", default="runs/demo",
                    help="output directory (default: runs/demo; an existing one is never overwritten: -2, -3, ... is used)")
-    p.add_argument("--time-limit", type=float, default=180.0, help="training seconds (default: 180)")
+    p.add_argument("--time-limit", type=float, default=150.0, help="training seconds (default: 150)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object on the last line")
     p.set_defaults(handler=_demo)
