@@ -21,6 +21,7 @@ import yaml
 from transformer.config import PRESETS, ModelConfig, preset
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+CORPORA = ("builtin", "files", "tsv", "multi30k", "tatoeba")
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -28,7 +29,8 @@ DEVICES = ("auto", "cpu", "cuda")
 class DataConfig:
     """Where the parallel text comes from and how it is cut into batches."""
 
-    corpus: str = "builtin"  # "builtin" (the generated fr->en corpus), "files" or "tsv"
+    corpus: str = "builtin"  # "builtin" (generated fr->en), "files", "tsv", or a registry name: "multi30k", "tatoeba"
+    data_dir: str | None = None  # registry corpora: a local copy (default: $TRANSFORMER_DATA, else download)
     train_src: str | None = None  # corpus=files: line-aligned text files (plain or gzip)
     train_tgt: str | None = None
     valid_src: str | None = None
@@ -93,7 +95,7 @@ class RunConfig:
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad setting."""
         d, t = self.data, self.train
-        _choice("data.corpus", d.corpus, ("builtin", "files", "tsv"))
+        _choice("data.corpus", d.corpus, CORPORA)
         if d.corpus == "files" and not (d.train_src and d.train_tgt):
             raise ValueError("data.corpus=files needs data.train_src and data.train_tgt")
         if d.corpus == "tsv" and not d.tsv:

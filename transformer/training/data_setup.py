@@ -3,7 +3,10 @@
 Splits:
 * builtin: the generated corpus's own train / valid / test splits (disjoint by construction);
 * files / tsv: the given training data; validation from the given files, or a seeded held-out
-  fraction of the training pairs.
+  fraction of the training pairs;
+* multi30k: its train / val / test_2016_flickr splits in the chosen languages;
+* tatoeba: English-French, shuffled with the seed and split so that no source sentence of the
+  test or validation split occurs in training (``tatoeba_splits``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 
 from transformer.corpus.builtin import builtin_splits
 from transformer.corpus.files import CorpusError, read_parallel, read_tsv
+from transformer.corpus.registry import REGISTRY, corpus_pairs, fetch, tatoeba_splits
 from transformer.data import filter_examples
 from transformer.tokenizer import Vocabularies
 from transformer.training.config import DataConfig
@@ -40,6 +44,20 @@ def load_text_splits(cfg: DataConfig) -> tuple[dict[str, list[Pair]], dict[str, 
             n_train=cfg.builtin_train, n_valid=cfg.builtin_valid, n_test=cfg.builtin_test, seed=cfg.seed
         )
         return splits, {"corpus": "builtin"}
+    if cfg.corpus in REGISTRY:
+        info = REGISTRY[cfg.corpus]
+        directory = fetch(cfg.corpus, local_dir=cfg.data_dir)
+        stats["corpus"] = cfg.corpus
+        stats["attribution"] = info.attribution
+        if cfg.corpus == "multi30k":
+            splits = {
+                split: corpus_pairs(cfg.corpus, src=cfg.src_lang, tgt=cfg.tgt_lang, split=name, directory=directory)
+                for split, name in (("train", "train"), ("valid", "val"), ("test", "test_2016_flickr"))
+            }
+        else:
+            pairs = corpus_pairs(cfg.corpus, src=cfg.src_lang, tgt=cfg.tgt_lang, split="all", directory=directory)
+            splits = tatoeba_splits(pairs, seed=cfg.seed)
+        return splits, stats
     if cfg.corpus == "files":
         assert cfg.train_src and cfg.train_tgt
         train, read = read_parallel(cfg.train_src, cfg.train_tgt)

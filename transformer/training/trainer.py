@@ -320,6 +320,8 @@ def _data_report(stats: dict[str, Any]) -> str:
     if kept:
         parts.append(f"{kept['kept']:,} pairs kept, dropped {kept['too_long']:,} too long, {kept['bad_ratio']:,} "
                      f"with a bad length ratio, {kept['empty']:,} empty after tokenization")
+    if stats.get("attribution"):
+        parts.append(f"corpus {stats['corpus']}: {stats['attribution']}")
     return "data: " + "; ".join(parts) if parts else "data: built-in corpus"
 
 
