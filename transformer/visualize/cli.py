@@ -1,0 +1,152 @@
+"""``transformer attend``: translate one sentence and write its attention pictures, data and page.
+
+    transformer attend RUN_DIR "je suis étudiant" [--out DIR] [--layer N] [--heads 0,1]
+                       [--kind encoder|decoder|cross|all] [--format png,svg] [--json] [--page]
+                       [--heatmaps] [--positions] [--beam]
+
+Without any of ``--heatmaps --json --page --positions`` everything is written; with some, only
+those. The sentence is translated greedily (``--beam``: the translator's beam search). Errors are raised as ValueError / FileNotFoundError / PermissionError / NotADirectoryError
+with a message; the main CLI prints them as ``transformer attend: error: ...`` and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+PAGE_FILE = "attention.html"
+JSON_FILE = "attention.json"
+POSITIONS_STEM = "positional_encoding"
+OUTPUTS = ("heatmaps", "json", "page", "positions")
+
+
+def register_attend_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the ``attend`` subcommand (handler in ``set_defaults(handler=...)``) to the project's CLI."""
+    p = subparsers.add_parser(
+        "attend",
+        help="translate a sentence and draw its attention (heatmaps, JSON, interactive page)",
+        description="Translate SENTENCE with the model in RUN_DIR and write what its attention heads do: "
+        "heatmaps per layer (a grid of heads plus their average) for encoder self-attention (input-input), "
+        "decoder self-attention (output-output) and encoder-decoder attention (input-output), the weights as "
+        "JSON, one self-contained interactive HTML page, and the sinusoidal positional-encoding picture. "
+        "Without --heatmaps/--json/--page/--positions all of them are written.",
+    )
+    p.add_argument("run_dir", help="run directory with config.json, model.safetensors and the tokenizer")
+    p.add_argument("sentence", help='the source sentence, e.g. "je suis étudiant"')
+    p.add_argument("--out", help="output directory (default: RUN_DIR/attention)")
+    p.add_argument("--layer", type=int, help="layer of the heatmaps, 0-based (default: the last)")
+    p.add_argument("--heads", help="comma-separated heads of the heatmaps, e.g. 0,1 (default: all)")
+    p.add_argument("--kind", default="all", choices=["encoder", "decoder", "cross", "all"],
+                   help="which attention the heatmaps show (default: all)")
+    p.add_argument("--format", default="png,svg", help="image formats, comma-separated (default: png,svg)")
+    p.add_argument("--beam", action="store_true",
+                   help="translate with the translator's beam search (default: greedy decoding)")
+    for name, what in (("heatmaps", "the heatmaps"), ("json", f"the weights as {JSON_FILE}"),
+                       ("page", f"the interactive page {PAGE_FILE}"),
+                       ("positions", "the positional-encoding picture")):
+        p.add_argument(f"--{name}", action="store_true", help=f"write {what}")
+    p.set_defaults(handler=run_attend)
+    return p
+
+
+def parse_heads(text: str | None) -> list[int] | None:
+    """``"0,1"`` -> ``[0, 1]``; ``None`` -> ``None`` (all heads). ValueError on anything else."""
+    if text is None:
+        return None
+    try:
+        heads = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--heads must be comma-separated head numbers such as 0,1; got {text!r}") from None
+    if not heads:
+        raise ValueError(f"--heads names no head: {text!r}")
+    return heads
+
+
+def load_translator(run_dir: str | os.PathLike[str], *, greedy: bool = True) -> Any:
+    """The run's translator (greedy decoding unless ``greedy=False``); FileNotFoundError /
+    ValueError naming what is missing or broken."""
+    from transformer.translator import Translator
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run directory not found: {run_dir}")
+    missing = [name for name in ("config.json", "model.safetensors") if not (run_dir / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{run_dir} is not a trained run directory: missing {', '.join(missing)}")
+    translator = Translator.from_run_dir(run_dir)
+    if greedy and hasattr(translator, "with_decoding"):
+        translator = translator.with_decoding(strategy="greedy")
+    return translator
+
+
+def attend(translator: Any, sentence: str, out_dir: str | os.PathLike[str], *, kind: str = "all",
+           layer: int | None = None, heads: Sequence[int] | None = None, formats: Sequence[str] = ("png", "svg"),
+           outputs: Sequence[str] = OUTPUTS) -> tuple[Any, list[Path]]:
+    """Collect the attention of ``sentence`` and write the chosen ``outputs`` into ``out_dir``.
+
+    Everything is validated (sentence, layer, heads, formats, output directory) before anything is
+    written. Returns the :class:`~transformer.visualize.data.AttentionData` and the written paths.
+    """
+    from transformer.visualize._io import writable_dir
+    from transformer.visualize.data import KINDS, check_heads, check_kind, check_layer, collect_attention
+    from transformer.visualize.heatmaps import check_formats, positional_encoding_figure, save_attention_heatmaps
+    from transformer.visualize.page import write_attention_page
+
+    unknown = [o for o in outputs if o not in OUTPUTS]
+    if unknown:
+        raise ValueError(f"unknown outputs {unknown}; choose from {list(OUTPUTS)}")
+    if kind != "all":
+        check_kind(kind)
+    formats = check_formats(formats)
+    cfg = translator.model.config
+    for k in KINDS if kind == "all" else [kind]:  # fail before translating
+        check_layer(cfg.n_encoder_layers if k == "encoder" else cfg.n_decoder_layers, k, layer)
+    check_heads(cfg.n_heads, heads)
+    out = writable_dir(out_dir)
+    data = collect_attention(translator, sentence)
+    written: list[Path] = []
+    if "heatmaps" in outputs:
+        written += save_attention_heatmaps(data, out, kind=kind, layer=layer, heads=heads, formats=formats)
+    if "json" in outputs:
+        written.append(out / JSON_FILE)
+        data.to_json(out / JSON_FILE)
+    if "page" in outputs:
+        written.append(write_attention_page(data, out / PAGE_FILE))
+    if "positions" in outputs:
+        d_model = cfg.d_model if cfg.positional == "sinusoidal" else 512
+        layout = cfg.sinusoid_layout if cfg.positional == "sinusoidal" else "interleaved"
+        for fmt in formats:
+            written.append(positional_encoding_figure(out / f"{POSITIONS_STEM}.{fmt}", 100, d_model, layout=layout))
+    return data, written
+
+
+def run_attend(args: argparse.Namespace) -> int:
+    """Handler of ``transformer attend``: prints the source, the translation and every written path."""
+    if not args.sentence.strip():
+        raise ValueError("empty sentence")
+    heads = parse_heads(args.heads)
+    formats = [f for f in args.format.split(",") if f.strip()]
+    outputs = [o for o in OUTPUTS if getattr(args, o)] or list(OUTPUTS)
+    translator = load_translator(args.run_dir, greedy=not args.beam)
+    out = Path(args.out) if args.out else Path(args.run_dir) / "attention"
+    data, paths = attend(translator, args.sentence, out, kind=args.kind, layer=args.layer, heads=heads,
+                         formats=formats, outputs=outputs)
+    print(f"{data.source}  ->  {data.translation}")
+    for path in paths:
+        print(path)
+    return 0
+
+
+def write_demo_pages(translator: Any, sentences: Sequence[str], out_dir: str | os.PathLike[str]) -> Path:
+    """Write one attention page (``out_dir/attention.html``) with a selector over ``sentences``."""
+    from transformer.visualize._io import writable_dir
+    from transformer.visualize.data import collect_attention
+    from transformer.visualize.page import write_attention_page
+
+    if isinstance(sentences, str) or not sentences:
+        raise ValueError("write_demo_pages needs a non-empty list of sentences")
+    data = [collect_attention(translator, s) for s in sentences]
+    return write_attention_page(data, writable_dir(out_dir) / PAGE_FILE)

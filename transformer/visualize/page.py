@@ -1,0 +1,88 @@
+"""One self-contained HTML page to explore attention, in the style of the tensor2tensor attention tool.
+
+The page needs no network: its CSS and JavaScript are inline (``page.html`` and ``page.js`` in
+this package) and the data is embedded once, as JSON in ``<script type="application/json"
+id="attention-data">``::
+
+    {"format": "transformer-attention-page", "version": 1, "min_line_weight": 0.01,
+     "sentences": [<one AttentionData.to_dict() document per sentence, see schema.json>]}
+
+What it shows:
+
+* **lines**: the attending tokens (rows) on the left, the attended tokens (columns) on the right,
+  one SVG ``<line class="attn-line">`` per head and token pair whose opacity (``stroke-opacity``)
+  is the weight and whose colour is the head; ``data-head``, ``data-layer``, ``data-kind``,
+  ``data-row``, ``data-col`` and ``data-weight`` say what it is. Weights below
+  ``min_line_weight`` are not drawn (they stay in the data). Hovering a token keeps only its lines.
+* **head grid**: one small heatmap (``<canvas class="head-map" data-head=...>``) per head and one
+  for the average of the heads switched on; clicking a head shows its lines.
+* selectors for the sentence (with several), the kind (input-input = encoder, output-output =
+  decoder, input-output = cross), the layer, and head toggles (click: on/off, double-click: only it).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+from transformer.visualize._io import write_text_atomic
+from transformer.visualize.data import DECIMALS, AttentionData
+
+PAGE_FORMAT, PAGE_VERSION = "transformer-attention-page", 1
+MIN_LINE_WEIGHT = 0.01
+_PLACEHOLDER = re.compile(r"__(TITLE|MIN_WEIGHT|DATA|SCRIPT)__")
+
+
+def _resource(name: str) -> str:
+    return resources.files("transformer.visualize").joinpath(name).read_text(encoding="utf-8")
+
+
+def _script_json(obj: object) -> str:
+    """JSON that is safe inside a ``<script>`` element (no ``<``, ``>`` or ``&`` characters)."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def attention_page_html(data: AttentionData | Sequence[AttentionData], *, min_line_weight: float = MIN_LINE_WEIGHT,
+                        decimals: int = DECIMALS, title: str | None = None) -> str:
+    """The HTML text of the page for one sentence or several (a sentence selector appears)."""
+    sentences = [data] if isinstance(data, AttentionData) else list(data)
+    if not sentences:
+        raise ValueError("no sentences to show: give at least one AttentionData")
+    for item in sentences:
+        if not isinstance(item, AttentionData):
+            raise TypeError(f"expected AttentionData, got {type(item).__name__}")
+    if not 0.0 <= min_line_weight < 1.0:
+        raise ValueError(f"min_line_weight must be in [0, 1), got {min_line_weight!r}")
+    payload = {"format": PAGE_FORMAT, "version": PAGE_VERSION, "min_line_weight": min_line_weight,
+               "sentences": [s.to_dict(decimals=decimals) for s in sentences]}
+    if title is None:
+        title = f"Attention: {sentences[0].source}" + (f" (+{len(sentences) - 1} more)" if len(sentences) > 1 else "")
+    values = {"TITLE": html.escape(title), "MIN_WEIGHT": f"{min_line_weight:g}",
+              "DATA": _script_json(payload), "SCRIPT": _resource("page.js")}
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], _resource("page.html"))
+
+
+def write_attention_page(data: AttentionData | Sequence[AttentionData], path: str | os.PathLike[str], *,
+                         min_line_weight: float = MIN_LINE_WEIGHT, decimals: int = DECIMALS,
+                         title: str | None = None) -> Path:
+    """Write the self-contained attention page for ``data`` to ``path`` (atomically); returns the path.
+
+    Raises NotADirectoryError / PermissionError naming the path when it cannot be written.
+    """
+    text = attention_page_html(data, min_line_weight=min_line_weight, decimals=decimals, title=title)
+    return write_text_atomic(path, text)
+
+
+def read_page_data(path: str | os.PathLike[str]) -> dict:
+    """The JSON embedded in a page written by :func:`write_attention_page` (for tests and tools)."""
+    text = Path(path).read_text(encoding="utf-8")
+    match = re.search(r'<script type="application/json" id="attention-data">(.*?)</script>', text, re.S)
+    if match is None:
+        raise ValueError(f"{path}: no embedded attention data")
+    return json.loads(match.group(1))
