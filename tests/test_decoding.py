@@ -1,0 +1,431 @@
+"""Decoders: greedy, beam search (length penalty, early stopping, n-best), sampling, attention."""
+
+import math
+
+import pytest
+import torch
+
+from transformer.config import preset
+from transformer.decoding import (
+    DecodeConfig,
+    Hypothesis,
+    beam_search,
+    decode,
+    greedy_search,
+    length_penalty_factor,
+    sample,
+)
+from transformer.model import Transformer
+
+PAD, BOS, EOS = 0, 1, 2
+V = 20
+
+
+def make_model(seed: int = 0, eos_bias: float = 0.5) -> Transformer:
+    """A random tiny model whose outputs vary (untied output layer) and end at varied lengths."""
+    torch.manual_seed(seed)
+    model = Transformer(preset("tiny", src_vocab_size=V, tie_output=False, output_bias=True)).double().eval()
+    with torch.no_grad():
+        model.output.weight.mul_(0.7)
+        model.output.bias[EOS] = eos_bias
+    return model
+
+
+def make_batch(seed: int = 0, lengths=(8, 3, 6)):
+    g = torch.Generator().manual_seed(seed)
+    S = max(lengths)
+    src = torch.randint(3, V, (len(lengths), S), generator=g)
+    mask = torch.arange(S)[None, :] < torch.tensor(lengths)[:, None]
+    return src.masked_fill(~mask, PAD), mask
+
+
+def row(src, mask, i):
+    """Sentence ``i`` alone, padding cut away."""
+    keep = mask[i]
+    return src[i : i + 1, keep], mask[i : i + 1, keep]
+
+
+def seq_log_prob(model, src, mask, tokens, *, ended: bool) -> float:
+    """Teacher-forced log P(tokens [+ </s>]) of one sentence."""
+    tgt = torch.tensor([[BOS] + tokens])
+    with torch.no_grad():
+        lp = model(src, tgt, mask)[0].log_softmax(-1)  # (T, V)
+    targets = tokens + ([EOS] if ended else [])
+    return sum(float(lp[t, tok]) for t, tok in enumerate(targets))
+
+
+# ---------------------------------------------------------------------------------------------
+# A stand-in "model" with a fixed next-token table, to check scores exactly.
+
+
+class PrefixCache:
+    def __init__(self) -> None:
+        self.prefix = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.prefix is None else self.prefix.shape[1]
+
+    def reorder(self, index):
+        self.prefix = self.prefix.index_select(0, index)
+
+
+class TableModel:
+    """Next-token distribution = ``table[prefix]`` (prefix after ``<s>``), else ``default``.
+
+    Every unlisted token shares the distribution's remaining mass equally.
+    """
+
+    vocab = 16
+
+    def __init__(self, table, default):
+        self.table, self.default = table, default
+
+    def encode(self, src, src_mask=None):
+        return torch.zeros(src.shape[0], src.shape[1], 1, dtype=torch.float64)
+
+    def new_cache(self, **kwargs):
+        return PrefixCache()
+
+    def dist(self, prefix):
+        spec = self.table.get(tuple(prefix), self.default)
+        rest = [v for v in range(self.vocab) if v not in spec]
+        p = torch.full((self.vocab,), (1.0 - sum(spec.values())) / len(rest), dtype=torch.float64)
+        for v, q in spec.items():
+            p[v] = q
+        return p
+
+    def decode(self, tgt, memory, src_mask=None, *, cache=None):
+        assert cache is not None
+        cache.prefix = tgt if cache.prefix is None else torch.cat([cache.prefix, tgt], dim=1)
+        assert cache.prefix.shape[0] == memory.shape[0] == src_mask.shape[0]
+        probs = torch.stack([self.dist(r[1:]) for r in cache.prefix.tolist()])  # (N, V)
+        return probs.log().unsqueeze(1)  # (N, 1, V)
+
+
+A, B, C, D, E = 3, 4, 5, 6, 7
+ONE = (torch.tensor([[5]]), torch.tensor([[True]]))  # a one-token source
+
+
+def lp_gnmt(n, alpha=0.6):
+    return ((5 + n) / 6) ** alpha
+
+
+def test_beam_finds_what_greedy_misses_with_exact_scores():
+    # step 1: A 0.6, B 0.4; after A: </s> 0.2 and everything else below it; after B: </s> 0.9.
+    table = {(): {A: 0.6, B: 0.4}, (A,): {EOS: 0.2}, (B,): {EOS: 0.9}}
+    model = TableModel(table, default={EOS: 0.9})
+    greedy = greedy_search(model, *ONE, bos_id=BOS, eos_id=EOS, max_len_b=6)
+    assert [h.tokens for h in greedy] == [[A]]
+    assert greedy[0].score == greedy[0].log_prob == pytest.approx(math.log(0.6 * 0.2), abs=1e-12)
+    (best, second), = beam_search(model, *ONE, bos_id=BOS, eos_id=EOS, beam_size=2, n_best=2, max_len_b=6)
+    assert best.tokens == [B] and second.tokens == [A]
+    assert best.log_prob == pytest.approx(math.log(0.4 * 0.9), abs=1e-12)
+    assert best.score == pytest.approx(math.log(0.36) / lp_gnmt(2), abs=1e-12)
+    assert second.score == pytest.approx(math.log(0.12) / lp_gnmt(2), abs=1e-12)
+
+
+@pytest.mark.parametrize("kind, alpha", [("gnmt", 1.0), ("exponent", 1.0), ("none", 0.0), ("gnmt", 0.0)])
+def test_length_penalty_decides_as_the_formula_says(kind, alpha):
+    # [] (</s> at once, P = 0.3) against [C, D, E] (P = 0.6 * 0.6 * 0.6 * 0.95 = 0.2052, lower).
+    table = {(): {EOS: 0.3, C: 0.6}, (C,): {D: 0.6}, (C, D): {E: 0.6}, (C, D, E): {EOS: 0.95}}
+    model = TableModel(table, default={EOS: 0.01})
+    candidates = {(): math.log(0.3), (C, D, E): math.log(0.6 * 0.6 * 0.6 * 0.95)}
+
+    def lp(n):
+        return {"gnmt": ((5 + n) / 6) ** alpha, "exponent": n**alpha, "none": 1.0}[kind]
+
+    normalised = {toks: logp / lp(len(toks) + 1) for toks, logp in candidates.items()}  # |Y| counts </s>
+    winner = max(normalised, key=normalised.get)
+    assert (winner == (C, D, E)) == (alpha == 1.0)  # the case is built so that alpha decides
+    (hyp,), = beam_search(model, *ONE, bos_id=BOS, eos_id=EOS, beam_size=2, length_penalty=kind, alpha=alpha,
+                          max_len_b=6)
+    assert tuple(hyp.tokens) == winner
+    assert hyp.score == pytest.approx(normalised[winner], abs=1e-12)
+    assert hyp.log_prob == pytest.approx(candidates[winner], abs=1e-12)
+
+
+def test_length_penalty_factor_formulas():
+    n = torch.tensor([1, 2, 10])
+    torch.testing.assert_close(length_penalty_factor(n, "gnmt", 0.6), ((5 + n.double()) / 6) ** 0.6)
+    torch.testing.assert_close(length_penalty_factor(n, "exponent", 0.6), n.double() ** 0.6)
+    torch.testing.assert_close(length_penalty_factor(n, "none", 0.6), torch.ones(3, dtype=torch.float64))
+
+
+def test_max_length_cuts_hypotheses_without_eos():
+    model = TableModel({}, default={A: 0.9})  # never ends by itself
+    (hyp,), = beam_search(model, *ONE, bos_id=BOS, eos_id=EOS, beam_size=2, max_len_a=2.0, max_len_b=1)
+    assert hyp.tokens == [A, A, A]  # 2 * 1 + 1 tokens, no </s>
+    assert hyp.log_prob == pytest.approx(3 * math.log(0.9), abs=1e-12)
+    assert hyp.score == pytest.approx(3 * math.log(0.9) / lp_gnmt(3), abs=1e-12)
+    (g,) = greedy_search(model, *ONE, bos_id=BOS, eos_id=EOS, max_len_a=2.0, max_len_b=1)
+    assert g.tokens == [A, A, A]
+
+
+# ---------------------------------------------------------------------------------------------
+# Beam search on real (random) models.
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_beam_size_one_equals_greedy(seed):
+    model = make_model(seed)
+    src, mask = make_batch(seed, lengths=(8, 3, 6, 1, 5))
+    greedy = greedy_search(model, src, mask, bos_id=BOS, eos_id=EOS, max_len_b=8)
+    beam = beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, beam_size=1, length_penalty="none", max_len_b=8)
+    for g, (b,) in zip(greedy, beam):
+        assert b.tokens == g.tokens
+        assert b.log_prob == pytest.approx(g.log_prob, abs=1e-9)
+
+
+def reference_beam_search(model, src, mask, *, beam_size, n_best, kind, alpha, max_len_b):
+    """Plain-Python beam search of one sentence, the whole prefix re-decoded at every step, no early stop."""
+    K = beam_size
+    limit = int(mask.sum()) + max_len_b
+    beams = [([], 0.0)]
+    finished = []  # (normalised, log_prob, tokens)
+    for t in range(limit):
+        candidates = []
+        for b, (tokens, score) in enumerate(beams):
+            with torch.no_grad():
+                lp = model(src, torch.tensor([[BOS] + tokens]), mask)[0, -1].log_softmax(-1)
+            candidates += [(score + float(lp[v]), b, v) for v in range(lp.shape[0])]
+        candidates.sort(key=lambda c: -c[0])
+        top = candidates[: 2 * K]
+        for score, b, v in top[:K]:
+            if v == EOS or t + 1 == limit:
+                tokens = beams[b][0] + ([] if v == EOS else [v])
+                finished.append((score / float(length_penalty_factor(torch.tensor(t + 1), kind, alpha)), score, tokens))
+        beams = [(beams[b][0] + [v], score) for score, b, v in top if v != EOS][:K]
+    finished.sort(key=lambda f: -f[0])
+    return finished[:n_best]
+
+
+@pytest.mark.parametrize("seed, K, n_best, kind", [(0, 4, 2, "gnmt"), (1, 3, 3, "exponent"), (2, 2, 1, "none")])
+def test_cached_beam_search_equals_uncached_reference(seed, K, n_best, kind):
+    model = make_model(seed)
+    src, mask = make_batch(seed, lengths=(5, 2, 4))
+    beam = beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, beam_size=K, n_best=n_best, length_penalty=kind,
+                       alpha=1.0, max_len_b=4)
+    for i, hyps in enumerate(beam):
+        expected = reference_beam_search(model, *row(src, mask, i), beam_size=K, n_best=n_best, kind=kind, alpha=1.0,
+                                         max_len_b=4)
+        assert [h.tokens for h in hyps] == [tokens for _, _, tokens in expected]
+        assert [h.score for h in hyps] == pytest.approx([s for s, _, _ in expected], abs=1e-9)
+        assert [h.log_prob for h in hyps] == pytest.approx([lp for _, lp, _ in expected], abs=1e-9)
+
+
+def test_batch_with_padding_equals_sentences_alone():
+    model = make_model(3)
+    src, mask = make_batch(3, lengths=(1, 14, 2, 9, 5))
+    batch = beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, n_best=3, max_len_b=6)
+    for i, hyps in enumerate(batch):
+        (alone,) = beam_search(model, *row(src, mask, i), bos_id=BOS, eos_id=EOS, n_best=3, max_len_b=6)
+        assert [h.tokens for h in hyps] == [h.tokens for h in alone]
+        assert [h.score for h in hyps] == pytest.approx([h.score for h in alone], abs=1e-9)
+
+
+class CountingModel:
+    def __init__(self, model):
+        self.model, self.steps = model, 0
+
+    def encode(self, *args):
+        return self.model.encode(*args)
+
+    def new_cache(self, **kwargs):
+        return self.model.new_cache(**kwargs)
+
+    def decode(self, *args, **kwargs):
+        self.steps += 1
+        return self.model.decode(*args, **kwargs)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_n_best_is_sorted_distinct_and_early_stopping_changes_nothing(seed):
+    src, mask = make_batch(seed, lengths=(7, 2, 5, 4))
+    early, full = CountingModel(make_model(seed, eos_bias=1.5)), CountingModel(make_model(seed, eos_bias=1.5))
+    for kind in ("gnmt", "none"):
+        kwargs = dict(bos_id=BOS, eos_id=EOS, beam_size=4, n_best=3, length_penalty=kind, max_len_b=10)
+        got = beam_search(early, src, mask, **kwargs)
+        ref = beam_search(full, src, mask, **kwargs, _early_stop=False)
+        for hyps, ref_hyps in zip(got, ref):
+            assert len(hyps) == 3
+            assert len({tuple(h.tokens) for h in hyps}) == 3
+            assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+            assert hyps == ref_hyps
+    assert early.steps < full.steps  # it did stop early
+
+
+@pytest.mark.parametrize("kind", ["gnmt", "exponent"])
+def test_early_stopping_bound_holds_when_the_penalty_rewards_length(kind):
+    # After step 1, [] is finished (0.5) and the open beam [C] (0.45) is already worse than it
+    # *at its current length*; but C D E F </s> (0.45 * 0.99^4) wins once normalised by length.
+    table = {(): {EOS: 0.5, C: 0.45}, (C,): {D: 0.99}, (C, D): {E: 0.99}, (C, D, E): {A: 0.99},
+             (C, D, E, A): {EOS: 0.99}}
+    model = TableModel(table, default={EOS: 0.1})
+    kwargs = dict(bos_id=BOS, eos_id=EOS, beam_size=2, length_penalty=kind, alpha=1.0, max_len_b=6)
+    (hyp,), = beam_search(model, *ONE, **kwargs)
+    assert hyp.tokens == [C, D, E, A]
+    assert beam_search(model, *ONE, **kwargs, _early_stop=False) == [[hyp]]
+
+
+def test_beam_log_prob_is_the_model_probability():
+    model = make_model(1)
+    src, mask = make_batch(1)
+    for i, hyps in enumerate(beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, n_best=2, max_len_b=5)):
+        limit = int(mask[i].sum()) + 5
+        for h in hyps:
+            ended = len(h.tokens) < limit
+            assert h.log_prob == pytest.approx(seq_log_prob(model, *row(src, mask, i), h.tokens, ended=ended), abs=1e-9)
+            assert h.score == pytest.approx(h.log_prob / lp_gnmt(len(h.tokens) + ended), abs=1e-9)
+
+
+def test_beam_search_under_bf16_autocast():
+    torch.manual_seed(0)
+    model = Transformer(preset("tiny", src_vocab_size=V)).eval()
+    src, mask = make_batch(0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        results = beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, n_best=2, max_len_b=4)
+        samples = sample(model, src, mask, bos_id=BOS, eos_id=EOS, seed=0, max_len_b=4)
+    assert all(len(h) == 2 and all(math.isfinite(x.score) for x in h) for h in results)
+    assert len(samples) == 3
+
+
+# ---------------------------------------------------------------------------------------------
+# Sampling.
+
+
+def test_sampling_is_reproducible_and_leaves_the_global_rng_alone():
+    model = make_model(0, eos_bias=-1.0)
+    src, mask = make_batch(0)
+    state = torch.get_rng_state()
+    kwargs = dict(bos_id=BOS, eos_id=EOS, n=3, max_len_b=6)
+    a = sample(model, src, mask, seed=7, **kwargs)
+    b = sample(model, src, mask, seed=7, **kwargs)
+    c = sample(model, src, mask, seed=8, **kwargs)
+    sample(model, src, mask, **kwargs)  # seed=None draws a fresh seed, not from the global RNG either
+    assert torch.equal(torch.get_rng_state(), state)
+    assert a == b
+    assert a != c
+    assert all(len(hyps) == 3 for hyps in a)
+    for i, hyps in enumerate(a):
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+        for h in hyps:
+            ended = len(h.tokens) < int(mask[i].sum()) + 6
+            assert h.log_prob == pytest.approx(seq_log_prob(model, *row(src, mask, i), h.tokens, ended=ended), abs=1e-9)
+
+
+@pytest.mark.parametrize("kwargs", [dict(top_k=1), dict(top_p=1e-9), dict(temperature=1e-4)])
+def test_degenerate_sampling_equals_greedy(kwargs):
+    model = make_model(2)
+    src, mask = make_batch(2, lengths=(8, 3, 6, 2))
+    greedy = greedy_search(model, src, mask, bos_id=BOS, eos_id=EOS, max_len_b=6)
+    samples = sample(model, src, mask, bos_id=BOS, eos_id=EOS, n=2, seed=0, max_len_b=6, **kwargs)
+    for g, hyps in zip(greedy, samples):
+        for h in hyps:
+            assert h.tokens == g.tokens
+            assert h.log_prob == pytest.approx(g.log_prob, abs=1e-9)
+
+
+@pytest.mark.parametrize("top_k, top_p", [(3, 1.0), (0, 0.5)])
+def test_sampled_tokens_respect_top_k_and_top_p(top_k, top_p):
+    model = make_model(1, eos_bias=-1.0)
+    src, mask = make_batch(1)
+    samples = sample(model, src, mask, bos_id=BOS, eos_id=EOS, n=4, seed=3, top_k=top_k, top_p=top_p, max_len_b=5)
+    for i, hyps in enumerate(samples):
+        s, m = row(src, mask, i)
+        for h in hyps:
+            with torch.no_grad():
+                p = model(s, torch.tensor([[BOS] + h.tokens]), m)[0].softmax(-1)  # (T, V)
+            for t, tok in enumerate(h.tokens):
+                if top_k:
+                    assert int((p[t] > p[t, tok]).sum()) < top_k
+                else:
+                    assert float(p[t][p[t] > p[t, tok]].sum()) < top_p
+
+
+# ---------------------------------------------------------------------------------------------
+# decode(), attention, configuration.
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam", "sample"])
+def test_decode_dispatches_and_returns_attention(strategy):
+    model = make_model(0)
+    src, mask = make_batch(0)
+    cfg = DecodeConfig(strategy, n_best=1 if strategy == "greedy" else 2, seed=0, max_len_b=5, return_attention=True)
+    results = decode(model, src, mask, cfg, bos_id=BOS, eos_id=EOS)
+    if strategy == "greedy":
+        assert [h for (h,) in results] == greedy_search(model, src, mask, bos_id=BOS, eos_id=EOS, max_len_b=5)
+    elif strategy == "beam":
+        assert results == beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, n_best=2, max_len_b=5)
+    cfg_model = model.config
+    for i, hyps in enumerate(results):
+        assert len(hyps) == cfg.n_best
+        s, m = row(src, mask, i)
+        for h in hyps:
+            T = len(h.tokens) + 1
+            assert h.attention.shape == (cfg_model.n_decoder_layers, cfg_model.n_heads, T, int(mask[i].sum()))
+            torch.testing.assert_close(h.attention.sum(-1), torch.ones(h.attention.shape[:-1], dtype=torch.float64))
+            expected = torch.stack(model.attention_maps(s, torch.tensor([[BOS] + h.tokens]), m).cross, dim=1)[0]
+            torch.testing.assert_close(h.attention, expected)
+
+
+def test_output_length_is_capped_by_a_learned_position_table():
+    torch.manual_seed(0)
+    cfg = preset("tiny", src_vocab_size=V, positional="learned", max_positions=9, output_bias=True)
+    model = Transformer(cfg).double().eval()
+    with torch.no_grad():
+        model.output.bias[EOS] = -100.0  # never ends by itself; src + 50 would need 50+ positions
+    src, mask = make_batch(0)
+    for strategy in ("greedy", "beam", "sample"):
+        results = decode(model, src, mask, DecodeConfig(strategy, seed=0), bos_id=BOS, eos_id=EOS)
+        assert all(len(h.tokens) == 9 for hyps in results for h in hyps)
+
+
+def test_hypothesis_keeps_its_two_field_form():
+    h = Hypothesis([3, 4], -1.5)
+    assert h.log_prob == -1.5 and h.attention is None
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(strategy="topk"), "strategy"),
+        (dict(beam_size=0), "beam_size"),
+        (dict(beam_size=2, n_best=3), "n_best"),
+        (dict(strategy="greedy", n_best=2), "n_best"),
+        (dict(n_best=0), "n_best"),
+        (dict(length_penalty="wu"), "length_penalty"),
+        (dict(alpha=-0.1), "alpha"),
+        (dict(alpha=float("nan")), "alpha"),
+        (dict(max_len_a=-1.0), "max_len_a"),
+        (dict(max_len_b=-1), "max_len_b"),
+        (dict(max_len_b=2.5), "max_len_b"),
+        (dict(max_len_a=0.0, max_len_b=0), "both 0"),
+        (dict(temperature=0.0), "temperature"),
+        (dict(top_k=-1), "top_k"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(seed="1"), "seed"),
+        (dict(return_attention=1), "return_attention"),
+    ],
+)
+def test_decode_config_validation(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        DecodeConfig(**kwargs)
+
+
+def test_decode_config_defaults_are_the_papers():
+    cfg = DecodeConfig()
+    assert (cfg.strategy, cfg.beam_size, cfg.length_penalty, cfg.alpha, cfg.max_len_a, cfg.max_len_b) == (
+        "beam", 4, "gnmt", 0.6, 1.0, 50)
+
+
+def test_decoder_functions_validate_their_arguments():
+    model = make_model(0)
+    src, mask = make_batch(0)
+    with pytest.raises(ValueError, match="n_best"):
+        beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, beam_size=2, n_best=3)
+    with pytest.raises(ValueError, match="vocabulary"):
+        beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, beam_size=V)
+    with pytest.raises(ValueError, match="top_p"):
+        sample(model, src, mask, bos_id=BOS, eos_id=EOS, top_p=0.0)
