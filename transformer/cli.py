@@ -180,6 +180,7 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"  {summary['bleu_signature']}")
     for src, hyp in summary["translations"].items():
         print(f"  {src}  ->  {hyp}")
+    print(f"attention pictures: {summary['attention_page']}")
     print(f"trained {summary['train_steps']} steps in {summary['train_seconds']:.0f} s; "
           f"total {summary['wall_seconds']:.0f} s; run directory {summary['run_dir']}")
     if args.json:
@@ -224,6 +225,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _register_translate(sub: argparse._SubParsersAction) -> None:
+    from transformer.translate_cli import register_evaluate_command, register_translate_command
+
+    register_translate_command(sub)
+    register_evaluate_command(sub)
+
+
+def _register_attend(sub: argparse._SubParsersAction) -> None:
+    from transformer.visualize.cli import register_attend_command
+
+    register_attend_command(sub)
+
+
 def _register_data(sub: argparse._SubParsersAction) -> None:
     from transformer.corpus.registry import register_data_command
 
@@ -231,13 +245,21 @@ def _register_data(sub: argparse._SubParsersAction) -> None:
 
 
 _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _register_demo, _register_train, _register_average, _register_data, _register_info,
+    _register_demo, _register_train, _register_translate, _register_attend, _register_average, _register_data,
+    _register_info,
 ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # argparse binds a '*' positional (sentences, overrides) before the options that follow it;
+    # words after those options still belong to it.
+    late = next((name for name in ("sentences", "overrides") if hasattr(args, name)), None)
+    if extra and late and not any(e.startswith("-") and e != "-" for e in extra):
+        setattr(args, late, list(getattr(args, late)) + extra)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 2

@@ -2,7 +2,8 @@
 
 Builds the built-in corpus, trains a small model with the paper's recipe (scaled for a CPU and
 a few minutes), reports held-out sacreBLEU and exact match on test sentences never seen in
-training, and translates a few sentences, the slides' "je suis étudiant" among them.
+training, translates a few sentences, the slides' "je suis étudiant" among them, and writes the
+interactive attention page for them.
 Everything lands in a run directory that ``translate`` / ``attend`` can use afterwards.
 """
 
@@ -17,6 +18,7 @@ from transformer.evaluation import score
 from transformer.training.config import DataConfig, RunConfig, TrainConfig
 from transformer.training.trainer import Trainer
 from transformer.translator import Translator
+from transformer.visualize.cli import write_demo_pages
 
 DEMO_SENTENCES = [
     "je suis étudiant",
@@ -73,6 +75,7 @@ def run_demo(run_dir: str | Path, *, max_steps: int = DEMO_STEPS, time_limit: fl
     hypotheses = translator.translate([s for s, _ in test])
     scores = score(hypotheses, [t for _, t in test])
     examples = dict(zip(DEMO_SENTENCES, translator.translate(DEMO_SENTENCES)))
+    page = write_demo_pages(translator, DEMO_SENTENCES, Path(run_dir) / "attention")
     summary = {
         "run_dir": str(run_dir),
         "bleu": round(scores.bleu, 2),
@@ -84,6 +87,7 @@ def run_demo(run_dir: str | Path, *, max_steps: int = DEMO_STEPS, time_limit: fl
         "train_seconds": round(result.seconds, 1),
         "wall_seconds": round(time.perf_counter() - start, 1),
         "translations": examples,
+        "attention_page": str(page),
     }
     (Path(run_dir) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return summary

@@ -1,35 +1,49 @@
 """Text in, text out: the object users (and the server) hold.
 
-A ``Translator`` owns a model and its vocabularies. It tokenizes a list of sentences, sorts
-them by length so each batch wastes little padding, decodes, and returns the translations in
-the input order.
+A ``Translator`` owns a model, its vocabularies and a ``DecodeConfig``. It tokenizes a list of
+sentences, sorts them by length so each batch wastes little padding, decodes, and returns the
+translations in the input order.
+
+Bad input never loses the other sentences' translations: an empty (or whitespace-only)
+sentence translates to "" and a sentence longer than ``max_input_tokens`` is cut to that
+length with a warning (``TranslationWarning``).
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
 from transformer.checkpoint import CheckpointError, load_model
-from transformer.decoding import Hypothesis, greedy_search
+from transformer.decoding import DecodeConfig, Hypothesis, decode
 from transformer.model import Transformer
 from transformer.tokenizer import Vocabularies
 
+DEFAULT_MAX_INPUT_TOKENS = 1024
+
+
+class TranslationWarning(UserWarning):
+    """Input that was changed to be translatable (e.g. truncated)."""
+
 
 class Translator:
-    """Translate sentences with a trained model (greedy decoding)."""
+    """Translate sentences with a trained model (beam search with the paper's settings by default)."""
 
     def __init__(
         self,
         model: Transformer,
         vocab: Vocabularies,
         *,
+        decoding: DecodeConfig | None = None,
         device: str | torch.device = "cpu",
-        max_tokens: int = 4096,
+        max_tokens: int = 6000,
+        max_input_tokens: int | None = None,
         bf16: bool = False,
     ) -> None:
         if model.config.src_vocab_size != vocab.src.vocab_size or model.config.tgt_vocab_size != vocab.tgt.vocab_size:
@@ -40,7 +54,10 @@ class Translator:
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
         self.vocab = vocab
+        self.decoding = decoding or DecodeConfig()
         self.max_tokens = max_tokens
+        limit = model.config.max_positions if model.config.positional == "learned" else DEFAULT_MAX_INPUT_TOKENS
+        self.max_input_tokens = min(max_input_tokens or limit, limit)
         self.bf16 = bf16
 
     @classmethod
@@ -54,29 +71,57 @@ class Translator:
             raise CheckpointError(f"{run_dir}: cannot load the tokenizer: {err}") from None
         return cls(model, vocab, **kwargs)
 
-    def translate(self, texts: Sequence[str]) -> list[str]:
-        """Translations of ``texts``, in the same order."""
-        return [self.vocab.tgt.decode(h.tokens) for h in self.translate_hypotheses(texts)]
+    def with_decoding(self, **changes) -> Translator:
+        """A translator sharing this model, with some decoding settings changed."""
+        other = object.__new__(Translator)
+        other.__dict__.update(self.__dict__)
+        other.decoding = replace(self.decoding, **changes)
+        return other
 
-    def translate_hypotheses(self, texts: Sequence[str]) -> list[Hypothesis]:
-        """Best hypothesis (token ids and score) per input sentence, in input order."""
+    # ------------------------------------------------------------------------------------------
+    def translate(self, texts: Sequence[str]) -> list[str]:
+        """The best translation of each text, in input order."""
+        return [self.vocab.tgt.decode(n_best[0].tokens) if n_best else "" for n_best in self.translate_n_best(texts)]
+
+    def translate_n_best(self, texts: Sequence[str]) -> list[list[Hypothesis]]:
+        """``decoding.n_best`` hypotheses per text (best first), in input order; [] for an empty text."""
         if isinstance(texts, str):
             raise TypeError("translate() takes a list of sentences; wrap a single sentence in a list")
-        src_ids = self.vocab.src.encode_batch(list(texts))
-        results: list[Hypothesis | None] = [None] * len(src_ids)
-        for batch in self._length_sorted_batches(src_ids):
-            hyps = self._decode_batch([src_ids[i] for i in batch])
-            for i, hyp in zip(batch, hyps):
-                results[i] = hyp
-        return [r if r is not None else Hypothesis([], 0.0) for r in results]
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"text {i} is {type(text).__name__}, not str")
+        src_ids = self.encode_sources(texts)
+        results: list[list[Hypothesis]] = [[] for _ in texts]
+        todo = [i for i, ids in enumerate(src_ids) if ids]
+        for batch in self._length_sorted_batches(todo, src_ids):
+            for i, hyps in zip(batch, self._decode_batch([src_ids[i] for i in batch])):
+                results[i] = hyps
+        return results
 
-    def _length_sorted_batches(self, src_ids: list[list[int]]) -> list[list[int]]:
-        order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
+    def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
+        """Source token ids, cut to ``max_input_tokens`` (with a ``TranslationWarning``)."""
+        ids = self.vocab.src.encode_batch(list(texts))
+        for i, seq in enumerate(ids):
+            if len(seq) > self.max_input_tokens:
+                warnings.warn(
+                    f"sentence {i} has {len(seq)} tokens; translating its first {self.max_input_tokens} "
+                    "(the model's input limit)", TranslationWarning, stacklevel=3,
+                )
+                ids[i] = seq[: self.max_input_tokens]
+        return ids
+
+    def detokenize(self, hypothesis: Hypothesis) -> str:
+        return self.vocab.tgt.decode(hypothesis.tokens)
+
+    # ------------------------------------------------------------------------------------------
+    def _length_sorted_batches(self, todo: list[int], src_ids: list[list[int]]) -> list[list[int]]:
+        """Group sentence indices of similar length; a batch's padded source size stays under ``max_tokens``."""
+        width = max(self.decoding.beam_size if self.decoding.strategy == "beam" else 1, self.decoding.n_best)
+        order = sorted(todo, key=lambda i: len(src_ids[i]))
         batches: list[list[int]] = []
         current: list[int] = []
         for i in order:
-            longest = max(len(src_ids[i]), 1)
-            if current and (len(current) + 1) * longest > self.max_tokens:
+            if current and (len(current) + 1) * len(src_ids[i]) * width > self.max_tokens:
                 batches.append(current)
                 current = []
             current.append(i)
@@ -84,20 +129,14 @@ class Translator:
             batches.append(current)
         return batches
 
-    def _decode_batch(self, seqs: list[list[int]]) -> list[Hypothesis]:
+    def _decode_batch(self, seqs: list[list[int]]) -> list[list[Hypothesis]]:
         pad = self.vocab.src.pad_id
-        width = max(max(len(s) for s in seqs), 1)
-        src = torch.full((len(seqs), width), pad, dtype=torch.long)
-        for row, s in enumerate(seqs):
-            src[row, : len(s)] = torch.tensor(s, dtype=torch.long)
+        src = torch.full((len(seqs), max(len(s) for s in seqs)), pad, dtype=torch.long)
         mask = torch.zeros_like(src, dtype=torch.bool)
         for row, s in enumerate(seqs):
-            mask[row, : max(len(s), 1)] = True  # an empty sentence still gets one (padding) key
+            src[row, : len(s)] = torch.tensor(s, dtype=torch.long)
+            mask[row, : len(s)] = True
         src, mask = src.to(self.device), mask.to(self.device)
-        autocast = (
-            torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
-        )
+        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
         with autocast:
-            return greedy_search(
-                self.model, src, mask, bos_id=self.vocab.tgt.bos_id, eos_id=self.vocab.tgt.eos_id
-            )
+            return decode(self.model, src, mask, self.decoding, bos_id=self.vocab.tgt.bos_id, eos_id=self.vocab.tgt.eos_id)

@@ -32,6 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from transformer.checkpoint import CONFIG_FILE, WEIGHTS_FILE, CheckpointError, save_weights
 from transformer.config import ModelConfig
+from transformer.decoding import DecodeConfig
 from transformer.data import Batch, TokenBudgetBatches, make_batch
 from transformer.evaluation import score
 from transformer.model import Transformer
@@ -285,7 +286,8 @@ class Trainer:
         n = min(self.cfg.train.eval_sentences, len(self.data.valid_text))
         if n:
             pairs = self.data.valid_text[:n]
-            translator = Translator(self.model, self.vocab, device=self.device, bf16=self.cfg.train.precision == "bf16")
+            translator = Translator(self.model, self.vocab, decoding=DecodeConfig(strategy="greedy"), device=self.device,
+                                    bf16=self.cfg.train.precision == "bf16")
             scores = score(translator.translate([s for s, _ in pairs]), [r for _, r in pairs])
             record.update(bleu=scores.bleu, chrf=scores.chrf, exact_match=scores.exact_match, sentences=n)
         return record

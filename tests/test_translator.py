@@ -1,0 +1,119 @@
+"""Translator and the translate / evaluate commands: order, batching, bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from transformer.checkpoint import save_model
+from transformer.config import preset
+from transformer.corpus.builtin import generate_pairs
+from transformer.decoding import DecodeConfig
+from transformer.model import Transformer
+from transformer.tokenizer import Vocabularies
+from transformer.translator import TranslationWarning, Translator
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("run")
+    pairs = generate_pairs(400, seed=1)
+    vocab = Vocabularies.train(pairs, vocab_size=400)
+    torch.manual_seed(0)
+    model = Transformer(preset("tiny", src_vocab_size=vocab.src.vocab_size, positional="learned", max_positions=64))
+    save_model(model, directory)
+    vocab.save(directory)
+    (directory / "pairs.fr").write_text("".join(f + "\n" for f, _ in pairs[:20]), encoding="utf-8")
+    (directory / "pairs.en").write_text("".join(e + "\n" for _, e in pairs[:20]), encoding="utf-8")
+    return directory
+
+
+def cli(*args, **kwargs):
+    return subprocess.run([sys.executable, "-m", "transformer.cli", *args], capture_output=True, text=True, **kwargs)
+
+
+def test_translations_come_back_in_input_order_whatever_the_batching(run_dir):
+    sentences = [f for f, _ in generate_pairs(30, seed=3)]
+    translator = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="beam", beam_size=3), max_tokens=60)
+    together = translator.translate(sentences)
+    alone = [translator.translate([s])[0] for s in sentences[:8]]
+    assert together[:8] == alone
+    one_big_batch = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="beam", beam_size=3), max_tokens=10**6)
+    assert one_big_batch.translate(sentences) == together
+
+
+def test_empty_and_too_long_inputs_never_lose_other_translations(run_dir):
+    translator = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
+    good = "je suis étudiant"
+    expected = translator.translate([good])[0]
+    long_text = " ".join(["le chat noir mange"] * 40)  # far more tokens than the 64 learned positions
+    with pytest.warns(TranslationWarning, match="translating its first 64"):
+        out = translator.translate(["", good, "   ", long_text, good])
+    assert out[0] == "" and out[2] == ""
+    assert out[1] == expected and out[4] == expected
+    assert isinstance(out[3], str)
+    with pytest.raises(TypeError, match="list of sentences"):
+        translator.translate("je suis étudiant")
+
+
+def test_translate_command_arguments_file_stdin_and_json(run_dir, tmp_path):
+    by_args = cli("translate", str(run_dir), "je suis étudiant", "", "nous mangeons", "--greedy")
+    assert by_args.returncode == 0, by_args.stderr
+    lines = by_args.stdout.split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[3] == ""
+    source = tmp_path / "in.txt"
+    source.write_bytes("je suis étudiant\n\nnous \xff\xfe mangeons\nnous mangeons\n".encode("utf-8", "surrogateescape")
+                       if False else b"je suis \xc3\xa9tudiant\n\nnous \xff mangeons\nnous mangeons\n")
+    from_file = cli("translate", str(run_dir), "--input", str(source), "--greedy")
+    assert from_file.returncode == 0, from_file.stderr
+    assert "line 3: invalid UTF-8" in from_file.stderr
+    out = from_file.stdout.split("\n")
+    assert out[0] == lines[0] and out[1] == "" and out[3] == lines[2]  # the bad line cost nothing else
+    piped = cli("translate", str(run_dir), "--greedy", input="je suis étudiant\n")
+    assert piped.stdout.split("\n")[0] == lines[0]
+    as_json = cli("translate", str(run_dir), "je suis étudiant", "--beam", "3", "--n-best", "2", "--json")
+    record = json.loads(as_json.stdout.splitlines()[0])
+    assert record["source"] == "je suis étudiant" and len(record["translations"]) == 2
+    assert record["translations"][0]["score"] >= record["translations"][1]["score"]
+    sampled = [cli("translate", str(run_dir), "je suis étudiant", "--sample", "--seed", "5").stdout for _ in range(2)]
+    assert sampled[0] == sampled[1]
+
+
+def test_evaluate_command_prints_signatures(run_dir):
+    result = cli("evaluate", str(run_dir), "--src", str(run_dir / "pairs.fr"), "--ref", str(run_dir / "pairs.en"),
+                 "--greedy", "--json")
+    assert result.returncode == 0, result.stderr
+    assert "BLEU = " in result.stdout and "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in result.stdout
+    assert "chrF = " in result.stdout and "chrF2" in result.stdout or "nc:6" in result.stdout
+    scores = json.loads(result.stdout.strip().splitlines()[-1])
+    assert 0 <= scores["bleu"] <= 100 and scores["sentences"] == 20
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["translate", "{run}", "--greedy", "--n-best", "2", "x"], "n_best must be 1"),
+        (["translate", "{run}", "--input", "/nope.txt"], "input file not found: /nope.txt"),
+        (["translate", "{missing}", "x"], "model directory not found"),
+        (["evaluate", "{run}", "--src", "{run}/pairs.fr", "--ref", "{run}/config.json"], "has 20 lines but"),
+        (["evaluate", "{run}"], "give --src FILE and --ref FILE"),
+        (["translate", "{run}", "x", "--beam", "0"], "beam_size"),
+    ],
+)
+def test_bad_input_gives_a_clear_error(run_dir, tmp_path, args, message):
+    args = [a.format(run=run_dir, missing=tmp_path / "missing") for a in args]
+    result = cli(*args)
+    assert result.returncode == 2, result.stdout
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_run_directory_missing_its_tokenizer(run_dir, tmp_path):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(run_dir, broken)
+    (broken / "tokenizer.json").unlink()
+    result = cli("translate", str(broken), "je suis étudiant")
+    assert result.returncode == 2 and "tokenizer" in result.stderr and "Traceback" not in result.stderr
