@@ -21,7 +21,7 @@ from transformer.checkpoint import WEIGHTS_FILE, load_weights
 from transformer.decoding import DecodeConfig
 from transformer.evaluation import score
 from transformer.training.config import DataConfig, RunConfig, TrainConfig
-from transformer.training.state import average_last
+from transformer.training.state import average_last, list_checkpoints
 from transformer.training.trainer import Trainer
 from transformer.translator import Translator
 
@@ -60,7 +60,7 @@ def main() -> None:
     translator = Translator.from_run_dir(run_dir, decoding=beam, bf16=True)
     for label in ("best on validation", "average of last 5"):
         if label.startswith("average"):
-            used = average_last(run_dir, 5, run_dir / "averaged.safetensors")
+            used = average_last(run_dir, min(5, len(list_checkpoints(run_dir))), run_dir / "averaged.safetensors")
             load_weights(translator.model, run_dir / "averaged.safetensors")
             label += f" ({used[0].name}..{used[-1].name})"
         t0 = time.perf_counter()

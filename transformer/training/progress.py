@@ -54,7 +54,7 @@ class Progress:
 
     def __init__(
         self, *, total_steps: int | None, initial_step: int = 0, log_every: int = 50, stream: TextIO | None = None,
-        enabled: bool = True,
+        enabled: bool = True, time_limit: float | None = None,
     ) -> None:
         self.stream = stream or sys.stderr
         self.log_every = log_every
@@ -62,6 +62,7 @@ class Progress:
         self.enabled = enabled
         self.start = time.perf_counter()
         self.start_step = initial_step
+        self.time_limit = time_limit
         self.bar = None
         if enabled and self.stream.isatty():
             from tqdm import tqdm
@@ -99,7 +100,10 @@ class Progress:
         done = step - self.start_step
         if not self.total or done <= 0:
             return math.nan
-        return self.elapsed / done * (self.total - step)
+        remaining = self.elapsed / done * (self.total - step)
+        if self.time_limit is not None:  # a time-limited run ends at its limit
+            remaining = min(remaining, max(self.time_limit - self.elapsed, 0.0))
+        return remaining
 
     def close(self) -> None:
         if self.bar is not None:

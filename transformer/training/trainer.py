@@ -162,7 +162,7 @@ class Trainer:
             model = DistributedDataParallel(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         total = t.max_steps or t.epochs * math.ceil(len(self.batches) / t.accumulate)
         progress = Progress(total_steps=total, initial_step=st.step, log_every=t.log_every, stream=self.stream,
-                            enabled=self.show_progress)
+                            enabled=self.show_progress, time_limit=t.time_limit)
         progress.message(f"training {self.model.num_parameters():,} parameters on {len(self.data.train):,} pairs, "
                          f"{len(self.batches)} batches/epoch, device {self.device}, {t.precision}, "
                          f"{self.dist.world_size} process(es)" + (f"; resumed at step {st.step}" if self.resumed_from else ""))
