@@ -77,12 +77,9 @@ def test_two_process_gloo_run_equals_one_process_with_the_same_global_batch(tmp_
     assert single.returncode == 0, single.stderr
     a = load_file(str(tmp_path / "ddp" / "checkpoints" / "step-00000006" / "model.safetensors"))
     b = load_file(str(tmp_path / "single" / "checkpoints" / "step-00000006" / "model.safetensors"))
-    initial = load_model(tmp_path / "single")  # shapes only
     assert a.keys() == b.keys()
     for name in a:
         assert (a[name] - b[name]).abs().max() < 1e-5, name
-    moved = sum(float((a[n] - initial.state_dict()[n]).abs().sum()) for n in a if n in initial.state_dict())
-    assert moved >= 0  # weights exist for every stored tensor
     assert train_losses(tmp_path / "ddp").keys() == train_losses(tmp_path / "single").keys()
     for step, loss in train_losses(tmp_path / "ddp").items():
         assert loss == pytest.approx(train_losses(tmp_path / "single")[step], rel=1e-5)
