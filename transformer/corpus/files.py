@@ -18,6 +18,7 @@ import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable, Iterator
 
 __all__ = ["CorpusError", "ReadStats", "read_parallel", "read_tsv", "read_lines"]
 
@@ -145,31 +146,8 @@ def read_parallel(src_path: PathLike, tgt_path: PathLike) -> tuple[list[tuple[st
             "the two files must be line-aligned translations of each other (same number of lines, "
             "trailing empty lines included); check that they belong together and were not truncated"
         )
-    pairs: list[tuple[str, str]] = []
-    n_empty_src = n_empty_tgt = n_skipped = 0
-    append = pairs.append
-    for s, t in zip(src_lines, tgt_lines):
-        s = s.strip()
-        t = t.strip()
-        if s and t:
-            append((s, t))
-        else:
-            n_skipped += 1
-            n_empty_src += not s
-            n_empty_tgt += not t
-    sources = [str(src_path), str(tgt_path)]
-    if not pairs:
-        raise _empty_corpus_error(sources, len(src_lines), n_skipped)
-    stats = ReadStats(
-        n_read=len(src_lines),
-        n_kept=len(pairs),
-        n_empty_skipped=n_skipped,
-        n_empty_src=n_empty_src,
-        n_empty_tgt=n_empty_tgt,
-        sources=tuple(sources),
-        gzipped=(src_gz, tgt_gz),
-    )
-    return pairs, stats
+    return _keep_nonempty(zip(src_lines, tgt_lines), n_read=len(src_lines),
+                          sources=(str(src_path), str(tgt_path)), gzipped=(src_gz, tgt_gz))
 
 
 def read_tsv(path: PathLike, *, src_column: int = 0, tgt_column: int = 1) -> tuple[list[tuple[str, str]], ReadStats]:
@@ -194,39 +172,42 @@ def read_tsv(path: PathLike, *, src_column: int = 0, tgt_column: int = 1) -> tup
         raise ValueError(f"src_column and tgt_column must differ, both are {src_column}")
     lines, gz = read_lines(path)
     need = max(src_column, tgt_column) + 1
+
+    def fields_of_each_line() -> Iterator[tuple[str, str]]:
+        for i, line in enumerate(lines):
+            fields = line.split("\t")
+            if len(fields) < need:
+                if not line.strip():
+                    yield "", ""  # a blank line: skipped and counted like an empty pair
+                    continue
+                raise CorpusError(
+                    f"{path}: line {i + 1}: found {len(fields)} tab-separated column(s), need at least {need} "
+                    f"(src_column={src_column}, tgt_column={tgt_column}); fix or remove the line, "
+                    "check that the file is tab- (not space- or comma-) separated, or pass the right columns"
+                )
+            yield fields[src_column], fields[tgt_column]
+
+    return _keep_nonempty(fields_of_each_line(), n_read=len(lines), sources=(str(path),), gzipped=(gz,))
+
+
+def _keep_nonempty(
+    candidates: Iterable[tuple[str, str]], *, n_read: int, sources: tuple[str, ...], gzipped: tuple[bool, ...]
+) -> tuple[list[tuple[str, str]], ReadStats]:
+    """Strip both sides; keep pairs with two non-empty sides, count the others; error if none is left."""
     pairs: list[tuple[str, str]] = []
     n_empty_src = n_empty_tgt = n_skipped = 0
-    append = pairs.append
-    for i, line in enumerate(lines):
-        fields = line.split("\t")
-        if len(fields) < need:
-            if not line.strip():
-                n_skipped += 1
-                n_empty_src += 1
-                n_empty_tgt += 1
-                continue
-            raise CorpusError(
-                f"{path}: line {i + 1}: found {len(fields)} tab-separated column(s), need at least {need} "
-                f"(src_column={src_column}, tgt_column={tgt_column}); fix or remove the line, "
-                "check that the file is tab- (not space- or comma-) separated, or pass the right columns"
-            )
-        s = fields[src_column].strip()
-        t = fields[tgt_column].strip()
+    for s, t in candidates:
+        s, t = s.strip(), t.strip()
         if s and t:
-            append((s, t))
+            pairs.append((s, t))
         else:
             n_skipped += 1
             n_empty_src += not s
             n_empty_tgt += not t
     if not pairs:
-        raise _empty_corpus_error([str(path)], len(lines), n_skipped)
+        raise _empty_corpus_error(list(sources), n_read, n_skipped)
     stats = ReadStats(
-        n_read=len(lines),
-        n_kept=len(pairs),
-        n_empty_skipped=n_skipped,
-        n_empty_src=n_empty_src,
-        n_empty_tgt=n_empty_tgt,
-        sources=(str(path),),
-        gzipped=(gz,),
+        n_read=n_read, n_kept=len(pairs), n_empty_skipped=n_skipped, n_empty_src=n_empty_src,
+        n_empty_tgt=n_empty_tgt, sources=sources, gzipped=gzipped,
     )
     return pairs, stats

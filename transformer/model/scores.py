@@ -50,7 +50,8 @@ class AttentionScore(nn.Module):
         return self.score(query, keys)  # (B, T, S)
 
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
-        raise NotImplementedError
+        """Unnormalised scores ``(B, T, S)``; each score function (subclass) defines it."""
+        raise NotImplementedError(f"{type(self).__name__} must define score(query, keys)")
 
 
 class AdditiveScore(AttentionScore):
