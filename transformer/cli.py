@@ -244,9 +244,15 @@ def _register_data(sub: argparse._SubParsersAction) -> None:
     register_data_command(sub)
 
 
+def _register_serve(sub: argparse._SubParsersAction) -> None:
+    from transformer.serve.cli import register_serve_command
+
+    register_serve_command(sub)
+
+
 _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _register_demo, _register_train, _register_translate, _register_attend, _register_average, _register_data,
-    _register_info,
+    _register_serve, _register_info,
 ]
 
 

@@ -1,0 +1,24 @@
+"""``transformer serve``: an HTTP translation API and a web page, on FastAPI + uvicorn.
+
+* :mod:`transformer.serve.limits`: :class:`ServeLimits`, every bound the server enforces.
+* :mod:`transformer.serve.batching`: :class:`DynamicBatcher`, which merges requests arriving within
+  a few milliseconds into one ``Translator`` call run on a worker thread (bounded queue, timeouts).
+* :mod:`transformer.serve.schemas`: the pydantic request and response models (the OpenAPI schema).
+* :mod:`transformer.serve.app`: :func:`create_app`, the FastAPI application.
+* :mod:`transformer.serve.page`: the web page at ``/`` (reuses the attention page of
+  :mod:`transformer.visualize`).
+* :mod:`transformer.serve.cli`: the ``serve`` subcommand.
+
+FastAPI and uvicorn come with the ``serve`` extra: ``pip install -e ".[serve]"``.
+"""
+
+from transformer.serve.limits import ServeLimits
+
+__all__ = ["ServeLimits", "create_app"]
+
+
+def create_app(*args, **kwargs):
+    """:func:`transformer.serve.app.create_app` (imported on use, so ``ServeLimits`` needs no FastAPI)."""
+    from transformer.serve.app import create_app as _create_app
+
+    return _create_app(*args, **kwargs)

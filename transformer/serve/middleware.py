@@ -1,0 +1,67 @@
+"""Checks on the raw request body, before FastAPI parses it: size (413) and UTF-8 (400)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+def error_json(status: int, error: str, message: str, details: list[dict[str, Any]] | None = None,
+               headers: dict[str, str] | None = None) -> JSONResponse:
+    """The one error shape of the API: ``{"error": code, "message": text, "details": [...]}``."""
+    return JSONResponse({"error": error, "message": message, "details": details or []}, status_code=status,
+                        headers=headers)
+
+
+class BodyGuard:
+    """ASGI middleware: refuse a body over ``max_body_bytes`` with 413 (by Content-Length when sent,
+    else while reading it) and a body that is not UTF-8 with 400; pass the body on otherwise."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        too_large = error_json(413, "payload_too_large",
+                               f"request body is larger than the limit of {self.max_body_bytes} bytes")
+        length = dict(scope.get("headers", ())).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+            await too_large(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                await too_large(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as err:
+            bad = body[err.start: err.start + 1].hex()
+            await error_json(400, "invalid_utf8", f"request body is not valid UTF-8: byte 0x{bad} at offset "
+                             f"{err.start} ({err.reason})")(scope, receive, send)
+            return
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
