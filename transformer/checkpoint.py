@@ -17,7 +17,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from transformer.config import ModelConfig
-from transformer.model import Transformer
+from transformer.model import RNNConfig, RNNSeq2Seq, Transformer, build_model, config_from_dict
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -98,7 +98,7 @@ def load_weights(model: torch.nn.Module, path: str | os.PathLike[str]) -> None:
             target.copy_(loaded[name])
 
 
-def save_model(model: Transformer, directory: str | os.PathLike[str]) -> Path:
+def save_model(model: Transformer | RNNSeq2Seq, directory: str | os.PathLike[str]) -> Path:
     """Write ``config.json`` and ``model.safetensors`` into ``directory`` (created if needed)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -107,24 +107,28 @@ def save_model(model: Transformer, directory: str | os.PathLike[str]) -> Path:
     return directory
 
 
-def load_config(directory: str | os.PathLike[str]) -> ModelConfig:
-    """Read ``config.json`` from a model directory with errors that name the file."""
+def load_config(directory: str | os.PathLike[str]) -> ModelConfig | RNNConfig:
+    """Read ``config.json`` from a model directory with errors that name the file.
+
+    The ``architecture`` key decides the class: ``"rnn"`` gives an ``RNNConfig``, none a ``ModelConfig``.
+    """
     path = Path(directory) / CONFIG_FILE
     if not path.is_file():
         raise CheckpointError(f"model config not found: {path} (is {directory} a model directory?)")
     try:
-        return ModelConfig.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        return config_from_dict(json.loads(path.read_text(encoding="utf-8")))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CheckpointError(f"{path} is not valid JSON: {err}") from None
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{path} is not a valid model config: {err}") from None
 
 
-def load_model(directory: str | os.PathLike[str], *, device: str | torch.device = "cpu") -> Transformer:
-    """Build the model from ``config.json`` and load ``model.safetensors``; returns it in eval mode."""
+def load_model(directory: str | os.PathLike[str], *, device: str | torch.device = "cpu") -> Transformer | RNNSeq2Seq:
+    """Build the model from ``config.json`` (a Transformer or the recurrent baseline) and load
+    ``model.safetensors``; returns it in eval mode."""
     directory = Path(directory)
     if not directory.is_dir():
         raise CheckpointError(f"model directory not found: {directory}")
-    model = Transformer(load_config(directory))
+    model = build_model(load_config(directory))
     load_weights(model, directory / WEIGHTS_FILE)
     return model.to(device).eval()

@@ -22,7 +22,7 @@ import torch
 
 from transformer.checkpoint import CheckpointError, load_model
 from transformer.decoding import DecodeConfig, Hypothesis, decode
-from transformer.model import Transformer
+from transformer.model import RNNSeq2Seq, Transformer
 from transformer.tokenizer import Vocabularies
 
 DEFAULT_MAX_INPUT_TOKENS = 1024
@@ -37,7 +37,7 @@ class Translator:
 
     def __init__(
         self,
-        model: Transformer,
+        model: Transformer | RNNSeq2Seq,
         vocab: Vocabularies,
         *,
         decoding: DecodeConfig | None = None,
@@ -56,7 +56,8 @@ class Translator:
         self.vocab = vocab
         self.decoding = decoding or DecodeConfig()
         self.max_tokens = max_tokens
-        limit = model.config.max_positions if model.config.positional == "learned" else DEFAULT_MAX_INPUT_TOKENS
+        learned = getattr(model.config, "positional", None) == "learned"  # the recurrent baseline has no positions
+        limit = model.config.max_positions if learned else DEFAULT_MAX_INPUT_TOKENS
         self.max_input_tokens = min(max_input_tokens or limit, limit)
         self.bf16 = bf16
 

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import yaml
 
 from transformer.config import PRESETS, ModelConfig, preset
+from transformer.model.rnn_config import RNNConfig, rnn_preset
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 CORPORA = ("builtin", "files", "tsv", "multi30k", "tatoeba")
@@ -78,7 +79,11 @@ class TrainConfig:
     average_last: int = 0  # at the end, average the last N checkpoints into the model (paper: 5)
 
 
-MODEL_KEYS = {"preset"} | {f.name for f in dataclasses.fields(ModelConfig)} - {"src_vocab_size", "tgt_vocab_size", "extra"}
+ARCHITECTURES = ("transformer", "rnn")  # model.architecture (or the shorthand model=rnn)
+_NOT_SET = {"src_vocab_size", "tgt_vocab_size", "extra", "architecture"}  # filled in from the data, or the section key
+TRANSFORMER_KEYS = {f.name for f in dataclasses.fields(ModelConfig)} - _NOT_SET
+RNN_KEYS = {f.name for f in dataclasses.fields(RNNConfig)} - _NOT_SET
+MODEL_KEYS = {"preset", "architecture"} | TRANSFORMER_KEYS | RNN_KEYS
 
 
 @dataclass
@@ -128,16 +133,25 @@ class RunConfig:
         unknown = sorted(set(self.model) - MODEL_KEYS)
         if unknown:
             raise ValueError(f"unknown model keys {unknown}; valid keys: {sorted(MODEL_KEYS)}")
+        architecture = self.model.get("architecture", "transformer")
+        _choice("model.architecture", architecture, ARCHITECTURES)
+        own = RNN_KEYS if architecture == "rnn" else TRANSFORMER_KEYS
+        foreign = sorted(set(self.model) - own - {"preset", "architecture"})
+        if foreign:
+            raise ValueError(f"model keys {foreign} do not apply to architecture={architecture}; "
+                             f"its keys: {sorted(own | {'preset', 'architecture'})}")
         if self.model.get("preset", "small") not in PRESETS:
             raise ValueError(f"model.preset must be one of {sorted(PRESETS)}, got {self.model.get('preset')!r}")
         if d.joint_vocab is False and self.model.get("share_embeddings"):
             raise ValueError("model.share_embeddings needs data.joint_vocab=true (one shared vocabulary)")
         self.model_config(src_vocab_size=d.vocab_size, tgt_vocab_size=d.vocab_size)  # validates the sizes
 
-    def model_config(self, *, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig:
-        """The ``ModelConfig`` for vocabularies of the given sizes."""
-        overrides = {k: v for k, v in self.model.items() if k != "preset"}
-        cfg = preset(self.model.get("preset", "small"), src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size)
+    def model_config(self, *, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig | RNNConfig:
+        """The model config for vocabularies of the given sizes: a ``ModelConfig`` (Transformer), or an
+        ``RNNConfig`` when ``model.architecture`` is ``rnn`` (the preset then names RNN sizes)."""
+        overrides = {k: v for k, v in self.model.items() if k not in ("preset", "architecture")}
+        build = rnn_preset if self.model.get("architecture") == "rnn" else preset
+        cfg = build(self.model.get("preset", "small"), src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size)
         if "share_embeddings" not in overrides:
             overrides["share_embeddings"] = self.data.joint_vocab and src_vocab_size == tgt_vocab_size
         return cfg.replace(**overrides)
@@ -173,12 +187,16 @@ class RunConfig:
         return cls.from_dict(raw).with_overrides(overrides)
 
     def with_overrides(self, overrides: Sequence[str]) -> RunConfig:
-        """A copy with ``section.key=value`` (or unique ``key=value``) settings applied."""
+        """A copy with ``section.key=value`` (or unique ``key=value``) settings applied.
+
+        ``model=rnn`` (or ``model=transformer``) is short for ``model.architecture=...``.
+        """
         raw = self.to_dict()
         for item in overrides:
             key, sep, text = item.partition("=")
             if not sep or not key.strip():
                 raise ValueError(f"override {item!r} is not of the form key=value (e.g. train.epochs=5)")
+            key = "model.architecture" if key.strip() == "model" else key
             section, name = self._resolve(key.strip())
             raw[section][name] = _parse_value(text)
         return RunConfig.from_dict(raw)

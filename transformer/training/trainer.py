@@ -35,7 +35,7 @@ from transformer.config import ModelConfig
 from transformer.decoding import DecodeConfig
 from transformer.data import Batch, TokenBudgetBatches, make_batch
 from transformer.evaluation import score
-from transformer.model import Transformer
+from transformer.model import RNNConfig, build_model, config_from_dict
 from transformer.tokenizer import Vocabularies
 from transformer.training import distributed as D
 from transformer.training.config import RunConfig
@@ -72,7 +72,8 @@ def resolve_device(name: str) -> torch.device:
 
 
 class Trainer:
-    """Trains a ``Transformer`` on a ``RunConfig`` into a run directory."""
+    """Trains a ``Transformer`` (or the recurrent baseline, ``model.architecture=rnn``) on a ``RunConfig``
+    into a run directory."""
 
     def __init__(self, cfg: RunConfig, run_dir: str | Path, *, show_progress: bool = True, stream: TextIO | None = None):
         self.cfg, self.run_dir = cfg, Path(run_dir)
@@ -94,7 +95,7 @@ class Trainer:
         self.vocab: Vocabularies = self.data.vocab
         model_cfg = cfg.model_config(src_vocab_size=self.vocab.src.vocab_size, tgt_vocab_size=self.vocab.tgt.vocab_size)
         self._check_model_config(model_cfg)
-        self.model = Transformer(model_cfg).to(self.device)
+        self.model = build_model(model_cfg).to(self.device)
         self.optimizer, self.scheduler = build_optimizer(
             self.model.parameters(), d_model=model_cfg.d_model, warmup=t.warmup, scale=t.lr_scale,
             betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps, weight_decay=t.weight_decay,
@@ -132,12 +133,12 @@ class Trainer:
             )
         return Vocabularies.load(self.run_dir)
 
-    def _check_model_config(self, model_cfg: ModelConfig) -> None:
+    def _check_model_config(self, model_cfg: ModelConfig | RNNConfig) -> None:
         path = self.run_dir / CONFIG_FILE
-        if path.exists() and ModelConfig.from_json(path) != model_cfg:
+        if path.exists() and config_from_dict(json.loads(path.read_text(encoding="utf-8"))) != model_cfg:
             raise RunDirectoryError(f"{path} describes a different model than this run; choose another --run-dir")
 
-    def _write_run_files(self, model_cfg: ModelConfig) -> None:
+    def _write_run_files(self, model_cfg: ModelConfig | RNNConfig) -> None:
         if self.dist.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.vocab.save(self.run_dir)

@@ -91,7 +91,7 @@ def attend(translator: Any, sentence: str, out_dir: str | os.PathLike[str], *, k
     written. Returns the :class:`~transformer.visualize.data.AttentionData` and the written paths.
     """
     from transformer.visualize._io import writable_dir
-    from transformer.visualize.data import KINDS, check_heads, check_kind, check_layer, collect_attention
+    from transformer.visualize.data import KINDS, attention_layout, check_heads, check_kind, check_layer, collect_attention
     from transformer.visualize.heatmaps import check_formats, positional_encoding_figure, save_attention_heatmaps
     from transformer.visualize.page import write_attention_page
 
@@ -102,9 +102,12 @@ def attend(translator: Any, sentence: str, out_dir: str | os.PathLike[str], *, k
         check_kind(kind)
     formats = check_formats(formats)
     cfg = translator.model.config
-    for k in KINDS if kind == "all" else [kind]:  # fail before translating
-        check_layer(cfg.n_encoder_layers if k == "encoder" else cfg.n_decoder_layers, k, layer)
-    check_heads(cfg.n_heads, heads)
+    layout = attention_layout(cfg)  # {kind: (layers, heads)}; the recurrent baseline has only "cross"
+    for k in [k for k in KINDS if k in layout] if kind == "all" else [kind]:  # fail before translating
+        if k not in layout:
+            raise ValueError(f"this model has no {k} attention; its kinds: {list(layout)}")
+        check_layer(layout[k][0], k, layer)
+    check_heads(layout["cross"][1], heads)
     out = writable_dir(out_dir)
     data = collect_attention(translator, sentence)
     written: list[Path] = []
@@ -116,10 +119,12 @@ def attend(translator: Any, sentence: str, out_dir: str | os.PathLike[str], *, k
     if "page" in outputs:
         written.append(write_attention_page(data, out / PAGE_FILE))
     if "positions" in outputs:
-        d_model = cfg.d_model if cfg.positional == "sinusoidal" else 512
-        layout = cfg.sinusoid_layout if cfg.positional == "sinusoidal" else "interleaved"
+        sinusoidal = getattr(cfg, "positional", None) == "sinusoidal"
+        d_model = cfg.d_model if sinusoidal else 512
+        table_layout = cfg.sinusoid_layout if sinusoidal else "interleaved"
         for fmt in formats:
-            written.append(positional_encoding_figure(out / f"{POSITIONS_STEM}.{fmt}", 100, d_model, layout=layout))
+            written.append(positional_encoding_figure(out / f"{POSITIONS_STEM}.{fmt}", 100, d_model,
+                                                      layout=table_layout))
     return data, written
 
 

@@ -20,6 +20,9 @@ decoder    ``target_output`` ``target_input`` ``(L_dec, H, T, T)`` output-output
 cross      ``target_output`` ``source``       ``(L_dec, H, T, S)`` input-output
 =========  ================  ===============  =================================
 
+A model without self-attention (the recurrent baseline, ``model.architecture=rnn``) has only
+the ``cross`` kind, with one layer and one head: a row per decoder step.
+
 So a decoder row is labelled by the token being predicted there: the row of ``student`` in the
 cross-attention shows where the model looked while producing ``student``, and in the decoder
 self-attention the same row may only look at ``<s> I am a`` (the causal mask: entries above the
@@ -105,14 +108,20 @@ class TokenAxis:
 class AttentionData:
     """Every attention weight of one sentence and its translation (see the module docstring for axes).
 
-    ``weights[kind]`` is a float32 array ``(layers, heads, rows, cols)`` for kind in :data:`KINDS`.
+    ``weights[kind]`` is a float32 array ``(layers, heads, rows, cols)`` for each kind of :data:`KINDS`
+    the model has (all three for a Transformer, ``cross`` only for the recurrent baseline).
     """
 
     source: str
     translation: str
     tokens: dict[str, TokenAxis]  # "source", "target_input", "target_output"
-    weights: dict[str, np.ndarray]  # "encoder", "decoder", "cross"
-    model: dict[str, Any]  # {"layers": {"encoder": L, "decoder": L}, "heads": H, "d_model": E}
+    weights: dict[str, np.ndarray]  # "encoder", "decoder", "cross" (the kinds the model has)
+    model: dict[str, Any]  # {"layers": {"encoder": L, "decoder": L}, "heads": H, "d_model": E[, "architecture": "rnn"]}
+
+    @property
+    def kinds(self) -> list[str]:
+        """The attention kinds present, in :data:`KINDS` order."""
+        return [k for k in KINDS if k in self.weights]
 
     def axes(self, kind: str) -> tuple[TokenAxis, TokenAxis]:
         """``(row tokens, column tokens)`` of ``kind``."""
@@ -120,7 +129,9 @@ class AttentionData:
         return self.tokens[rows], self.tokens[cols]
 
     def n_layers(self, kind: str) -> int:
-        return int(self.weights[check_kind(kind)].shape[0])
+        if check_kind(kind) not in self.weights:
+            raise ValueError(f"this model has no {kind} attention; its kinds: {self.kinds}")
+        return int(self.weights[kind].shape[0])
 
     @property
     def n_heads(self) -> int:
@@ -154,7 +165,7 @@ class AttentionData:
             "kinds": {
                 kind: {"rows": AXES[kind][0], "cols": AXES[kind][1],
                        "weights": _quantized(self.weights[kind], decimals)}
-                for kind in KINDS
+                for kind in self.kinds
             },
         }
 
@@ -174,7 +185,7 @@ class AttentionData:
             source=d["source"], translation=d["translation"],
             tokens={name: TokenAxis.from_dict(axis) for name, axis in d["tokens"].items()},
             weights={k: (np.asarray(d["kinds"][k]["weights"], dtype=np.float64) / d["weight_scale"]).astype(np.float32)
-                     for k in KINDS},
+                     for k in KINDS if k in d["kinds"]},
             model=d["model"],
         )
 
@@ -222,7 +233,7 @@ def check_kind(kind: str) -> str:
 def token_limit(config: Any) -> int:
     """Longest sequence this model takes: ``max_positions`` for learned positions, else 1024
     (:data:`SINUSOIDAL_MAX_TOKENS`; sinusoids extend to any length, pictures and pages do not)."""
-    return config.max_positions if config.positional == "learned" else SINUSOIDAL_MAX_TOKENS
+    return config.max_positions if getattr(config, "positional", None) == "learned" else SINUSOIDAL_MAX_TOKENS
 
 
 def _limit(translator: Any, max_tokens: int | None) -> tuple[int, str]:
@@ -237,7 +248,7 @@ def _limit(translator: Any, max_tokens: int | None) -> tuple[int, str]:
 
 
 def _limit_reason(config: Any) -> str:
-    if config.positional == "learned":
+    if getattr(config, "positional", None) == "learned":
         return "its learned position table has max_positions entries"
     return "the configured maximum for sinusoidal positions"
 
@@ -305,7 +316,25 @@ def collect_attention(translator: Any, sentence: str, *, translation: str | None
             "target_input": TokenAxis.from_pieces(vocab.tgt.pieces(tgt_ids)),
             "target_output": TokenAxis.from_pieces(vocab.tgt.pieces([*out_ids, vocab.tgt.eos_id])),
         },
-        weights={"encoder": stack(maps.encoder), "decoder": stack(maps.decoder_self), "cross": stack(maps.cross)},
-        model={"layers": {"encoder": cfg.n_encoder_layers, "decoder": cfg.n_decoder_layers},
-               "heads": cfg.n_heads, "d_model": cfg.d_model},
+        weights={kind: stack(ws) for kind, ws in
+                 (("encoder", maps.encoder), ("decoder", maps.decoder_self), ("cross", maps.cross)) if ws},
+        model=_model_info(cfg, maps),
     )
+
+
+def attention_layout(config: Any) -> dict[str, tuple[int, int]]:
+    """``{kind: (layers, heads)}`` of a model config: all three kinds for a Transformer, only
+    ``cross`` with one layer and one head for the recurrent baseline (``architecture == "rnn"``)."""
+    if getattr(config, "architecture", "transformer") == "rnn":
+        return {"cross": (1, 1)}
+    return {"encoder": (config.n_encoder_layers, config.n_heads), "decoder": (config.n_decoder_layers, config.n_heads),
+            "cross": (config.n_decoder_layers, config.n_heads)}
+
+
+def _model_info(config: Any, maps: Any) -> dict[str, Any]:
+    """The ``model`` entry of the JSON document: attention layers per stack, heads, width."""
+    info: dict[str, Any] = {"layers": {"encoder": len(maps.encoder), "decoder": len(maps.cross)},
+                            "heads": int(maps.cross[0].shape[1]), "d_model": int(config.d_model)}
+    if getattr(config, "architecture", "transformer") != "transformer":
+        info["architecture"] = config.architecture
+    return info

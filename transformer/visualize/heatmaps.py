@@ -16,7 +16,7 @@ import matplotlib
 from matplotlib.figure import Figure
 
 from transformer.visualize._io import _unwritable, writable_dir, writable_file
-from transformer.visualize.data import AXES, KIND_TITLES, KINDS, AttentionData, check_kind
+from transformer.visualize.data import AXES, KIND_TITLES, AttentionData, check_kind
 
 FORMATS = ("png", "svg")
 MAX_FIGURE_INCHES = 40.0  # neither side of a heatmap figure grows beyond this
@@ -117,12 +117,12 @@ def save_figure(fig: Figure, path: str | os.PathLike[str]) -> Path:
 def save_attention_heatmaps(data: AttentionData, out_dir: str | os.PathLike[str], *, kind: str = "all",
                             layer: int | None = None, heads: Sequence[int] | None = None,
                             formats: Sequence[str] = FORMATS, stem: str = "attention") -> list[Path]:
-    """Write ``{stem}_{kind}_layer{N}.{png,svg}`` into ``out_dir`` for ``kind`` (or all three kinds).
+    """Write ``{stem}_{kind}_layer{N}.{png,svg}`` into ``out_dir`` for ``kind`` (or every kind the model has).
 
     ``layer`` defaults to each kind's last layer; ``heads`` to all. Everything is validated before
     anything is written. Returns the written paths.
     """
-    kinds = list(KINDS) if kind == "all" else [check_kind(kind)]
+    kinds = data.kinds if kind == "all" else [check_kind(kind)]
     layers = {k: data.check_layer(k, layer) for k in kinds}
     heads = data.check_heads(list(heads) if heads is not None else None)
     formats = check_formats(formats)

@@ -48,6 +48,10 @@
     const b1 = document.createElement("b"); b1.textContent = d.source;
     const b2 = document.createElement("b"); b2.textContent = d.translation || "(empty translation)";
     $("sentence-text").append(b1, " \u2192 ", b2);
+    const kinds = Object.keys(d.kinds);  /* a recurrent model has only "cross" */
+    if (!kinds.includes(state.kind)) state.kind = kinds.includes("cross") ? "cross" : kinds[0];
+    for (const option of $("kind-select").options) option.disabled = !kinds.includes(option.value);
+    $("kind-select").value = state.kind;
     state.active = Array.from({ length: nHeads() }, (_, h) => h);
     const heads = $("heads");
     heads.replaceChildren();

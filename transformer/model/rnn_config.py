@@ -1,0 +1,152 @@
+"""Configuration of the recurrent baseline: one validated dataclass, JSON round trip, presets.
+
+The ``architecture`` field (always ``"rnn"``) is written to a run directory's ``config.json``
+so that loading code knows which model to build; a Transformer's ``config.json`` has no such
+field (see ``transformer.model.config_from_dict``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ARCHITECTURE = "rnn"
+# Score function names of the RNN decoder -> names in transformer.model.scores.build_score.
+RNN_SCORES: dict[str, str] = {
+    "additive": "additive",  # Bahdanau et al. 2015: v^T tanh(W q + U h)
+    "dot": "dot",  # Luong et al. 2015 "dot": q . h
+    "general": "bilinear",  # Luong et al. 2015 "general": h^T W q
+    "scaled_dot": "scaled_dot",  # q . h / sqrt(d) (Vaswani et al. 2017)
+}
+
+
+@dataclass
+class RNNConfig:
+    """Sizes and switches of the attentional LSTM encoder-decoder (Bahdanau et al. 2015; Luong et al. 2015).
+
+    The encoder is a bidirectional LSTM of ``n_encoder_layers`` layers with ``hidden_size // 2``
+    units per direction, so its states (the attention keys and values) have ``hidden_size``
+    features, like the decoder LSTM's. ``score`` picks the attention score function. With
+    ``input_feeding`` (Luong et al. 3.3) the previous attentional vector is fed to the decoder
+    LSTM with the next target embedding; without it the decoder LSTM runs over the whole target
+    in one call during training. The attentional vector has ``embed_dim`` features, so the output
+    projection can share the target embedding's weights (``tie_output``).
+    """
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    architecture: str = ARCHITECTURE
+    embed_dim: int = 256
+    hidden_size: int = 512  # decoder LSTM units = encoder units of both directions together
+    n_encoder_layers: int = 1
+    n_decoder_layers: int = 1
+    score: str = "general"  # "additive" | "dot" | "general" | "scaled_dot"
+    attention_dim: int | None = None  # hidden size of the additive score (default: hidden_size)
+    input_feeding: bool = True
+    dropout: float = 0.2  # on embeddings, between LSTM layers, on encoder states and attentional vectors
+    share_embeddings: bool = False  # one embedding for source and target (needs one vocabulary)
+    tie_output: bool = True  # target embedding == pre-softmax projection
+    output_bias: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)  # free-form notes; not read by the model
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def d_model(self) -> int:
+        """The width the learning-rate schedule is scaled by (``d_model^-0.5``): ``hidden_size``."""
+        return self.hidden_size
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first field that is out of range."""
+        if self.architecture != ARCHITECTURE:
+            raise ValueError(f"RNNConfig.architecture must be {ARCHITECTURE!r}, got {self.architecture!r}")
+        for name in ("src_vocab_size", "tgt_vocab_size", "embed_dim", "hidden_size", "n_encoder_layers",
+                     "n_decoder_layers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"RNNConfig.{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % 2:
+            raise ValueError(f"RNNConfig.hidden_size must be even (two encoder directions), got {self.hidden_size}")
+        if self.score not in RNN_SCORES:
+            raise ValueError(f"RNNConfig.score must be one of {list(RNN_SCORES)}, got {self.score!r}")
+        if self.attention_dim is not None:
+            if self.score != "additive":
+                raise ValueError(f"RNNConfig.attention_dim only applies to score='additive', not {self.score!r}")
+            if not isinstance(self.attention_dim, int) or isinstance(self.attention_dim, bool) or self.attention_dim < 1:
+                raise ValueError(f"RNNConfig.attention_dim must be a positive integer, got {self.attention_dim!r}")
+        if not isinstance(self.dropout, (int, float)) or isinstance(self.dropout, bool) or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"RNNConfig.dropout must be in [0, 1), got {self.dropout!r}")
+        for name in ("input_feeding", "share_embeddings", "tie_output", "output_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"RNNConfig.{name} must be true or false, got {getattr(self, name)!r}")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                f"share_embeddings=True needs one shared vocabulary, but src_vocab_size={self.src_vocab_size} "
+                f"!= tgt_vocab_size={self.tgt_vocab_size}"
+            )
+
+    # ----------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RNNConfig:
+        """Build from a dict; unknown keys are an error that lists the valid ones."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a model config must be a JSON object, got {type(data).__name__}")
+        valid = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - valid)
+        if unknown:
+            raise ValueError(f"unknown RNNConfig keys {unknown}; valid keys: {sorted(valid)}")
+        missing = [k for k in ("src_vocab_size", "tgt_vocab_size") if k not in data]
+        if missing:
+            raise ValueError(f"model config is missing required keys {missing}")
+        return cls(**data)
+
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
+        """Serialise to JSON text; write it (atomically) to ``path`` when given."""
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+        if path is not None:
+            path = Path(path)
+            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)
+        return text
+
+    @classmethod
+    def from_json(cls, source: str | os.PathLike[str]) -> RNNConfig:
+        """Read from a JSON file path, or from JSON text."""
+        text = str(source)
+        if not text.lstrip().startswith("{"):
+            text = Path(source).read_text(encoding="utf-8")
+        return cls.from_dict(json.loads(text))
+
+    def replace(self, **changes: Any) -> RNNConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+# Sizes by preset name, matching the Transformer presets' roles: "tiny" for tests, "small" for CPU
+# training in minutes (about 5.7M parameters with an 8,000-token shared vocabulary), "base" larger.
+RNN_PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(embed_dim=32, hidden_size=32, dropout=0.0),
+    "small": dict(embed_dim=256, hidden_size=512),
+    "base": dict(embed_dim=512, hidden_size=1024, n_encoder_layers=2, n_decoder_layers=2),
+    "big": dict(embed_dim=1024, hidden_size=1024, n_encoder_layers=4, n_decoder_layers=4, dropout=0.3),
+}
+
+
+def rnn_preset(name: str, *, src_vocab_size: int, tgt_vocab_size: int | None = None, **overrides: Any) -> RNNConfig:
+    """The named RNN preset for the given vocabularies (one shared vocabulary when tgt is omitted)."""
+    if name not in RNN_PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(RNN_PRESETS)}")
+    tgt = src_vocab_size if tgt_vocab_size is None else tgt_vocab_size
+    values: dict[str, Any] = dict(RNN_PRESETS[name], src_vocab_size=src_vocab_size, tgt_vocab_size=tgt,
+                                  share_embeddings=tgt == src_vocab_size)
+    values.update(overrides)
+    return RNNConfig(**values)
