@@ -92,7 +92,7 @@ class DynamicBatcher:
         self._queue: deque[_Job] = deque()
         self._queued_texts = 0
         self._running = 0  # texts in the model call now running
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transformer-serve")
+        self._executor: ThreadPoolExecutor | None = None
         self._wakeup: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
 
@@ -114,7 +114,10 @@ class DynamicBatcher:
                 "max_queue": self.max_queue, "timeout_s": self.timeout_s, **self.stats.to_dict()}
 
     async def close(self) -> None:
-        """Stop the worker task and the worker thread (jobs still queued fail with TimedOut)."""
+        """Stop the worker task and the worker thread (jobs still queued fail with TimedOut).
+
+        The batcher stays usable: the next request starts a new worker (an app may be started
+        and stopped several times, as test clients do)."""
         if self._worker is not None:
             self._worker.cancel()
             try:
@@ -127,7 +130,9 @@ class DynamicBatcher:
                 job.future.set_exception(TimedOut("the server is shutting down"))
         self._queue.clear()
         self._queued_texts = 0
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
 
     # ------------------------------------------------------------------------------------------
     async def _submit(self, job: _Job) -> tuple[Any, BatchInfo]:
@@ -150,6 +155,8 @@ class DynamicBatcher:
             raise TimedOut(f"the translation did not finish within {self.timeout_s:g} s") from None
 
     def _ensure_worker(self) -> None:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transformer-serve")
         if self._worker is None or self._worker.done():
             self._wakeup = asyncio.Event()
             self._worker = asyncio.get_running_loop().create_task(self._work(), name="transformer-serve-batcher")
