@@ -3,14 +3,15 @@
     transformer serve runs/demo [--host 127.0.0.1] [--port 8000] [--max-batch-size 32] [--timeout 30] ...
 
 The model is loaded once; uvicorn serves the FastAPI app of :mod:`transformer.serve.app`. On
-SIGTERM or Ctrl-C uvicorn stops accepting connections, lets the requests in flight finish, and the
-process exits 0.
+SIGTERM uvicorn stops accepting connections, lets the requests in flight finish (at most 60 s), and
+the process exits 0; Ctrl-C does the same and exits 130 (interrupted).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 from dataclasses import fields
 from pathlib import Path
 
@@ -89,5 +90,14 @@ def run_serve(args: argparse.Namespace) -> int:
     app = create_app(translator, limits, src_lang=src_lang, tgt_lang=tgt_lang)
     print(f"transformer serve: {run_dir} ({src_lang or '?'} -> {tgt_lang or '?'}) on http://{args.host}:{args.port}/",
           flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=60)
+    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the handler that
+    # was installed before it: with this one the process ends with status 0 instead of dying by it.
+    stopped: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum))
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=60)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if stopped:
+        print("transformer serve: stopped by SIGTERM after finishing the requests in flight", flush=True)
     return 0

@@ -1,0 +1,84 @@
+"""``transformer serve`` as a real process (uvicorn on 127.0.0.1, a free port): SIGTERM is graceful.
+
+A request is held in flight by a long batching window (--batch-wait-ms); SIGTERM then makes the
+server stop accepting connections at once, finish that request (200 with its translation) and
+exit with status 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+from test_serve import make_run_dir
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until_up(proc: subprocess.Popen, url: str, seconds: float = 90) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"the server exited with {proc.returncode}: {proc.stderr.read()}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.2)
+    pytest.fail(f"the server did not answer within {seconds} s")
+
+
+def test_sigterm_finishes_the_request_in_flight_and_exits_0(tmp_path):
+    run_dir = make_run_dir(tmp_path / "run")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "transformer.cli", "serve", str(run_dir), "--port", str(port),
+         "--batch-wait-ms", "4000", "--log-level", "info"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_until_up(proc, url)
+        assert httpx.get(url + "/v1/model", timeout=5).json()["src_lang"] == "fr"
+        result: dict = {}
+
+        def in_flight() -> None:
+            result["response"] = httpx.post(url + "/v1/translate", json={"text": "je suis étudiant", "max_length": 5},
+                                            timeout=30)
+
+        client = threading.Thread(target=in_flight)
+        client.start()
+        deadline = time.monotonic() + 10
+        while httpx.get(url + "/health", timeout=2).json()["batching"]["queued_texts"] != 1:
+            assert time.monotonic() < deadline, "the request never reached the queue"
+            time.sleep(0.05)
+
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        with pytest.raises(httpx.TransportError):  # no new connections once shutting down
+            httpx.get(url + "/health", timeout=2)
+        assert proc.poll() is None  # still finishing the request in flight
+
+        client.join(timeout=30)
+        response = result["response"]
+        assert response.status_code == 200
+        assert response.json()["translations"][0]["source"] == "je suis étudiant"
+        assert proc.wait(timeout=30) == 0
+        stdout, stderr = proc.communicate(timeout=5)
+        assert f"http://127.0.0.1:{port}/" in stdout and "stopped by SIGTERM" in stdout
+        assert "Shutting down" in stderr and "Traceback" not in stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
