@@ -244,6 +244,12 @@ def _register_data(sub: argparse._SubParsersAction) -> None:
     register_data_command(sub)
 
 
+def _register_interop(sub: argparse._SubParsersAction) -> None:
+    from transformer.interop.cli import register_interop_commands
+
+    register_interop_commands(sub)
+
+
 def _register_serve(sub: argparse._SubParsersAction) -> None:
     from transformer.serve.cli import register_serve_command
 
@@ -252,7 +258,7 @@ def _register_serve(sub: argparse._SubParsersAction) -> None:
 
 _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _register_demo, _register_train, _register_translate, _register_attend, _register_average, _register_data,
-    _register_serve, _register_info,
+    _register_serve, _register_info, _register_interop,
 ]
 
 

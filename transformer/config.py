@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ACTIVATIONS = ("relu", "gelu")
+ACTIVATIONS = ("relu", "gelu", "silu")
 POSITIONAL = ("sinusoidal", "learned")
 SINUSOID_LAYOUTS = ("interleaved", "concat")
 
@@ -33,7 +33,7 @@ class ModelConfig:
     dropout: float = 0.1  # residual dropout and dropout on embeddings + positions (5.4)
     attention_dropout: float = 0.1  # dropout on the attention weights
     activation_dropout: float = 0.0  # dropout between the two feed-forward layers
-    activation: str = "relu"  # position-wise FFN non-linearity (3.3): "relu" or "gelu"
+    activation: str = "relu"  # position-wise FFN non-linearity (3.3): "relu", "gelu" or "silu" (swish, Marian)
     norm_first: bool = False  # False: post-LN as in the paper; True: pre-LN + final LayerNorm
     layer_norm_eps: float = 1e-5
     positional: str = "sinusoidal"  # "sinusoidal" (3.5) or "learned"

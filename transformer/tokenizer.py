@@ -84,7 +84,7 @@ def _read_json(path: str | os.PathLike) -> dict:
 
 
 class Tokenizer(abc.ABC):
-    """Text <-> token ids. Backends: :class:`BPETokenizer` (a SentencePiece one may follow)."""
+    """Text <-> token ids. Backends: :class:`BPETokenizer`, ``transformer.spm_tokenizer.SentencePieceTokenizer``."""
 
     @property
     @abc.abstractmethod
@@ -284,10 +284,18 @@ _BACKENDS: dict[str, type[Tokenizer]] = {"BPE": BPETokenizer}  # JSON "model.typ
 
 
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
-    """Load a tokenizer file, choosing the backend by the model type recorded in it."""
+    """Load a tokenizer file, choosing the backend by the model type recorded in it.
+
+    ``"SentencePiece"`` files (imported Marian models) load the optional backend in
+    ``transformer.spm_tokenizer``, which needs the ``sentencepiece`` package.
+    """
     kind = _read_json(path)["model"].get("type")
+    if kind == "SentencePiece":
+        from transformer.spm_tokenizer import SentencePieceTokenizer
+
+        return SentencePieceTokenizer.load(path)
     if kind not in _BACKENDS:
-        raise ValueError(f"{path}: unsupported tokenizer model type {kind!r} (known: {sorted(_BACKENDS)})")
+        raise ValueError(f"{path}: unsupported tokenizer model type {kind!r} (known: {sorted(_BACKENDS)}, SentencePiece)")
     return _BACKENDS[kind].load(path)
 
 

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from transformer.model.attention import CrossAttention, SelfAttention
 from transformer.model.cache import KVCache, StaticKV
 
-_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
 
 
 class FeedForward(nn.Module):

@@ -1,0 +1,127 @@
+"""Builders shared by the interoperability tests: a tiny Marian model made locally, no download.
+
+A unigram SentencePiece model per language is trained on a few hundred sentences of the
+built-in corpus; the Marian vocabulary (``vocab.json``) numbers ``</s>``, ``<unk>``, a language
+code, the pieces of both models and ``<pad>`` last, as opus-mt vocabularies do. The
+``MarianMTModel`` is randomly initialised (with a random ``final_logits_bias``) and trained for a
+few seconds, so its outputs depend on the source, vary in length and end with ``</s>``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import torch
+
+from transformer.corpus.builtin import generate_pairs
+
+N_SENTENCES = 300
+
+
+def sentences(n: int = N_SENTENCES, seed: int = 0) -> list[tuple[str, str]]:
+    return generate_pairs(n, seed=seed)
+
+
+def train_spm(texts: list[str], vocab_size: int) -> bytes:
+    import sentencepiece as spm
+
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_writer=proto, vocab_size=vocab_size,
+                                   model_type="unigram", minloglevel=2, num_threads=1)
+    return proto.getvalue()
+
+
+def write_marian_tokenizer(out: Path, *, vocab_size: int = 120, separate: bool = False) -> None:
+    """``source.spm``, ``target.spm``, ``vocab.json`` (+ ``target_vocab.json``) and ``tokenizer_config.json``."""
+    import sentencepiece as spm
+    from transformers import MarianTokenizer
+
+    pairs = sentences()
+    out.mkdir(parents=True, exist_ok=True)
+    protos = {"source.spm": train_spm([f for f, _ in pairs], vocab_size),
+              "target.spm": train_spm([e for _, e in pairs], vocab_size)}
+    vocabs = {}
+    for name, proto in protos.items():
+        (out / name).write_bytes(proto)
+        sp = spm.SentencePieceProcessor(model_proto=proto)
+        vocabs[name] = [sp.id_to_piece(i) for i in range(sp.get_piece_size()) if not sp.is_control(i) and not sp.is_unknown(i)]
+
+    def numbered(pieces: list[str]) -> dict[str, int]:
+        order = ["</s>", "<unk>", ">>en<<", *dict.fromkeys(pieces), "<pad>"]
+        return {p: i for i, p in enumerate(order)}
+
+    if separate:
+        (out / "vocab.json").write_text(json.dumps(numbered(vocabs["source.spm"])), encoding="utf-8")
+        (out / "target_vocab.json").write_text(json.dumps(numbered(vocabs["target.spm"])), encoding="utf-8")
+    else:
+        joint = numbered(vocabs["source.spm"] + vocabs["target.spm"])
+        (out / "vocab.json").write_text(json.dumps(joint), encoding="utf-8")
+    tok = MarianTokenizer(str(out / "source.spm"), str(out / "target.spm"), str(out / "vocab.json"),
+                          target_vocab_file=str(out / "target_vocab.json") if separate else None,
+                          separate_vocabs=separate, source_lang="fr", target_lang="en")
+    tok.save_pretrained(str(out))
+
+
+def write_marian_model(out: Path, *, seed: int = 0, separate: bool = False, activation: str = "swish",
+                       bin_weights: bool = False, steps: int = 60):
+    """A tiny ``MarianMTModel`` + its tokenizer saved in ``out``; returns ``(model, tokenizer)``.
+
+    The model is trained for ``steps`` Adam steps on the sentences (a few seconds), so its outputs
+    vary in length and end with ``</s>``; its ``final_logits_bias`` is random (and not trained).
+    """
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    write_marian_tokenizer(out, separate=separate)
+    tok = MarianTokenizer.from_pretrained(str(out))
+    src_size = len(json.loads((out / "vocab.json").read_text()))
+    tgt_size = len(json.loads((out / "target_vocab.json").read_text())) if separate else src_size
+    pad = tgt_size - 1
+    cfg = MarianConfig(vocab_size=src_size, decoder_vocab_size=tgt_size, d_model=32, encoder_layers=2, decoder_layers=2,
+                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                       activation_function=activation, max_position_embeddings=128, scale_embedding=True,
+                       share_encoder_decoder_embeddings=not separate, pad_token_id=pad, eos_token_id=0,
+                       decoder_start_token_id=pad, forced_eos_token_id=None, dropout=0.0)
+    torch.manual_seed(seed)
+    model = MarianMTModel(cfg)
+    with torch.no_grad():
+        model.final_logits_bias.normal_(0.0, 0.1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    pairs = sentences()
+    for step in range(steps):
+        chunk = pairs[(step * 32) % len(pairs):][:32]
+        batch = tok([f for f, _ in chunk], text_target=[e for _, e in chunk], return_tensors="pt", padding=True)
+        batch["labels"][batch["labels"] == pad] = -100
+        loss = model(**batch).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    model.save_pretrained(str(out))
+    if bin_weights:  # the older pickle format: a state dict saved with torch.save
+        from safetensors.torch import load_file
+
+        torch.save(load_file(str(out / "model.safetensors")), out / "pytorch_model.bin")
+        (out / "model.safetensors").unlink()
+    return model, tok
+
+
+_BUILT: dict[tuple, tuple[Path, object, object]] = {}
+
+
+def built_marian(tmp_root: Path, **options) -> tuple[Path, object, object]:
+    """``write_marian_model`` into ``tmp_root``, once per set of options and test session."""
+    key = tuple(sorted(options.items()))
+    if key not in _BUILT:
+        out = tmp_root / ("marian-" + "-".join(f"{k}={v}" for k, v in key) if key else "marian")
+        model, tok = write_marian_model(out, **options)
+        _BUILT[key] = (out, model, tok)
+    return _BUILT[key]
+
+
+def strip_generated(row: list[int], *, eos_id: int, pad_id: int) -> list[int]:
+    """A ``generate()`` row without its start token, cut before ``</s>`` (padding dropped)."""
+    row = row[1:]
+    row = row[: row.index(eos_id)] if eos_id in row else row
+    return [t for t in row if t != pad_id]

@@ -1,0 +1,19 @@
+"""Interoperability: run Hugging Face Marian models here; take our models to Hugging Face, CTranslate2, ONNX.
+
+    import_hf(marian_dir, run_dir)                  # a MarianMTModel directory -> our run directory
+    export_hf(run_dir, out)                         # -> a directory transformers loads as MarianMTModel
+    export_ctranslate2(run_dir, out, quantization=None)   # -> a CTranslate2 model directory
+    export_onnx(run_dir, out)                       # -> encoder.onnx + decoder_step.onnx (+ cache)
+
+The third-party packages are the optional ``interop`` extra; each function raises
+``MissingExtraError`` naming the install command when one is missing, and ``InteropError`` (a
+``ValueError``) for input it cannot convert. Outputs appear whole or not at all.
+"""
+
+from transformer.interop._common import INSTALL_HINT, InteropError, MissingExtraError
+from transformer.interop.ctranslate2 import export_ctranslate2
+from transformer.interop.hf import export_hf, import_hf
+from transformer.interop.onnx import export_onnx
+
+__all__ = ["INSTALL_HINT", "InteropError", "MissingExtraError", "export_ctranslate2", "export_hf", "export_onnx",
+           "import_hf"]

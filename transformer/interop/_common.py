@@ -1,0 +1,51 @@
+"""What every converter shares: its error type, optional-extra imports, and all-or-nothing output directories."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+INSTALL_HINT = 'pip install -c constraints.txt -e ".[interop]"'
+
+
+class InteropError(ValueError):
+    """Input a converter cannot handle; the message names the file or setting and the fix."""
+
+
+class MissingExtraError(InteropError):
+    """An optional package of the ``interop`` extra is not installed."""
+
+
+def require(module: str, purpose: str) -> ModuleType:
+    """Import ``module`` or raise :class:`MissingExtraError` naming the install command."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingExtraError(f"{purpose} needs the '{module.split('.')[0]}' package of the interop extra: "
+                                f"{INSTALL_HINT}") from None
+
+
+@contextlib.contextmanager
+def staged_output(target: str | os.PathLike[str]) -> Iterator[Path]:
+    """A fresh temporary directory beside ``target`` that becomes ``target`` only on success.
+
+    Refuses an existing ``target`` (nothing is ever overwritten). On any exception the temporary
+    directory is removed, so no half-written output is left behind.
+    """
+    target = Path(target)
+    if target.exists():
+        raise InteropError(f"output {target} already exists; choose a new directory")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

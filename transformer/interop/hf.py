@@ -1,0 +1,219 @@
+"""``import_hf`` (a Marian model directory -> our run directory) and ``export_hf`` (the reverse).
+
+A Marian directory saved by ``transformers`` holds ``config.json``, the weights
+(``model.safetensors``, ``pytorch_model.bin`` or their sharded ``*.index.json`` forms) and the
+tokenizer: ``source.spm``, ``target.spm``, ``vocab.json`` (and ``target_vocab.json`` with
+separate vocabularies). ``.bin`` weights are read with ``torch.load(weights_only=True)``, which
+never runs pickled code. Both directions write into a temporary directory beside the target
+and rename it at the end, so a failure leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from transformer.checkpoint import CheckpointError, load_model, save_model
+from transformer.interop._common import InteropError, require, staged_output
+from transformer.interop.marian import (
+    config_from_marian, marian_config_kwargs, state_from_marian, state_to_marian, to_concat_layout,
+)
+from transformer.model import Transformer
+from transformer.tokenizer import JOINT_FILE, Tokenizer, Vocabularies
+
+TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading a Marian directory.
+
+
+def read_hf_weights(directory: str | os.PathLike[str]) -> dict[str, Tensor]:
+    """All tensors of a ``transformers`` model directory (safetensors preferred, then ``.bin``)."""
+    directory = Path(directory)
+    for single, index in (("model.safetensors", "model.safetensors.index.json"),
+                          ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+        if (directory / single).is_file():
+            return _read_weight_file(directory / single)
+        if (directory / index).is_file():
+            try:
+                shards = sorted(set(json.loads((directory / index).read_text(encoding="utf-8"))["weight_map"].values()))
+            except (ValueError, KeyError, TypeError) as err:
+                raise InteropError(f"{directory / index} is not a valid weight index: {err!r}") from None
+            state: dict[str, Tensor] = {}
+            for shard in shards:
+                state.update(_read_weight_file(directory / shard))
+            return state
+    raise InteropError(f"no weights in {directory}: expected model.safetensors or pytorch_model.bin")
+
+
+def _read_weight_file(path: Path) -> dict[str, Tensor]:
+    if not path.is_file():
+        raise InteropError(f"weights file not found: {path}")
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            return load_file(str(path))
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # truncated files, foreign pickles refused by weights_only, ...
+        raise InteropError(f"cannot read weights {path}: {err}") from None
+    if not isinstance(state, dict) or not all(isinstance(t, Tensor) for t in state.values()):
+        raise InteropError(f"{path} does not hold a state dict of tensors")
+    return state
+
+
+def read_marian_tokenizers(directory: Path, start_id: int, sizes: tuple[int, int]) -> Vocabularies:
+    """Source and target :class:`SentencePieceTokenizer` of a Marian directory, checked against the model sizes."""
+    from transformer.spm_tokenizer import SentencePieceTokenizer
+
+    settings = {}
+    if (directory / "tokenizer_config.json").is_file():
+        settings = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
+    separate = bool(settings.get("separate_vocabs", False))
+    needed = TOKENIZER_FILES + (("target_vocab.json",) if separate else ())
+    missing = [name for name in needed if not (directory / name).is_file()]
+    if missing:
+        raise InteropError(f"{directory} lacks the Marian tokenizer files {missing} (a MarianTokenizer needs "
+                           f"{list(needed)})")
+    specials = {f"{k}_token": str(settings.get(f"{k}_token") or default)
+                for k, default in (("pad", "<pad>"), ("eos", "</s>"), ("unk", "<unk>"))}
+    tgt_vocab_file = directory / ("target_vocab.json" if separate else "vocab.json")
+    try:
+        target_vocab = json.loads(tgt_vocab_file.read_text(encoding="utf-8"))
+        start = {i: piece for piece, i in target_vocab.items()}.get(start_id)
+        if start is None:
+            raise InteropError(f"decoder_start_token_id {start_id} is not in {tgt_vocab_file.name}")
+        src = SentencePieceTokenizer.from_files(directory / "source.spm", directory / "vocab.json",
+                                                start_token=start, append_eos=True, **specials)
+        tgt = SentencePieceTokenizer.from_files(directory / "target.spm", tgt_vocab_file,
+                                                start_token=start, append_eos=False, **specials)
+    except (ValueError, AttributeError) as err:
+        raise InteropError(f"cannot read the Marian tokenizer in {directory}: {err}") from None
+    for side, tok, size, name in (("source", src, sizes[0], "vocab_size"), ("target", tgt, sizes[1], "decoder_vocab_size")):
+        if tok.vocab_size != size:
+            raise InteropError(f"vocabulary size mismatch: the {side} vocabulary has {tok.vocab_size} entries but "
+                               f"config.json says {name}={size}")
+    return Vocabularies(src, tgt)
+
+
+def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
+    """Convert a Marian model directory into one of our run directories ``out`` (which must not exist).
+
+    Raises:
+        InteropError: not a Marian directory, an unsupported architecture or variant, missing
+            tokenizer files, mismatched vocabulary sizes, or weights that do not fit the config.
+        MissingExtraError: ``transformers`` or ``sentencepiece`` is not installed.
+    """
+    directory = Path(directory)
+    if not (directory / "config.json").is_file():
+        raise InteropError(f"{directory} is not a Hugging Face model directory (no config.json)")
+    transformers = require("transformers", "import-hf")
+    require("sentencepiece", "import-hf")
+    try:
+        hf_config = transformers.AutoConfig.from_pretrained(str(directory))
+    except (ValueError, OSError, KeyError) as err:
+        raise InteropError(f"{directory}/config.json is not a config transformers can read: {err}") from None
+    cfg = config_from_marian(hf_config)
+    vocab = read_marian_tokenizers(directory, hf_config.decoder_start_token_id, (cfg.src_vocab_size, cfg.tgt_vocab_size))
+    if vocab.tgt.eos_id != hf_config.eos_token_id:
+        raise InteropError(f"config.json says eos_token_id={hf_config.eos_token_id} but the tokenizer's </s> "
+                           f"is {vocab.tgt.eos_id}")
+    model = Transformer(cfg)
+    state = state_from_marian(read_hf_weights(directory), cfg)
+    expected = model.state_dict()
+    for name, tensor in state.items():
+        if tensor.shape != expected[name].shape:
+            raise InteropError(f"weights do not fit config.json: {name} has shape {tuple(tensor.shape)}, the "
+                               f"config needs {tuple(expected[name].shape)}")
+    model.load_state_dict({k: v.float() for k, v in state.items()})
+    with staged_output(out) as tmp:
+        save_model(model, tmp)
+        vocab.save(tmp)
+    return Path(out)
+
+
+# ------------------------------------------------------------------------------------------------
+# Writing a Marian directory.
+
+
+def load_run(run_dir: str | os.PathLike[str]) -> tuple[Transformer, Vocabularies]:
+    """The Transformer and vocabularies of a run directory; InteropError if it holds something else."""
+    try:
+        model = load_model(run_dir)
+        vocab = Vocabularies.load(run_dir)
+    except (CheckpointError, FileNotFoundError) as err:
+        raise InteropError(f"cannot load the run directory {run_dir}: {err}") from None
+    if not isinstance(model, Transformer):
+        raise InteropError(f"{run_dir} holds a {type(model).__name__}; only Transformer models can be exported")
+    if model.config.src_vocab_size != vocab.src.vocab_size or model.config.tgt_vocab_size != vocab.tgt.vocab_size:
+        raise InteropError(f"{run_dir}: the model's vocabulary sizes ({model.config.src_vocab_size}, "
+                           f"{model.config.tgt_vocab_size}) do not match its tokenizer's")
+    return model.float().eval(), vocab
+
+
+def export_hf(run_dir: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
+    """Write ``out``, a directory ``transformers`` loads as a ``MarianMTModel`` computing our model's logits.
+
+    A SentencePiece run directory (an imported Marian model) also gets the ``MarianTokenizer``
+    files; a BPE one gets ``tokenizer.json`` + ``tokenizer_config.json`` for
+    ``PreTrainedTokenizerFast`` (joint vocabulary) or our two tokenizer files (separate).
+    """
+    transformers = require("transformers", "export --format hf")
+    model, vocab = load_run(run_dir)
+    model = to_concat_layout(model)
+    kwargs = marian_config_kwargs(model.config, pad_id=vocab.tgt.pad_id, eos_id=vocab.tgt.eos_id,
+                                  start_id=vocab.tgt.bos_id)
+    hf_model = transformers.MarianMTModel(transformers.MarianConfig(**kwargs)).eval()
+    state = hf_model.state_dict()
+    for name, tensor in state_to_marian(model).items():
+        state[name] = tensor
+    hf_model.load_state_dict(state)
+    with staged_output(out) as tmp:
+        hf_model.save_pretrained(str(tmp))
+        _write_hf_tokenizer(vocab, tmp, transformers)
+    return Path(out)
+
+
+def _write_hf_tokenizer(vocab: Vocabularies, out: Path, transformers) -> None:
+    from transformer.spm_tokenizer import SentencePieceTokenizer
+
+    if isinstance(vocab.src, SentencePieceTokenizer) and isinstance(vocab.tgt, SentencePieceTokenizer):
+        separate = vocab.src.vocab != vocab.tgt.vocab
+        (out / "source.spm").write_bytes(vocab.src.model_proto)
+        (out / "target.spm").write_bytes(vocab.tgt.model_proto)
+        (out / "vocab.json").write_text(json.dumps(vocab.src.vocab, ensure_ascii=False), encoding="utf-8")
+        if separate:
+            (out / "target_vocab.json").write_text(json.dumps(vocab.tgt.vocab, ensure_ascii=False), encoding="utf-8")
+        tokenizer = transformers.MarianTokenizer(
+            str(out / "source.spm"), str(out / "target.spm"), str(out / "vocab.json"),
+            target_vocab_file=str(out / "target_vocab.json") if separate else None, separate_vocabs=separate,
+            pad_token=vocab.tgt.pieces([vocab.tgt.pad_id])[0], eos_token=vocab.tgt.pieces([vocab.tgt.eos_id])[0],
+            unk_token=vocab.tgt.pieces([vocab.tgt.unk_id])[0], model_max_length=512)
+        tokenizer.save_pretrained(str(out))
+        return
+    if vocab.joint:
+        vocab.save(out)
+        specials = {f"{k}_token": vocab.src.pieces([getattr(vocab.src, f"{k}_id")])[0] for k in ("pad", "bos", "eos", "unk")}
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", **specials}
+        (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    else:
+        vocab.save(out)  # tokenizer.src.json + tokenizer.tgt.json, readable with tokenizers.Tokenizer.from_file
+
+
+def copy_tokenizer_files(run_dir: Path, out: Path) -> list[str]:
+    """Copy the run directory's tokenizer file(s) into ``out``; returns the names copied."""
+    names = [n for n in (JOINT_FILE, "tokenizer.src.json", "tokenizer.tgt.json") if (run_dir / n).is_file()]
+    for name in names:
+        shutil.copyfile(run_dir / name, out / name)
+    return names
+
+
+def piece_list(tokenizer: Tokenizer) -> list[str]:
+    """Every token string of ``tokenizer`` in id order (``pieces(range(vocab_size))``)."""
+    return tokenizer.pieces(range(tokenizer.vocab_size))
