@@ -1,0 +1,139 @@
+"""The server's web page in a real headless Chromium (Playwright) against a live uvicorn server.
+
+Type a sentence, press Translate, wait for the translation, then switch the attention kind, layer
+and heads in the embedded attention view and check that the lines drawn are the weights the API
+returns for that very translation. Skipped without Playwright or Chromium, unless CI is set (then
+the test fails), like tests/test_visualize_browser.py.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
+from test_serve import make_run_dir
+from test_visualize_browser import ARGS, ARTIFACTS, CHROMIUM, require
+
+from transformer.serve.app import create_app
+from transformer.serve.limits import ServeLimits
+from transformer.translator import Translator
+from transformer.visualize.data import TokenAxis
+
+SENTENCE = "je suis étudiant"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    translator = Translator.from_run_dir(make_run_dir(tmp_path_factory.mktemp("browser-run")))
+    app = create_app(translator, ServeLimits(), src_lang="fr", tgt_lang="en")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.05)
+    yield url
+    server.should_exit = True
+    thread.join(timeout=30)
+    sock.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        require(False, "playwright is not installed (pip install playwright)")
+    require(os.path.exists(CHROMIUM), f"{CHROMIUM} not found (apt-get install chromium)")
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield chromium
+        chromium.close()
+
+
+def lines_drawn(frame) -> dict[tuple, float]:
+    """{(kind, layer, head, row, col): stroke-opacity} of the lines in the attention view."""
+    rows = frame.eval_on_selector_all(
+        "#attention-svg line.attn-line",
+        "els => els.map(e => [e.dataset.kind, +e.dataset.layer, +e.dataset.head, +e.dataset.row, +e.dataset.col,"
+        " +e.getAttribute('stroke-opacity')])")
+    drawn = {tuple(r[:5]): r[5] for r in rows}
+    assert len(drawn) == len(rows)  # no line drawn twice
+    return drawn
+
+
+def lines_expected(doc: dict, kind: str, layer: int, heads: list[int], min_weight: float = 0.01) -> dict[tuple, float]:
+    """The same map computed from the API's attention document."""
+    scale = doc["weight_scale"]
+    return {(kind, layer, h, i, j): value / scale
+            for h in heads for i, row in enumerate(doc["kinds"][kind]["weights"][layer][h])
+            for j, value in enumerate(row) if value / scale >= min_weight}
+
+
+def test_type_translate_and_explore_the_attention(browser, server):
+    page = browser.new_page(viewport={"width": 1280, "height": 1100})
+    errors: list[str] = []
+    requests: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(server + "/")
+    page.wait_for_selector("body[data-ready=true]")
+    assert "fr \u2192 en" in page.inner_text("h1")
+
+    page.fill("#source", SENTENCE)
+    page.click("#translate")
+    page.wait_for_selector("#result[data-state=done]", timeout=60_000)
+    shown = page.inner_text("#translation")
+    api = httpx.post(server + "/v1/translate", json={"text": SENTENCE}, timeout=60).json()
+    assert shown == api["translations"][0]["translation"] and shown
+    doc = httpx.post(server + "/v1/attention", json={"text": SENTENCE}, timeout=60).json()
+    assert doc["translation"] == shown
+
+    frame = page.query_selector("#attention-frame").content_frame()
+    frame.wait_for_selector("body[data-ready=true]")
+    assert SENTENCE in frame.inner_text("#sentence-text") and shown in frame.inner_text("#sentence-text")
+    last = doc["model"]["layers"]["encoder"] - 1
+    assert lines_drawn(frame) == pytest.approx(lines_expected(doc, "encoder", last, [0, 1, 2, 3]))
+
+    frame.select_option("#kind-select", "cross")
+    frame.select_option("#layer-select", "0")
+    frame.dblclick(".head-toggle[data-head='2']")  # only head 2
+    got = lines_drawn(frame)
+    assert {key[:3] for key in got} == {("cross", 0, 2)}
+    assert got == pytest.approx(lines_expected(doc, "cross", 0, [2]))
+    assert frame.get_attribute("#status", "data-lines") == str(len(got))
+    labels = TokenAxis.from_dict(doc["tokens"]["target_output"]).labels
+    assert frame.locator("#attention-svg text.token-row").all_text_contents() == labels
+    assert frame.locator("#attention-svg text.token-col").all_text_contents() == \
+        TokenAxis.from_dict(doc["tokens"]["source"]).labels
+
+    frame.click(".head-toggle[data-head='0']")  # heads 0 and 2
+    assert frame.get_attribute(".head-toggle[data-head='0']", "aria-pressed") == "true"
+    assert lines_drawn(frame) == pytest.approx(lines_expected(doc, "cross", 0, [0, 2]))
+    frame.select_option("#layer-select", "1")
+    assert lines_drawn(frame) == pytest.approx(lines_expected(doc, "cross", 1, [0, 2]))
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "serve_page.png"), full_page=True)
+
+    page.fill("#source", "   ")  # the server's message is shown, the page keeps working
+    page.click("#translate")
+    page.wait_for_selector("#result[data-state=error]")
+    assert "whitespace" in page.inner_text("#error") and page.inner_text("#translation") == ""
+    page.fill("#source", "le chat")
+    page.click("#translate")
+    page.wait_for_selector("#result[data-state=done]", timeout=60_000)
+    assert page.inner_text("#translation") == httpx.post(
+        server + "/v1/translate", json={"text": "le chat"}, timeout=60).json()["translations"][0]["translation"]
+
+    assert errors == []
+    assert all(u.startswith((server + "/", "about:", "data:")) for u in requests), requests
+    page.close()
