@@ -125,3 +125,34 @@ def strip_generated(row: list[int], *, eos_id: int, pad_id: int) -> list[int]:
     row = row[1:]
     row = row[: row.index(eos_id)] if eos_id in row else row
     return [t for t in row if t != pad_id]
+
+
+def write_run_dir(out: Path, *, seed: int = 0, steps: int = 60, **overrides) -> Path:
+    """One of our run directories: a joint BPE tokenizer and a tiny Transformer trained for ``steps`` steps.
+
+    ``overrides`` change the ``tiny`` preset (e.g. ``norm_first=True``, ``positional="learned"``);
+    the defaults are the paper's switches (interleaved sinusoids, ReLU, tied embeddings, no output bias).
+    """
+    from transformer.checkpoint import save_model
+    from transformer.config import preset
+    from transformer.data import make_batch
+    from transformer.model import Transformer
+    from transformer.tokenizer import Vocabularies
+
+    pairs = sentences()
+    vocab = Vocabularies.train(pairs, vocab_size=400)
+    torch.manual_seed(seed)
+    model = Transformer(preset("tiny", src_vocab_size=vocab.src.vocab_size, **overrides))
+    examples = list(zip(vocab.src.encode_batch([f for f, _ in pairs]), vocab.tgt.encode_batch([e for _, e in pairs])))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for step in range(steps):
+        b = make_batch(examples[(step * 32) % len(examples):][:32], pad_id=vocab.src.pad_id, bos_id=vocab.tgt.bos_id,
+                       eos_id=vocab.tgt.eos_id)
+        logits = model(b.src, b.tgt_in, b.src_mask)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), b.tgt_out.flatten(), ignore_index=vocab.tgt.pad_id)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    save_model(model.eval(), out)
+    vocab.save(out)
+    return out
