@@ -8,7 +8,7 @@ import torch
 from transformer.checkpoint import load_config, load_model, save_model
 from transformer.config import ModelConfig
 from transformer.decoding import DecodeConfig, beam_search, decode, greedy_search
-from transformer.model import RNNConfig, RNNSeq2Seq, Transformer, build_model, config_from_dict, rnn_preset
+from transformer.model import RNNCache, RNNConfig, RNNSeq2Seq, Transformer, build_model, config_from_dict, rnn_preset
 from transformer.model.scores import AdditiveScore, BilinearScore, DotScore
 from transformer.training.config import RunConfig
 
@@ -132,6 +132,17 @@ def test_step_by_step_decoding_with_the_cache_equals_teacher_forcing(score, inpu
     steps += [model.decode(tgt[:, t : t + 1], memory, mask, cache=cache) for t in range(3, 7)]
     assert cache.length == 7
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-6)
+
+
+def test_the_decoder_step_computes_what_nn_lstm_computes():
+    model = tiny(n_decoder_layers=2)
+    x = torch.randn(3, 5, 64)  # (B, T, 2E): embedding + fed attentional vector
+    h0, c0 = torch.randn(2, 3, 32), torch.randn(2, 3, 32)
+    expected, (h, c) = model.decoder(x, (h0, c0))
+    state = RNNCache(h=h0, c=c0)
+    steps = torch.stack([model._lstm_step(x[:, t], state) for t in range(5)], dim=1)
+    torch.testing.assert_close(steps, expected)
+    torch.testing.assert_close((state.h, state.c), (h, c))
 
 
 def test_cache_reorder_follows_the_rows():

@@ -154,8 +154,8 @@ class RNNSeq2Seq(nn.Module):
         else:
             outs, ws = [], []
             for t in range(tgt.shape[1]):
-                x = torch.cat([emb[:, t : t + 1], state.feed.unsqueeze(1).to(emb.dtype)], dim=-1)  # (B, 1, 2E)
-                s, (state.h, state.c) = self.decoder(x, (state.h, state.c))  # (B, 1, H)
+                x = torch.cat([emb[:, t], state.feed.to(emb.dtype)], dim=-1)  # (B, 2E)
+                s = self._lstm_step(x, state).unsqueeze(1)  # (B, 1, H)
                 o, w = self._attend(s, memory, mask, state.keys)
                 state.feed = o[:, 0]
                 outs.append(o)
@@ -165,6 +165,28 @@ class RNNSeq2Seq(nn.Module):
             state.feed = out[:, -1]
         state.length += tgt.shape[1]
         return out, weights if need_weights else None
+
+    def _lstm_step(self, x: Tensor, state: RNNCache) -> Tensor:
+        """One time step of ``self.decoder`` (the same weights and equations as ``nn.LSTM``, gates i, f, g, o)
+        for input ``x (B, in)``; updates ``state.h, state.c (L, B, H)`` and returns the top layer's output.
+
+        A per-step ``nn.LSTM`` call costs milliseconds of set-up on CPU; these few operations do not.
+        """
+        hs, cs = [], []
+        for layer in range(self.config.n_decoder_layers):
+            if layer:
+                x = nn.functional.dropout(x, self.decoder.dropout, self.training)  # as nn.LSTM between layers
+            gates = (nn.functional.linear(x, getattr(self.decoder, f"weight_ih_l{layer}"),
+                                          getattr(self.decoder, f"bias_ih_l{layer}"))
+                     + nn.functional.linear(state.h[layer], getattr(self.decoder, f"weight_hh_l{layer}"),
+                                            getattr(self.decoder, f"bias_hh_l{layer}")))  # (B, 4H)
+            i, f, g, o = gates.chunk(4, dim=-1)
+            c = torch.sigmoid(f) * state.c[layer] + torch.sigmoid(i) * torch.tanh(g)
+            x = torch.sigmoid(o) * torch.tanh(c)
+            hs.append(x)
+            cs.append(c)
+        state.h, state.c = torch.stack(hs), torch.stack(cs)
+        return x
 
     def _attend(self, s: Tensor, memory: Tensor, mask: Tensor | None, keys: Tensor | None) -> tuple[Tensor, Tensor]:
         """Decoder states ``s (B, T, H)`` -> attentional vectors ``(B, T, E)``, weights ``(B, T, S)``."""
