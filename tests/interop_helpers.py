@@ -127,7 +127,7 @@ def strip_generated(row: list[int], *, eos_id: int, pad_id: int) -> list[int]:
     return [t for t in row if t != pad_id]
 
 
-def write_run_dir(out: Path, *, seed: int = 0, steps: int = 60, **overrides) -> Path:
+def write_run_dir(out: Path, *, seed: int = 0, steps: int = 120, **overrides) -> Path:
     """One of our run directories: a joint BPE tokenizer and a tiny Transformer trained for ``steps`` steps.
 
     ``overrides`` change the ``tiny`` preset (e.g. ``norm_first=True``, ``positional="learned"``);
