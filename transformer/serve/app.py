@@ -124,6 +124,7 @@ def create_app(translator: Translator, limits: ServeLimits | None = None, *, src
     async def translate(body: TranslateRequest) -> TranslateResponse:  # type: ignore[valid-type]
         start = time.perf_counter()
         texts = [body.text] if isinstance(body.text, str) else list(body.text)
+        batcher.check_capacity(len(texts))
         await check_lengths(texts)
         key = (body.beam_size, body.n_best, body.max_length)
         results, info = await batcher.translate(key, texts)
@@ -140,6 +141,7 @@ def create_app(translator: Translator, limits: ServeLimits | None = None, *, src
               summary="Translate one text and return every attention weight of that translation")
     async def attention(body: AttentionRequest) -> JSONResponse:  # type: ignore[valid-type]
         start = time.perf_counter()
+        batcher.check_capacity(1)
         await check_lengths([body.text])
         chosen = translator_for((body.beam_size, 1, body.max_length))
         data, info = await batcher.call(lambda: collect_attention(chosen, body.text).to_dict())

@@ -135,12 +135,17 @@ class DynamicBatcher:
             self._executor = None
 
     # ------------------------------------------------------------------------------------------
-    async def _submit(self, job: _Job) -> tuple[Any, BatchInfo]:
-        n = len(job.texts)
-        if self._queued_texts + n > self.max_queue:
+    def check_capacity(self, n_texts: int) -> None:
+        """Raise :class:`Overloaded` now if ``n_texts`` more would not fit in the queue (a cheap
+        early refusal before any other work on the request)."""
+        if self._queued_texts + n_texts > self.max_queue:
             self.stats.rejected_overload += 1
             raise Overloaded(f"the server is busy: {self._queued_texts} texts are waiting and at most "
                              f"{self.max_queue} may; try again shortly")
+
+    async def _submit(self, job: _Job) -> tuple[Any, BatchInfo]:
+        n = len(job.texts)
+        self.check_capacity(n)
         self._ensure_worker()
         self.stats.requests += 1
         self.stats.texts += n

@@ -1,0 +1,218 @@
+"""Load on ``transformer serve``: throughput and latency with dynamic batching against batch size 1.
+
+    python benchmarks/serve_load.py RUN_DIR [--clients 64] [--seconds 60] [--sentences FILE]
+
+For each mode (``dynamic``: the server's dynamic batching, up to --max-batch-size texts per model
+call; ``batch1``: --max-batch-size 1) the script starts ``transformer serve RUN_DIR`` on 127.0.0.1
+(a free port), lets --clients concurrent clients send one sentence per request for --seconds
+seconds, and reports sentences/s, p50/p99 latency, failed requests and the server's mean batch
+size; then it stops the server with SIGTERM and checks that it exits 0. An overload check
+follows: a server with a short queue (--overload-queue) gets --overload-requests requests at
+once; the excess must be answered 503 quickly, the rest 200.
+
+Only 127.0.0.1 is contacted, every run is bounded (clients <= 1024, seconds <= 600). Sentences
+come from --sentences (one per line, plain or gzip) or the built-in French corpus. The last line
+printed is a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+
+def read_sentences(path: str | None, n: int = 2000) -> list[str]:
+    if path is None:
+        from transformer.corpus.builtin import generate_pairs
+
+        return [fr for fr, _ in generate_pairs(n, seed=7)]
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        lines = [line.strip() for line in f if line.strip()]
+    if not lines:
+        raise SystemExit(f"{path}: no sentences")
+    return lines[:n]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``transformer serve`` in a subprocess on 127.0.0.1."""
+
+    def __init__(self, run_dir: str, *options: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "transformer.cli", "serve", run_dir, "--host", "127.0.0.1",
+             "--port", str(self.port), "--log-level", "warning", *options],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while True:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"the server exited with {self.proc.returncode}: {self.proc.stderr.read()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                raise SystemExit("the server did not start within 120 s")
+            time.sleep(0.25)
+
+    def health(self) -> dict:
+        return httpx.get(self.url + "/health", timeout=10).json()["batching"]
+
+    def stop(self) -> int:
+        """SIGTERM; the exit status (0 expected)."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+async def load(url: str, sentences: list[str], clients: int, seconds: float, beam_size: int) -> dict:
+    """``clients`` loops, each sending one sentence per request until ``seconds`` have passed."""
+    latencies: list[float] = []
+    failures: dict[str, int] = {}
+    counter = iter(range(10**9))
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+        start = time.perf_counter()
+        deadline = start + seconds
+
+        async def one_client() -> None:
+            while time.perf_counter() < deadline:
+                text = sentences[next(counter) % len(sentences)]
+                sent = time.perf_counter()
+                try:
+                    r = await client.post("/v1/translate", json={"text": text, "beam_size": beam_size})
+                    if r.status_code == 200:
+                        latencies.append(time.perf_counter() - sent)
+                    else:
+                        failures[str(r.status_code)] = failures.get(str(r.status_code), 0) + 1
+                except httpx.HTTPError as err:
+                    failures[type(err).__name__] = failures.get(type(err).__name__, 0) + 1
+
+        await asyncio.gather(*(one_client() for _ in range(clients)))
+        elapsed = time.perf_counter() - start
+    return {"sentences": len(latencies), "seconds": round(elapsed, 1),
+            "sentences_per_s": round(len(latencies) / elapsed, 2),
+            "p50_ms": round(percentile(latencies, 50) * 1000, 1), "p99_ms": round(percentile(latencies, 99) * 1000, 1),
+            "failed": sum(failures.values()), "failures": failures}
+
+
+async def burst(url: str, sentences: list[str], n: int, beam_size: int) -> dict:
+    """``n`` requests at once; how many got 200 and 503, and how fast the 503s came.
+
+    First ``n`` GET /health at once (no model work) open the connections and give the baseline:
+    what answering ``n`` requests at once costs on this machine, client included."""
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(max_connections=n)) as client:
+        async def timed(request) -> tuple[int, float]:
+            sent = time.perf_counter()
+            r = await request
+            return r.status_code, time.perf_counter() - sent
+
+        baseline = await asyncio.gather(*(timed(client.get("/health")) for _ in range(n)))
+        results = await asyncio.gather(*(timed(client.post("/v1/translate", json={
+            "text": sentences[i % len(sentences)], "beam_size": beam_size})) for i in range(n)))
+    by_status: dict[str, list[float]] = {}
+    for status, seconds in results:
+        by_status.setdefault(str(status), []).append(seconds)
+    rejected = by_status.get("503", [])
+    return {"requests": n, "status_counts": {k: len(v) for k, v in sorted(by_status.items())},
+            "health_burst_p99_ms": round(percentile([s for _, s in baseline], 99) * 1000, 1),
+            "rejected_p50_ms": round(percentile(rejected, 50) * 1000, 1),
+            "rejected_p99_ms": round(percentile(rejected, 99) * 1000, 1),
+            "served_p99_ms": round(percentile(by_status.get("200", []), 99) * 1000, 1),
+            "other_failures": sum(len(v) for k, v in by_status.items() if k not in ("200", "503"))}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("run_dir", help="run directory of a trained model")
+    parser.add_argument("--clients", type=int, default=64, help="concurrent clients (default: 64, at most 1024)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="load time per mode (default: 60, at most 600)")
+    parser.add_argument("--modes", default="dynamic,batch1", help="dynamic, batch1, both, or none: only the overload check (default: both)")
+    parser.add_argument("--max-batch-size", type=int, default=32, help="texts per model call in dynamic mode (default: 32)")
+    parser.add_argument("--batch-wait-ms", type=float, default=5.0, help="the batching window (default: 5)")
+    parser.add_argument("--beam-size", type=int, default=4, help="beam size of every request (default: 4)")
+    parser.add_argument("--sentences", help="one source sentence per line (plain or .gz; default: built-in French)")
+    parser.add_argument("--overload-queue", type=int, default=16, help="--max-queue of the overload check (default: 16)")
+    parser.add_argument("--overload-requests", type=int, default=200,
+                        help="requests sent at once in the overload check (default: 200; 0 skips it)")
+    args = parser.parse_args()
+    if not 1 <= args.clients <= 1024 or not 0 < args.seconds <= 600 or not 0 <= args.overload_requests <= 2000:
+        parser.error("--clients must be in 1..1024, --seconds in (0, 600], --overload-requests in 0..2000")
+    modes = [m for m in args.modes.split(",") if m and m != "none"]
+    if any(m not in ("dynamic", "batch1") for m in modes):
+        parser.error(f"--modes takes dynamic and/or batch1 (or none), got {args.modes!r}")
+    sentences = read_sentences(args.sentences)
+    common = ["--beam-size", str(args.beam_size), "--batch-wait-ms", str(args.batch_wait_ms)]
+    summary: dict = {"run_dir": str(Path(args.run_dir)), "clients": args.clients, "seconds": args.seconds,
+                     "beam_size": args.beam_size, "cpus": os.cpu_count(),
+                     "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "modes": {}}
+
+    for mode in modes:
+        size = args.max_batch_size if mode == "dynamic" else 1
+        server = Server(args.run_dir, *common, "--max-batch-size", str(size), "--max-queue", str(4 * args.clients))
+        try:
+            asyncio.run(load(server.url, sentences, min(args.clients, 4), 2.0, args.beam_size))  # warm-up
+            before = server.health()
+            result = asyncio.run(load(server.url, sentences, args.clients, args.seconds, args.beam_size))
+            after = server.health()
+        finally:
+            result_exit = server.stop()
+        batches = after["batches"] - before["batches"]
+        result["mean_batch_size"] = round((after["batched_texts"] - before["batched_texts"]) / max(batches, 1), 2)
+        result["exit_status_after_sigterm"] = result_exit
+        summary["modes"][mode] = result
+        print(f"{mode:>8}: {result['sentences_per_s']:7.2f} sentences/s  p50 {result['p50_ms']:8.1f} ms  "
+              f"p99 {result['p99_ms']:8.1f} ms  failed {result['failed']}  mean batch {result['mean_batch_size']}  "
+              f"exit {result_exit}", flush=True)
+
+    if args.overload_requests:
+        server = Server(args.run_dir, *common, "--max-batch-size", str(args.max_batch_size),
+                        "--max-queue", str(args.overload_queue))
+        try:
+            over = asyncio.run(burst(server.url, sentences, args.overload_requests, args.beam_size))
+        finally:
+            overload_exit = server.stop()
+        over["exit_status_after_sigterm"] = overload_exit
+        summary["overload"] = over
+        print(f"overload: {args.overload_requests} requests at once, queue {args.overload_queue}: "
+              f"{over['status_counts']}; 503 p50 {over['rejected_p50_ms']} ms, p99 {over['rejected_p99_ms']} ms; "
+              f"served p99 {over['served_p99_ms']} ms; baseline ({args.overload_requests} GET /health at once) "
+              f"p99 {over['health_burst_p99_ms']} ms", flush=True)
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
