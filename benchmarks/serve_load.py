@@ -130,20 +130,26 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float, bea
 async def burst(url: str, sentences: list[str], n: int, beam_size: int) -> dict:
     """``n`` requests at once; how many got 200 and 503, and how fast the 503s came.
 
-    First ``n`` GET /health at once (no model work) open the connections and give the baseline:
-    what answering ``n`` requests at once costs on this machine, client included."""
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(max_connections=n)) as client:
-        async def timed(request) -> tuple[int, float]:
-            sent = time.perf_counter()
-            r = await request
-            return r.status_code, time.perf_counter() - sent
+    First ``n`` GET /health at once (no model work, fresh connections, like the burst) give the
+    baseline: what answering ``n`` requests at once costs on this machine, client included."""
+    async def timed(client: httpx.AsyncClient, method: str, path: str, body: dict | None) -> tuple[str, float]:
+        sent = time.perf_counter()
+        try:
+            r = await client.request(method, path, json=body)
+            status = str(r.status_code)
+        except httpx.HTTPError as err:
+            status = type(err).__name__
+        return status, time.perf_counter() - sent
 
-        baseline = await asyncio.gather(*(timed(client.get("/health")) for _ in range(n)))
-        results = await asyncio.gather(*(timed(client.post("/v1/translate", json={
-            "text": sentences[i % len(sentences)], "beam_size": beam_size})) for i in range(n)))
+    limits = httpx.Limits(max_connections=n)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+        baseline = await asyncio.gather(*(timed(client, "GET", "/health", None) for _ in range(n)))
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+        results = await asyncio.gather(*(timed(client, "POST", "/v1/translate", {
+            "text": sentences[i % len(sentences)], "beam_size": beam_size}) for i in range(n)))
     by_status: dict[str, list[float]] = {}
     for status, seconds in results:
-        by_status.setdefault(str(status), []).append(seconds)
+        by_status.setdefault(status, []).append(seconds)
     rejected = by_status.get("503", [])
     return {"requests": n, "status_counts": {k: len(v) for k, v in sorted(by_status.items())},
             "health_burst_p99_ms": round(percentile([s for _, s in baseline], 99) * 1000, 1),

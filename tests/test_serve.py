@@ -126,6 +126,7 @@ def test_health_model_and_page(client):
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert 'id="translate"' in page.text and "attention-frame" in page.text
     assert "http://" not in page.text.replace("http://www.w3.org/2000/svg", "")  # nothing fetched from elsewhere
+    assert client.get("/docs").status_code == 404  # Swagger UI would load its scripts from a CDN
 
 
 def test_openapi_schema_carries_the_endpoints_and_limits(client):

@@ -1,6 +1,7 @@
 """The FastAPI application: ``create_app(translator, limits)``.
 
-Endpoints (the OpenAPI schema is served at ``/openapi.json``, the docs at ``/docs``):
+Endpoints (the OpenAPI schema is served at ``/openapi.json``; the Swagger and ReDoc pages are
+switched off because they load their scripts from a CDN):
 
 * ``POST /v1/translate``: one text or a list; ``beam_size``, ``n_best``, ``max_length``; returns the
   translations with scores and the timing of the model call (dynamic batching, see
@@ -102,6 +103,7 @@ def create_app(translator: Translator, limits: ServeLimits | None = None, *, src
         await batcher.close()
 
     app = FastAPI(title="transformer translation server", version=__version__, lifespan=lifespan,
+                  docs_url=None, redoc_url=None,
                   description="Translate with a Transformer (Vaswani et al., 2017) and see its attention. "
                   f"Limits: {json.dumps(limits.to_dict())}.")
     app.state.batcher = batcher
