@@ -4,7 +4,7 @@
 
 The model is loaded once; uvicorn serves the FastAPI app of :mod:`transformer.serve.app`. On
 SIGTERM uvicorn stops accepting connections, lets the requests in flight finish (at most 60 s), and
-the process exits 0; Ctrl-C does the same and exits 130 (interrupted).
+the process exits 0; Ctrl-C (SIGINT) does the same.
 """
 
 from __future__ import annotations
