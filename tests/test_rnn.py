@@ -176,6 +176,9 @@ def test_greedy_and_beam_search_run_through_the_shared_decoders():
     beams = beam_search(model, src, mask, bos_id=1, eos_id=2, beam_size=4, n_best=3, max_len_b=6)
     for hyps in beams:
         assert len(hyps) == 3 and [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+    samples = decode(model, src, mask, DecodeConfig("sample", n_best=2, seed=3, max_len_b=6), bos_id=1, eos_id=2)
+    again = decode(model, src, mask, DecodeConfig("sample", n_best=2, seed=3, max_len_b=6), bos_id=1, eos_id=2)
+    assert [[h.tokens for h in s] for s in samples] == [[h.tokens for h in s] for s in again]  # seeded
     with_attention = decode(model, src, mask, DecodeConfig("beam", beam_size=3, return_attention=True, max_len_b=6),
                             bos_id=1, eos_id=2)
     h = with_attention[1][0]

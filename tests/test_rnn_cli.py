@@ -63,6 +63,7 @@ def test_attend_shows_one_map_per_decoder_step(run_dir, tmp_path, capsys):
     assert len(weights[0][0]) == len(doc["tokens"]["target_output"]["pieces"])  # a row per decoder step
     assert all(abs(sum(row) - doc["weight_scale"]) <= len(row) for row in weights[0][0])
     assert (out / "attention_cross_layer0.png").is_file() and not (out / "attention_encoder_layer0.png").exists()
+    assert not list(out.glob("positional_encoding.*"))  # an RNN has no positional encoding
     assert list(read_page_data(out / "attention.html")["sentences"][0]["kinds"]) == ["cross"]
 
 

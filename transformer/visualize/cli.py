@@ -46,7 +46,7 @@ def register_attend_command(subparsers: argparse._SubParsersAction) -> argparse.
                    help="translate with the translator's beam search (default: greedy decoding)")
     for name, what in (("heatmaps", "the heatmaps"), ("json", f"the weights as {JSON_FILE}"),
                        ("page", f"the interactive page {PAGE_FILE}"),
-                       ("positions", "the positional-encoding picture")):
+                       ("positions", "the positional-encoding picture (models with positional encodings)")):
         p.add_argument(f"--{name}", action="store_true", help=f"write {what}")
     p.set_defaults(handler=run_attend)
     return p
@@ -118,7 +118,7 @@ def attend(translator: Any, sentence: str, out_dir: str | os.PathLike[str], *, k
         data.to_json(out / JSON_FILE)
     if "page" in outputs:
         written.append(write_attention_page(data, out / PAGE_FILE))
-    if "positions" in outputs:
+    if "positions" in outputs and hasattr(cfg, "positional"):  # the recurrent baseline has no positions
         sinusoidal = getattr(cfg, "positional", None) == "sinusoidal"
         d_model = cfg.d_model if sinusoidal else 512
         table_layout = cfg.sinusoid_layout if sinusoidal else "interleaved"
