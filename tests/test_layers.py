@@ -101,3 +101,19 @@ def test_dropout_is_active_in_training_only():
     assert not torch.allclose(layer(x)[0], layer(x)[0])
     layer.eval()
     torch.testing.assert_close(layer(x)[0], layer(x)[0])
+
+
+def test_dropout_keeps_one_minus_p_and_rescales():
+    from transformer.model.dropout import Dropout
+
+    torch.manual_seed(0)
+    drop = Dropout(0.3).train()
+    x = torch.ones(400, 500)
+    y = drop(x)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.7) < 0.005
+    torch.testing.assert_close(y[kept], torch.full_like(y[kept], 1 / 0.7))
+    assert drop.eval()(x) is x
+    assert Dropout(0.0).train()(x) is x
+    with pytest.raises(ValueError, match="dropout probability"):
+        Dropout(1.0)

@@ -162,6 +162,39 @@ def test_bf16_autocast_runs_and_stays_close():
     assert (low.float() - ref).abs().max() < 0.1 * ref.abs().max()
 
 
+def test_forward_positions_selects_those_logits():
+    model = make_model()
+    src, tgt, keep = batch()
+    positions = torch.rand(tgt.shape, generator=torch.Generator().manual_seed(3)) > 0.4
+    full = model(src, tgt, keep)
+    picked = model(src, tgt, keep, positions=positions)
+    assert picked.shape == (int(positions.sum()), V)
+    torch.testing.assert_close(picked, full[positions])
+    with pytest.raises(ValueError, match="positions must be a bool mask"):
+        model(src, tgt, keep, positions=positions[:, :2])
+
+
+def test_bf16_training_step_explicit_path_matches_fused_gradients():
+    """Short bf16 training steps on CPU take the explicit attention path; gradients agree with the fused kernel's."""
+    from transformer.model import attention
+
+    torch.manual_seed(0)
+    model = Transformer(preset("tiny", src_vocab_size=V, dropout=0.0, attention_dropout=0.0)).train()
+    src, tgt, keep = batch()
+    grads = []
+    for limit in (attention.EXPLICIT_TRAINING_MAX_KEYS, 0):  # explicit, then fused
+        old, attention.EXPLICIT_TRAINING_MAX_KEYS = attention.EXPLICIT_TRAINING_MAX_KEYS, limit
+        try:
+            model.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = model(src, tgt, keep)
+            out.float().square().mean().backward()
+            grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+        finally:
+            attention.EXPLICIT_TRAINING_MAX_KEYS = old
+    assert (grads[0] - grads[1]).norm() < 0.03 * grads[1].norm()
+
+
 def test_bad_inputs_name_the_problem():
     model = make_model()
     src, tgt, keep = batch()

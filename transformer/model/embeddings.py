@@ -17,6 +17,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from transformer.model.dropout import Dropout
+
 
 def sinusoidal_table(n_positions: int, d_model: int, *, layout: str = "interleaved") -> Tensor:
     """The ``(n_positions, d_model)`` float32 table of paper 3.5.
@@ -96,7 +98,7 @@ class InputEmbedding(nn.Module):
     def __init__(self, tokens: TokenEmbedding, positions: nn.Module, *, dropout: float) -> None:
         super().__init__()
         self.tokens, self.positions = tokens, positions
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, ids: Tensor, *, offset: int = 0) -> Tensor:
         x = self.tokens(ids)  # (B, L, E)

@@ -110,9 +110,18 @@ class RNNSeq2Seq(nn.Module):
         """
         return self.output(self._decode(tgt, memory, src_mask, cache, need_weights=False)[0])
 
-    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """Teacher forcing: all target positions ``(B, T)`` -> logits ``(B, T, V)``."""
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, *,
+                positions: Tensor | None = None) -> Tensor:
+        """Teacher forcing: all target positions ``(B, T)`` -> logits ``(B, T, V)``; with a bool
+        ``positions`` mask ``(B, T)`` only those positions' logits, as ``(N, V)`` (as ``Transformer.forward``)."""
+        memory = self.encode(src, src_mask)
+        if positions is None:
+            return self.decode(tgt, memory, src_mask)
+        if positions.shape != tgt.shape or positions.dtype != torch.bool:
+            raise ValueError(f"positions must be a bool mask of the targets' shape {tuple(tgt.shape)}, "
+                             f"got {positions.dtype} {tuple(positions.shape)}")
+        Transformer._check_ids(tgt, "tgt", self.config.tgt_vocab_size)
+        return self.output(self._decode(tgt, memory, src_mask, None, need_weights=False)[0][positions])  # (N, V)
 
     def new_cache(self, *, initial_capacity: int | None = None) -> RNNCache:
         """An empty decoder state for incremental decoding (``initial_capacity`` is accepted and unused)."""

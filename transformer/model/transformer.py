@@ -182,9 +182,23 @@ class Transformer(nn.Module):
         hidden = self.decoder(tgt, memory, src_mask, cache=cache)[0]
         return self.output(hidden)
 
-    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """Teacher forcing (paper 3.1, 5): all target positions at once -> logits ``(B, T, V)``."""
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, *,
+                positions: Tensor | None = None) -> Tensor:
+        """Teacher forcing (paper 3.1, 5): all target positions at once -> logits ``(B, T, V)``.
+
+        ``positions`` (bool ``(B, T)``, e.g. the non-padding targets) limits the pre-softmax
+        projection to those positions and returns their logits as ``(N, V)`` in row-major order:
+        training skips the (padding x vocabulary) part of the largest matrix product.
+        """
+        memory = self.encode(src, src_mask)
+        if positions is None:
+            return self.decode(tgt, memory, src_mask)
+        self._check_ids(tgt, "tgt", self.config.tgt_vocab_size)
+        self._check_memory(memory, tgt, src_mask)
+        if positions.shape != tgt.shape or positions.dtype != torch.bool:
+            raise ValueError(f"positions must be a bool mask of the targets' shape {tuple(tgt.shape)}, "
+                             f"got {positions.dtype} {tuple(positions.shape)}")
+        return self.output(self.decoder(tgt, memory, src_mask)[0][positions])  # (N, V)
 
     def new_cache(self, *, initial_capacity: int = 32) -> DecoderCache:
         """An empty decoder cache for incremental decoding."""

@@ -223,9 +223,11 @@ class Trainer:
         for i, batch in enumerate(group):
             batch = batch.to(self.device)
             sync = nullcontext() if (not self.dist.enabled or i == len(group) - 1) else model.no_sync()  # type: ignore[operator]
-            with sync, self._autocast():
-                logits = model(batch.src, batch.tgt_in, batch.src_mask)
-                loss, _ = self.criterion(logits, batch.tgt_out)
+            with sync:
+                with self._autocast():  # the forward pass only; backward runs in the dtypes it recorded
+                    real = batch.tgt_out != self.vocab.tgt.pad_id  # (B, T): logits only where there is a target
+                    logits = model(batch.src, batch.tgt_in, batch.src_mask, positions=real)  # (N, V)
+                    loss, _ = self.criterion(logits, batch.tgt_out[real])
                 scaled = loss * factor
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
             loss_total += float(loss.detach())
