@@ -1,0 +1,295 @@
+"""Translation speed: ours against ``transformers`` ``generate()`` and CTranslate2, same weights, same sentences.
+
+One trained run directory (default ``runs/multi30k-de-en``: d_model 256, 3 + 3 layers, joint BPE
+8k) is exported into a temporary directory with ``export_hf`` (a ``MarianMTModel``) and
+``export_ctranslate2`` (float32 and int8 weights). The first 16 and the first 256 source
+sentences of Multi30k ``test_2016_flickr`` are translated greedily and with beam 4 by:
+
+* ours fp32: ``Translator`` (length-sorted batches of at most ``max_tokens`` padded source
+  tokens x beam, decoder cache, rows of finished sentences dropped);
+* ours bf16: the same ``Translator`` with ``bf16=True`` (autocast);
+* generate fp32: ``MarianMTModel.generate()`` on all sentences as one padded batch, ``num_beams``,
+  ``length_penalty``, ``early_stopping="never"`` (its exact stopping rule, the one ours uses);
+* CTranslate2 float32 and int8: ``translate_batch`` (``beam_size``, ``length_penalty``,
+  ``max_decoding_length``, ``patience`` 1 by default), ``inter_threads=1``,
+  ``intra_threads`` = the torch thread count.
+
+What is timed: ours from the source text (tokenization, length sorting and padding included);
+the others from ready token ids / pieces (their input preparation is left out of the timing),
+so the comparison is, if anything, tilted against ours. Beam search uses ours' GNMT length
+penalty ``((5 + |Y|) / 6) ** 0.6`` by default; ``generate()`` and CTranslate2 only have
+``|Y| ** alpha`` and get alpha 0.6 (``--length-penalty exponent`` ranks every contender by the
+same rule). Maximum length: ours ``source length + 50`` per sentence; ``generate()`` and
+CTranslate2 take one limit per call, the longest source of the batch + 50 (all capped by the
+model's positions). Outputs that are identical to ours fp32 are counted as a check that the
+contenders do the same work.
+
+The contenders alternate within each round (rotating who goes first); each one runs once
+untimed per table first, and the median over the rounds is reported. One table per
+(strategy, batch size): seconds, sentences/s, outputs identical to ours fp32, speed-up over
+``generate()`` (its time / this row's time) and this row's time / CTranslate2 float32's time.
+Targets (issue 7): ours >= 2x ``generate()`` and ours / CTranslate2 float32 <= 1.0.
+
+    python benchmarks/translate_speed.py --from ../shared/data --out translate_speed.json
+    python benchmarks/translate_speed.py --from ../shared/data --quick     # a check: 4 sentences, one round
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from transformer.checkpoint import load_model
+from transformer.corpus.registry import corpus_pairs, fetch
+from transformer.decoding import DecodeConfig
+from transformer.tokenizer import Vocabularies
+from transformer.translator import Translator
+
+SPLIT = "test_2016_flickr"
+
+
+class Contender:
+    """A name, an untimed ``prepare(texts)``, the timed ``run(prepared)`` and an untimed ``ids(output)``."""
+
+    def __init__(self, name: str, prepare: Callable, run: Callable, ids: Callable) -> None:
+        self.name, self.prepare, self.run, self.ids = name, prepare, run, ids
+
+
+def source_language(run_dir: Path, default: str) -> tuple[str, str]:
+    try:
+        data = json.loads((run_dir / "run_config.json").read_text(encoding="utf-8"))["data"]
+        return data["src_lang"], data["tgt_lang"]
+    except (OSError, KeyError, ValueError):
+        return default, "en"
+
+
+def machine() -> dict:
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import ctranslate2
+    import transformers
+
+    return {"cpu": cpu, "logical_cpus": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "ctranslate2": ctranslate2.__version__}
+
+
+def load_engines(run_dir: Path, tmp: Path) -> dict:
+    """Our model, and the same weights exported to a ``MarianMTModel`` and to CTranslate2 (float32, int8)."""
+    import ctranslate2
+    import transformers
+
+    from transformer.interop import export_ctranslate2, export_hf
+
+    transformers.utils.logging.disable_progress_bar()
+    engines = {"ours": load_model(run_dir)}
+    export_hf(run_dir, tmp / "hf")
+    engines["hf"] = transformers.MarianMTModel.from_pretrained(str(tmp / "hf")).eval()
+    for quantization in ("float32", "int8"):
+        out = tmp / f"ct2-{quantization}"
+        export_ctranslate2(run_dir, out, quantization=None if quantization == "float32" else quantization)
+        engines[quantization] = ctranslate2.Translator(str(out), device="cpu", compute_type=quantization,
+                                                       inter_threads=1, intra_threads=torch.get_num_threads())
+    return engines
+
+
+def build_contenders(engines: dict, vocab: Vocabularies, decoding: DecodeConfig, args) -> list[Contender]:
+    model = engines["ours"]
+    cap = model.config.max_positions
+    src_tok, tgt_tok = vocab.src, vocab.tgt
+    beam = decoding.strategy == "beam"
+    K = decoding.beam_size if beam else 1
+
+    def batch_limit(ids: list[list[int]]) -> int:
+        """One limit for a whole call: the longest source's ``a * length + b`` (as ours, per sentence)."""
+        return min(int(max(map(len, ids)) * decoding.max_len_a + decoding.max_len_b), cap)
+
+    contenders = []
+    for name, bf16 in (("ours fp32", False), ("ours bf16", True)):
+        translator = Translator(model, vocab, decoding=decoding, bf16=bf16, max_tokens=args.max_tokens)
+        contenders.append(Contender(
+            name, prepare=lambda texts: texts,
+            run=lambda texts, tr=translator: tr.translate_n_best(texts),
+            ids=lambda out: [hyps[0].tokens if hyps else [] for hyps in out]))
+
+    hf_model = engines["hf"]
+    hf_kwargs = dict(num_beams=K, do_sample=False, num_return_sequences=1)
+    if beam:
+        hf_kwargs.update(length_penalty=decoding.alpha if decoding.length_penalty != "none" else 0.0,
+                         early_stopping=args.hf_early_stopping)
+    pad_id, eos_id, start_id = tgt_tok.pad_id, tgt_tok.eos_id, tgt_tok.bos_id
+
+    def hf_prepare(texts):
+        ids = src_tok.encode_batch(texts)
+        input_ids = torch.full((len(ids), max(map(len, ids))), src_tok.pad_id, dtype=torch.long)
+        for row, s in enumerate(ids):
+            input_ids[row, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask = torch.zeros_like(input_ids)
+        for row, s in enumerate(ids):
+            mask[row, : len(s)] = 1
+        return input_ids, mask, batch_limit(ids)
+
+    def hf_run(prepared):
+        input_ids, mask, limit = prepared
+        with torch.inference_mode():
+            return hf_model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=limit, **hf_kwargs)
+
+    def hf_ids(out):
+        result = []
+        for row in out.tolist():
+            row = row[1:] if row and row[0] == start_id else row  # the decoder start token
+            if eos_id in row:
+                row = row[: row.index(eos_id)]
+            result.append([t for t in row if t != pad_id])
+        return result
+
+    contenders.append(Contender("generate fp32", hf_prepare, hf_run, hf_ids))
+
+    piece_id = {p: i for i, p in enumerate(tgt_tok.pieces(range(tgt_tok.vocab_size)))}
+    ct2_kwargs = dict(beam_size=K, return_scores=False)
+    if beam:
+        ct2_kwargs.update(length_penalty=decoding.alpha if decoding.length_penalty != "none" else 0.0,
+                          patience=args.ct2_patience)
+    for quantization in ("float32", "int8"):
+        ct2 = engines[quantization]
+
+        def ct2_prepare(texts):
+            ids = src_tok.encode_batch(texts)
+            return [src_tok.pieces(s) for s in ids], batch_limit(ids)
+
+        contenders.append(Contender(
+            f"CT2 {quantization}", ct2_prepare,
+            run=lambda prepared, t=ct2: t.translate_batch(prepared[0], max_decoding_length=prepared[1], **ct2_kwargs),
+            ids=lambda results: [[piece_id[p] for p in r.hypotheses[0]] for r in results]))
+    return contenders
+
+
+def measure(contenders: list[Contender], texts: list[str], *, rounds: int, warmup: int) -> dict:
+    prepared = {c.name: c.prepare(texts) for c in contenders}
+    outputs = {}
+    for c in contenders:
+        for _ in range(warmup):
+            outputs[c.name] = c.ids(c.run(prepared[c.name]))
+    times: dict[str, list[float]] = {c.name: [] for c in contenders}
+    for r in range(rounds):
+        order = contenders[r % len(contenders):] + contenders[: r % len(contenders)]
+        for c in order:
+            start = time.perf_counter()
+            out = c.run(prepared[c.name])
+            times[c.name].append(time.perf_counter() - start)
+            if c.name not in outputs:
+                outputs[c.name] = c.ids(out)
+    reference = outputs["ours fp32"]
+    rows = {}
+    for c in contenders:
+        median = statistics.median(times[c.name])
+        same = sum(a == b for a, b in zip(outputs[c.name], reference))
+        rows[c.name] = {"seconds": median, "sentences_per_s": len(texts) / median, "identical_to_ours_fp32": same,
+                        "times": times[c.name]}
+    gen, ct2 = rows["generate fp32"]["seconds"], rows["CT2 float32"]["seconds"]
+    for row in rows.values():
+        row["speedup_vs_generate"] = gen / row["seconds"]
+        row["time_over_ct2_float32"] = row["seconds"] / ct2
+    return rows
+
+
+def print_table(title: str, rows: dict, n: int) -> None:
+    print(f"\n{title}")
+    print(f"{'contender':<15} {'seconds':>9} {'sent/s':>9} {'identical':>10} {'vs generate':>12} {'/ CT2 fp32':>11}")
+    for name, r in rows.items():
+        print(f"{name:<15} {r['seconds']:>9.3f} {r['sentences_per_s']:>9.1f} "
+              f"{r['identical_to_ours_fp32']:>6}/{n:<3} {r['speedup_vs_generate']:>11.2f}x {r['time_over_ct2_float32']:>11.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run-dir", default="runs/multi30k-de-en", help="a trained run directory")
+    parser.add_argument("--from", dest="data_dir", default=None, help="local copy of the corpora (../shared/data)")
+    parser.add_argument("--sizes", default="16,256", help="numbers of test sentences, comma-separated")
+    parser.add_argument("--strategies", default="greedy,beam", help="greedy and/or beam, comma-separated")
+    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty")
+    parser.add_argument("--length-penalty", default="gnmt", choices=("gnmt", "exponent", "none"),
+                        help="ours' length penalty form (generate() and CTranslate2 always use |Y| ** alpha)")
+    parser.add_argument("--max-len-b", type=int, default=50, help="maximum output length: source length + this")
+    parser.add_argument("--hf-early-stopping", default="never", choices=("never", "true"),
+                        help='generate() early_stopping: "never" is exact, like ours; "true" stops at beam_size finished')
+    parser.add_argument("--ct2-patience", type=float, default=1.0,
+                        help="CTranslate2 beam patience (1: its default; larger values search as long as ours)")
+    parser.add_argument("--max-tokens", type=int, default=6000,
+                        help="ours: padded source tokens x beam per batch (the Translator's default)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs per contender and table")
+    parser.add_argument("--threads", type=int, default=None, help="torch and CTranslate2 threads (default: torch's)")
+    parser.add_argument("--out", default=None, help="JSON results (default translate_speed.json; none with --quick)")
+    parser.add_argument("--quick", action="store_true", help="a check: 4 sentences, one round")
+    args = parser.parse_args()
+    if args.hf_early_stopping == "true":
+        args.hf_early_stopping = True
+    if args.quick:
+        args.sizes, args.rounds = "4", 1
+    elif args.out is None:
+        args.out = "translate_speed.json"
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    run_dir = Path(args.run_dir)
+    vocab = Vocabularies.load(run_dir)
+    src, tgt = source_language(run_dir, "de")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    pairs = corpus_pairs("multi30k", src=src, tgt=tgt, split=SPLIT, directory=fetch("multi30k", local_dir=args.data_dir))
+    sentences = [s for s, _ in pairs[: max(sizes)]]
+
+    info = {"machine": machine(), "run_dir": str(run_dir), "corpus": f"multi30k {SPLIT} {src}->{tgt}",
+            "rounds": args.rounds, "warmup": args.warmup, "length_penalty": args.length_penalty, "alpha": args.alpha,
+            "max_len": f"source length + {args.max_len_b}", "hf_early_stopping": args.hf_early_stopping,
+            "ct2_patience": args.ct2_patience, "ours_max_tokens": args.max_tokens, "tables": []}
+    m = info["machine"]
+    print(f"{m['cpu']}; {m['torch_threads']} threads ({m['logical_cpus']} logical CPUs); torch {m['torch']}, "
+          f"transformers {m['transformers']}, ctranslate2 {m['ctranslate2']}")
+    print(f"{run_dir}, multi30k {SPLIT} {src}->{tgt}; median of {args.rounds} round(s), contenders alternating")
+
+    with tempfile.TemporaryDirectory(prefix="translate-speed-") as tmp:
+        engines = load_engines(run_dir, Path(tmp))
+        for strategy in args.strategies.split(","):
+            decoding = DecodeConfig(strategy=strategy, beam_size=args.beam_size if strategy == "beam" else 1,
+                                    length_penalty=args.length_penalty, alpha=args.alpha, max_len_b=args.max_len_b)
+            contenders = build_contenders(engines, vocab, decoding, args)
+            for n in sizes:
+                rows = measure(contenders, sentences[:n], rounds=args.rounds, warmup=args.warmup)
+                label = "greedy" if strategy == "greedy" else f"beam {args.beam_size}, {args.length_penalty} {args.alpha}"
+                print_table(f"{label}, {n} sentences", rows, n)
+                info["tables"].append({"strategy": strategy, "beam_size": decoding.beam_size, "sentences": n,
+                                       "rows": rows})
+    print("\ntargets: ours >= 2x generate(), ours / CT2 float32 <= 1.0")
+    for t in info["tables"]:
+        for name in ("ours fp32", "ours bf16"):
+            r = t["rows"][name]
+            ok = r["speedup_vs_generate"] >= 2 and r["time_over_ct2_float32"] <= 1.0
+            r["targets_met"] = ok
+            print(f"  {t['strategy']:<6} {t['sentences']:>4} sentences, {name}: {r['speedup_vs_generate']:.2f}x generate, "
+                  f"{r['time_over_ct2_float32']:.2f} of CT2 float32 -> {'met' if ok else 'NOT met'}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
