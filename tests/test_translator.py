@@ -91,6 +91,35 @@ def test_evaluate_command_prints_signatures(run_dir):
     assert 0 <= scores["bleu"] <= 100 and scores["sentences"] == 20
 
 
+def test_int8_translator_quantises_a_copy_and_stays_close_to_fp32(run_dir):
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
+
+    fp32 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
+    int8 = Translator(fp32.model, fp32.vocab, decoding=DecodeConfig(strategy="greedy"), quantize="int8")
+    assert int8.model is not fp32.model
+    assert any(isinstance(m, DynamicQuantizedLinear) for m in int8.model.modules())
+    assert not any(isinstance(m, DynamicQuantizedLinear) for m in fp32.model.modules())  # the original is untouched
+    src = torch.tensor([fp32.vocab.src.encode_batch(["je suis étudiant"])[0]])
+    tgt = torch.tensor([[fp32.vocab.tgt.bos_id, 5, 6, 7]])
+    with torch.no_grad():
+        a, b = fp32.model(src, tgt), int8.model(src, tgt)
+    assert torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0) > 0.99
+    sentences = [f for f, _ in generate_pairs(10, seed=3)]
+    assert all(isinstance(t, str) for t in int8.translate(sentences))
+    with pytest.raises(ValueError, match="quantize must be"):
+        Translator(fp32.model, fp32.vocab, quantize="int4")
+    with pytest.raises(ValueError, match="fp32 CPU inference"):
+        Translator(fp32.model, fp32.vocab, quantize="int8", bf16=True)
+
+
+def test_translate_command_int8(run_dir):
+    result = cli("translate", str(run_dir), "--int8", "--greedy", "je suis étudiant")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip()
+    both = cli("translate", str(run_dir), "--int8", "--bf16", "je suis étudiant")
+    assert both.returncode == 2 and "--int8 or --bf16" in both.stderr
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

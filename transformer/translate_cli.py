@@ -30,6 +30,7 @@ def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold (default: 1.0 = off)")
     g.add_argument("--seed", type=int, default=None, help="sampling seed (same seed, same samples)")
     g.add_argument("--bf16", action="store_true", help="decode under bfloat16 autocast")
+    g.add_argument("--int8", action="store_true", help="decode with linear layers dynamically quantised to int8 (CPU)")
     g.add_argument("--batch-tokens", type=int, default=6000, help="source tokens x beams per batch (default: 6000)")
 
 
@@ -50,7 +51,10 @@ def decode_config(args: argparse.Namespace) -> DecodeConfig:
 def load_translator(args: argparse.Namespace) -> Translator:
     if args.batch_tokens < 1:
         raise ValueError(f"--batch-tokens must be >= 1, got {args.batch_tokens}")
-    return Translator.from_run_dir(args.run_dir, decoding=decode_config(args), max_tokens=args.batch_tokens, bf16=args.bf16)
+    if args.int8 and args.bf16:
+        raise ValueError("give --int8 or --bf16, not both")
+    return Translator.from_run_dir(args.run_dir, decoding=decode_config(args), max_tokens=args.batch_tokens,
+                                   bf16=args.bf16, quantize="int8" if args.int8 else None)
 
 
 def read_lines(path: str, stream: TextIO | None = None) -> list[str]:

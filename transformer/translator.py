@@ -7,6 +7,10 @@ translations in the input order.
 Bad input never loses the other sentences' translations: an empty (or whitespace-only)
 sentence translates to "" and a sentence longer than ``max_input_tokens`` is cut to that
 length with a warning (``TranslationWarning``).
+
+``quantize="int8"`` translates with a copy of the model whose linear layers are dynamically
+quantised to int8 (CPU only); ``benchmarks/fast_paths.py`` measures its speed and its BLEU
+against fp32 on the same checkpoint.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class Translator:
         max_tokens: int = 6000,
         max_input_tokens: int | None = None,
         bf16: bool = False,
+        quantize: str | None = None,
     ) -> None:
         if model.config.src_vocab_size != vocab.src.vocab_size or model.config.tgt_vocab_size != vocab.tgt.vocab_size:
             raise ValueError(
@@ -52,7 +57,13 @@ class Translator:
                 f"the tokenizer's ({vocab.src.vocab_size}, {vocab.tgt.vocab_size})"
             )
         self.device = torch.device(device)
+        if quantize not in (None, "int8"):
+            raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
+        if quantize and (self.device.type != "cpu" or bf16):
+            raise ValueError("int8 quantisation is for fp32 CPU inference: use device='cpu' and bf16=False")
         self.model = model.to(self.device).eval()
+        if quantize == "int8":
+            self.model = quantize_int8(self.model)
         self.vocab = vocab
         self.decoding = decoding or DecodeConfig()
         self.max_tokens = max_tokens
@@ -60,6 +71,7 @@ class Translator:
         limit = model.config.max_positions if learned else DEFAULT_MAX_INPUT_TOKENS
         self.max_input_tokens = min(max_input_tokens or limit, limit)
         self.bf16 = bf16
+        self.quantize = quantize
 
     @classmethod
     def from_run_dir(cls, run_dir: str | os.PathLike[str], **kwargs) -> Translator:
@@ -141,3 +153,16 @@ class Translator:
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
         with autocast:
             return decode(self.model, src, mask, self.decoding, bos_id=self.vocab.tgt.bos_id, eos_id=self.vocab.tgt.eos_id)
+
+
+def quantize_int8(model: Transformer | RNNSeq2Seq) -> Transformer | RNNSeq2Seq:
+    """A copy of ``model`` whose ``nn.Linear`` layers are dynamically quantised to int8 (CPU inference).
+
+    Weights are stored as int8 (one scale per matrix); activations are quantised on the fly per
+    batch. Embeddings stay fp32; a tied output projection gets its own int8 copy.
+    """
+    from torch.ao.quantization import quantize_dynamic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization announces its move to torchao
+        return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=False).eval()
