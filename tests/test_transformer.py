@@ -56,6 +56,26 @@ def test_cache_reorder_for_beam_search():
         cache.reorder(torch.tensor([0.0]))
 
 
+def test_cache_reordered_after_every_step_reusing_its_buffers():
+    """Reorders after every step (repeating, permuting, dropping and adding rows, while the buffers
+    grow): each row still sees the history of the sentence it descends from."""
+    model = make_model()
+    src, tgt, keep = batch()
+    full = model(src, tgt, keep)  # (B, T, V)
+    indices = [[0, 1, 2, 2], [3, 1, 0, 2], [1, 2], [0, 1], [1, 0, 1]]
+    rows = torch.arange(src.shape[0])  # the sentence each cache row belongs to
+    with torch.no_grad():
+        memory = model.encode(src, keep)
+        cache = model.new_cache(initial_capacity=2)
+        for t in range(tgt.shape[1]):
+            step = model.decode(tgt[rows, t : t + 1], memory[rows], keep[rows], cache=cache)
+            torch.testing.assert_close(step[:, 0], full[rows, t], atol=1e-10, rtol=1e-10)
+            if t < len(indices):
+                index = torch.tensor(indices[t])
+                cache.reorder(index)
+                rows = rows[index]
+
+
 def test_causality_later_tokens_never_change_earlier_outputs():
     model = make_model()
     src, tgt, keep = batch()

@@ -12,7 +12,11 @@ them instead:
   ``Transformer.decode``. It is never module state and never part of a checkpoint.
 
 ``reorder(index)`` selects batch rows (beam search keeps the surviving hypotheses' caches).
-The cache is meant for inference under ``torch.no_grad()``.
+It writes into the buffer the previous reorder left behind when that one is large enough, so a
+beam-search step does not fault in fresh memory for every layer (for large buffers a fresh
+allocation costs several times the copy itself). The price: the cache holds two sets of
+buffers, and keys/values returned by ``append`` are valid only until the second ``reorder``
+after it. The cache is meant for inference under ``torch.no_grad()``.
 
 Letters: B batch (sentences x beams), H heads, S cached positions, D head size.
 """
@@ -34,6 +38,7 @@ class KVCache:
         self._capacity = initial_capacity
         self._k: Tensor | None = None
         self._v: Tensor | None = None
+        self._spare: tuple[Tensor, Tensor] | None = None  # the buffers before the last reorder
         self.length = 0  # positions stored
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -59,8 +64,22 @@ class KVCache:
         """Keep batch rows ``index`` (B',) in that order (rows may repeat)."""
         if self._k is not None:
             assert self._v is not None
-            self._k = self._k.index_select(0, index)
-            self._v = self._v.index_select(0, index)
+            spare_k, spare_v = self._spare if self._spare is not None else (None, None)
+            self._spare = (self._k, self._v)
+            self._k = select_rows(self._k, index, spare_k)
+            self._v = select_rows(self._v, index, spare_v)
+
+
+def select_rows(x: Tensor, index: Tensor, spare: Tensor | None = None) -> Tensor:
+    """``x.index_select(0, index)``, written into the first rows of ``spare`` when they fit.
+
+    ``spare`` must be a buffer nothing else reads any more (and not ``x``'s memory).
+    """
+    n = index.numel()
+    if (spare is None or spare.shape[0] < n or spare.shape[1:] != x.shape[1:] or spare.dtype != x.dtype
+            or spare.device != x.device or not spare.is_contiguous()):
+        return x.index_select(0, index)
+    return torch.index_select(x, 0, index, out=spare[:n])
 
 
 def _grow(buffer: Tensor, needed: int, used: int) -> Tensor:
@@ -77,8 +96,10 @@ class StaticKV:
     k: Tensor
     v: Tensor
 
-    def reorder(self, index: Tensor) -> StaticKV:
-        return StaticKV(self.k.index_select(0, index), self.v.index_select(0, index))
+    def reorder(self, index: Tensor, spare: StaticKV | None = None) -> StaticKV:
+        """The rows ``index``; written into ``spare``'s buffers (no longer read by anyone) when they fit."""
+        return StaticKV(select_rows(self.k, index, spare.k if spare else None),
+                        select_rows(self.v, index, spare.v if spare else None))
 
 
 @dataclass
@@ -87,6 +108,7 @@ class DecoderCache:
 
     self_attn: list[KVCache]
     cross_attn: list[StaticKV | None] = field(default_factory=list)
+    _cross_spare: list[StaticKV | None] = field(default_factory=list, repr=False)  # before the last reorder
 
     @classmethod
     def empty(cls, n_layers: int, *, initial_capacity: int = 32) -> DecoderCache:
@@ -103,4 +125,7 @@ class DecoderCache:
             raise ValueError(f"reorder index must be a 1-D long tensor, got {index.dtype} {tuple(index.shape)}")
         for layer in self.self_attn:
             layer.reorder(index)
-        self.cross_attn = [kv.reorder(index) if kv is not None else None for kv in self.cross_attn]
+        spares = self._cross_spare + [None] * (len(self.cross_attn) - len(self._cross_spare))
+        self._cross_spare = self.cross_attn
+        self.cross_attn = [kv.reorder(index, spare) if kv is not None else None
+                           for kv, spare in zip(self.cross_attn, spares)]
