@@ -8,6 +8,8 @@ sentences of Multi30k ``test_2016_flickr`` are translated greedily and with beam
 * ours fp32: ``Translator`` (length-sorted batches of at most ``max_tokens`` padded source
   tokens x beam, decoder cache, rows of finished sentences dropped);
 * ours bf16: the same ``Translator`` with ``bf16=True`` (autocast);
+* ours int8: the same ``Translator`` with ``quantize="int8"`` (dynamic int8 linear layers, the
+  counterpart of CTranslate2 int8);
 * generate fp32: ``MarianMTModel.generate()`` on all sentences as one padded batch, ``num_beams``,
   ``length_penalty``, ``early_stopping="never"`` (its exact stopping rule, the one ours uses);
 * CTranslate2 float32 and int8: ``translate_batch`` (``beam_size``, ``length_penalty``,
@@ -122,8 +124,8 @@ def build_contenders(engines: dict, vocab: Vocabularies, decoding: DecodeConfig,
         return min(int(max(map(len, ids)) * decoding.max_len_a + decoding.max_len_b), cap)
 
     contenders = []
-    for name, bf16 in (("ours fp32", False), ("ours bf16", True)):
-        translator = Translator(model, vocab, decoding=decoding, bf16=bf16, max_tokens=args.max_tokens)
+    for name, options in (("ours fp32", {}), ("ours bf16", {"bf16": True}), ("ours int8", {"quantize": "int8"})):
+        translator = Translator(model, vocab, decoding=decoding, max_tokens=args.max_tokens, **options)
         contenders.append(Contender(
             name, prepare=lambda texts: texts,
             run=lambda texts, tr=translator: tr.translate_n_best(texts),
@@ -280,7 +282,7 @@ def main() -> None:
                                        "rows": rows})
     print("\ntargets: ours >= 2x generate(), ours / CT2 float32 <= 1.0")
     for t in info["tables"]:
-        for name in ("ours fp32", "ours bf16"):
+        for name in ("ours fp32", "ours bf16", "ours int8"):
             r = t["rows"][name]
             ok = r["speedup_vs_generate"] >= 2 and r["time_over_ct2_float32"] <= 1.0
             r["targets_met"] = ok
