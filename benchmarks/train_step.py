@@ -1,30 +1,56 @@
-"""Training-step throughput: ours against a model of the same sizes built from torch.nn.Transformer.
+"""Training throughput and hardware utilisation: ours against torch.nn.Transformer and Marian.
 
-One optimizer step = forward, label-free cross-entropy loss, backward, Adam update, on the same
-batch for both contenders, fp32 and bf16 autocast, measured in one run with the contenders
-alternating. Prints target tokens per second and the ratio ours / torch.nn.Transformer.
+One optimizer step = forward, label-smoothed cross-entropy (0.1), backward, Adam update. The
+contenders are models of the same sizes (the paper's post-LN layout, shared embeddings tied to
+the output layer, sinusoidal positions):
 
-    python benchmarks/train_step.py --preset small --batch 64 --length 24
+- ours: ``transformer.model.Transformer`` trained the way our trainer does it (logits only at
+  real target positions, our fused label-smoothed loss);
+- torch.nn.Transformer: PyTorch's encoder-decoder with embeddings, positions and output layer
+  around it, ``F.cross_entropy(label_smoothing=0.1)``;
+- Marian: ``transformers``' ``MarianMTModel`` (the architecture of the opus-mt models), the same
+  loss as torch.nn.Transformer.
+
+Every contender gets the same batches and the same optimizer (fused Adam), for both shapes (a
+fixed 64 x 24 batch, and real token-budget batches of Multi30k de-en, tokenised with joint BPE
+of 8,000) and both precisions (fp32, bf16 autocast). They alternate within each round; the
+table shows the median over rounds of target tokens per second and ratios against the fastest
+peer. The same run measures the machine's fp32 and bf16 matmul peak (large square matmuls) and
+reports training FLOP/s (6 x matmul parameters x tokens, plus attention) as a share of it.
+
+    python benchmarks/train_step.py --from ../shared/data                  # small and base, ~10 min
+    python benchmarks/train_step.py --sizes small --shapes fixed --rounds 2   # a quick look
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from transformer.config import preset
+from transformer.config import ModelConfig, preset
+from transformer.data import Batch, TokenBudgetBatches, make_batch
 from transformer.model import Transformer
+from transformer.model.embeddings import sinusoidal_table
+from transformer.training.loss import LabelSmoothedCrossEntropy
+
+PAD, BOS, EOS = 0, 1, 2
+SMOOTHING = 0.1
 
 
+# ------------------------------------------------------------------------------------------ peers
 class TorchNNTransformer(nn.Module):
     """The same sizes with torch.nn.Transformer: embeddings * sqrt(d), sinusoids, tied output."""
 
-    def __init__(self, cfg) -> None:
+    def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.embed = nn.Embedding(cfg.src_vocab_size, cfg.d_model)
         self.core = nn.Transformer(
@@ -34,8 +60,6 @@ class TorchNNTransformer(nn.Module):
         )
         self.output = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
         self.output.weight = self.embed.weight
-        from transformer.model.embeddings import sinusoidal_table
-
         self.register_buffer("pe", sinusoidal_table(1024, cfg.d_model), persistent=False)
         self.scale = math.sqrt(cfg.d_model)
 
@@ -48,62 +72,188 @@ class TorchNNTransformer(nn.Module):
         return self.output(h)
 
 
-def step_fn(model, opt, src, tgt_in, tgt_out, mask, bf16: bool):
-    def step():
+class Marian(nn.Module):
+    """``MarianMTModel`` of the same sizes (post-LN, scaled embeddings, sinusoids, shared vocabulary)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        from transformers import MarianConfig, MarianMTModel
+
+        mc = MarianConfig(
+            vocab_size=cfg.tgt_vocab_size, d_model=cfg.d_model, encoder_layers=cfg.n_encoder_layers,
+            decoder_layers=cfg.n_decoder_layers, encoder_attention_heads=cfg.n_heads,
+            decoder_attention_heads=cfg.n_heads, encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff,
+            activation_function="relu", dropout=cfg.dropout, attention_dropout=cfg.attention_dropout,
+            activation_dropout=0.0, max_position_embeddings=1024, scale_embedding=True, pad_token_id=PAD,
+            eos_token_id=EOS, decoder_start_token_id=PAD, share_encoder_decoder_embeddings=True,
+        )
+        self.model = MarianMTModel(mc)
+
+    def forward(self, src, tgt, src_mask):
+        return self.model(input_ids=src, attention_mask=src_mask.long(), decoder_input_ids=tgt).logits
+
+
+# ------------------------------------------------------------------------------------------ steps
+def make_step(name: str, model: nn.Module, bf16: bool):
+    """A closure doing one optimizer step on a Batch, the contender's way."""
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    ours = LabelSmoothedCrossEntropy(smoothing=SMOOTHING, ignore_index=PAD)
+    model.train()
+
+    def step(b: Batch) -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            logits = model(src, tgt_in, mask)
-            loss = nn.functional.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=0)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
+            if name == "ours":
+                real = b.tgt_out != PAD
+                loss = ours(model(b.src, b.tgt_in, b.src_mask, positions=real), b.tgt_out[real])[0]
+            else:
+                logits = model(b.src, b.tgt_in, b.src_mask)
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), b.tgt_out.flatten(), ignore_index=PAD,
+                                       label_smoothing=SMOOTHING, reduction="sum")
+        (loss / b.n_tgt_tokens).backward()
         opt.step()
+        opt.zero_grad(set_to_none=True)
 
     return step
 
 
+def build(name: str, cfg: ModelConfig) -> nn.Module:
+    torch.manual_seed(0)
+    return {"ours": Transformer, "torch.nn.Transformer": TorchNNTransformer, "Marian": Marian}[name](cfg)
+
+
+# ------------------------------------------------------------------------------------------ data
+def fixed_batches(vocab: int, batch: int, length: int) -> list[Batch]:
+    g = torch.Generator().manual_seed(0)
+    examples = []
+    for i in range(batch):
+        n = length if i >= batch // 2 else length - length // 4  # some padding, as in real batches
+        src = torch.randint(4, vocab, (n,), generator=g).tolist()
+        examples.append((src, torch.randint(4, vocab, (length - 1,), generator=g).tolist()))
+    return [make_batch(examples, pad_id=PAD, bos_id=BOS, eos_id=EOS)]
+
+
+def multi30k_batches(data_dir: str, vocab_size: int, max_tokens: int, count: int) -> list[Batch]:
+    """``count`` token-budget batches of Multi30k de-en train, joint BPE of ``vocab_size``."""
+    from transformer.corpus.registry import corpus_pairs, fetch
+    from transformer.tokenizer import Vocabularies
+
+    directory = fetch("multi30k", local_dir=data_dir, progress=False)
+    pairs = corpus_pairs("multi30k", src="de", tgt="en", split="train", directory=directory)
+    vocab = Vocabularies.train(pairs, vocab_size=vocab_size, joint=True)
+    examples = list(zip(vocab.src.encode_batch([s for s, _ in pairs]), vocab.tgt.encode_batch([t for _, t in pairs])))
+    batches = TokenBudgetBatches(examples, max_tokens=max_tokens, pad_id=PAD, bos_id=BOS, eos_id=EOS, shuffle=True,
+                                 seed=0)
+    it = batches.iter_from(0, 0)
+    return [next(it) for _ in range(count)]
+
+
+# ------------------------------------------------------------------------------------------ FLOPs
+def matmul_peak(dtype: torch.dtype, sizes=(2048, 3072, 4096), repeats: int = 5) -> float:
+    """Best FLOP/s of large square matmuls in ``dtype``."""
+    best = 0.0
+    for n in sizes:
+        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+        a @ b
+        start = time.perf_counter()
+        for _ in range(repeats):
+            a @ b
+        best = max(best, 2 * n**3 * repeats / (time.perf_counter() - start))
+    return best
+
+
+def train_flops(cfg: ModelConfig, batches: list[Batch]) -> float:
+    """6 x (matmul parameters x the tokens they see) + attention scores and sums, forward + backward."""
+    E, F_ = cfg.d_model, cfg.d_ff
+    enc = cfg.n_encoder_layers * (4 * E * E + 2 * E * F_)  # self-attention Q, K, V, O + FFN
+    dec = cfg.n_decoder_layers * (8 * E * E + 2 * E * F_) + E * cfg.tgt_vocab_size  # + cross-attention + output
+    total = 0.0
+    for b in batches:
+        src_len = b.src_mask.sum(1).double()  # (B,)
+        tgt_len = (b.tgt_out != PAD).sum(1).double()
+        total += 6 * (enc * src_len.sum() + dec * tgt_len.sum()).item()
+        # QK^T and AV: 2 matmuls of 2*T*S*E FLOPs each per layer forward; x3 for training
+        attn = (cfg.n_encoder_layers * src_len**2 + cfg.n_decoder_layers * (tgt_len**2 / 2 + tgt_len * src_len))
+        total += 3 * 4 * E * attn.sum().item()
+    return total
+
+
+# ------------------------------------------------------------------------------------------ main
+def measure(size: str, shape: str, batches: list[Batch], vocab: int, contenders: list[str], rounds: int,
+            peaks: dict[str, float]) -> list[dict]:
+    cfg = preset(size, src_vocab_size=vocab)
+    tokens = sum(b.n_tgt_tokens for b in batches)
+    flops = train_flops(cfg, batches)
+    rows = []
+    for dtype in ("fp32", "bf16"):
+        steps = {}
+        for name in contenders:
+            steps[name] = make_step(name, build(name, cfg), dtype == "bf16")
+            steps[name](batches[0])  # warm-up
+        times: dict[str, list[float]] = {name: [] for name in contenders}
+        for r in range(rounds):
+            order = contenders if r % 2 == 0 else contenders[::-1]
+            for name in order:
+                start = time.perf_counter()
+                for b in batches:
+                    steps[name](b)
+                times[name].append(time.perf_counter() - start)
+        for name in contenders:
+            sec = statistics.median(times[name])
+            rows.append(dict(size=size, shape=shape, dtype=dtype, contender=name, tokens_per_s=tokens / sec,
+                             seconds_per_step=sec / len(batches), flops_per_s=flops / sec,
+                             share_of_peak=flops / sec / peaks[dtype]))
+        del steps
+        print_rows([r for r in rows if r["dtype"] == dtype], tokens, len(batches))
+    return rows
+
+
+def print_rows(rows: list[dict], tokens: int, n_batches: int) -> None:
+    r0 = rows[0]
+    peers = [r for r in rows if r["contender"] != "ours"]
+    fastest = max(peers, key=lambda r: r["tokens_per_s"]) if peers else None
+    print(f"\n{r0['size']}, {r0['shape']} ({n_batches} batch(es), {tokens:,} target tokens), {r0['dtype']}, "
+          f"{torch.get_num_threads()} threads")
+    print(f"  {'contender':<22} {'tokens/s':>10} {'s/step':>8} {'GFLOP/s':>9} {'of peak':>8} {'ours/this':>10}")
+    ours = next((r for r in rows if r["contender"] == "ours"), None)
+    for r in rows:
+        ratio = f"{ours['tokens_per_s'] / r['tokens_per_s']:.2f}x" if ours else ""
+        print(f"  {r['contender']:<22} {r['tokens_per_s']:>10,.0f} {r['seconds_per_step']:>8.3f} "
+              f"{r['flops_per_s'] / 1e9:>9.0f} {r['share_of_peak']:>7.1%} {ratio:>10}")
+    if ours and fastest:
+        print(f"  ours / fastest peer ({fastest['contender']}): {ours['tokens_per_s'] / fastest['tokens_per_s']:.2f}x")
+    sys.stdout.flush()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default="small")
-    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--sizes", nargs="+", default=["small", "base"], choices=["tiny", "small", "base", "big"])
+    parser.add_argument("--shapes", nargs="+", default=["fixed", "multi30k"], choices=["fixed", "multi30k"])
+    parser.add_argument("--contenders", nargs="+", default=["ours", "torch.nn.Transformer", "Marian"],
+                        choices=["ours", "torch.nn.Transformer", "Marian"])
+    parser.add_argument("--vocab", type=int, default=8000, help="shared vocabulary size (default: 8000)")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--length", type=int, default=24)
-    parser.add_argument("--steps", type=int, default=5, help="timed steps per round")
+    parser.add_argument("--max-tokens", type=int, default=2500, help="token budget of the real batches")
+    parser.add_argument("--real-batches", type=int, default=4, help="real batches per round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--from", dest="data_dir", default=None, help="local copy of Multi30k (e.g. ../shared/data)")
+    parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON")
     args = parser.parse_args()
 
-    cfg = preset(args.preset, src_vocab_size=args.vocab)
-    g = torch.Generator().manual_seed(0)
-    src = torch.randint(4, args.vocab, (args.batch, args.length), generator=g)
-    tgt = torch.randint(4, args.vocab, (args.batch, args.length + 1), generator=g)
-    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
-    mask = torch.ones_like(src, dtype=torch.bool)
-    mask[: args.batch // 2, -args.length // 4 :] = False  # some padding, as in real batches
-    tokens = int(tgt_out.numel())
-
-    results: dict[tuple[str, str], list[float]] = {}
-    for bf16 in (False, True):
-        torch.manual_seed(0)
-        contenders = {"ours": Transformer(cfg), "torch.nn.Transformer": TorchNNTransformer(cfg)}
-        steps = {}
-        for name, model in contenders.items():
-            model.train()
-            opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-            steps[name] = step_fn(model, opt, src, tgt_in, tgt_out, mask, bf16)
-            steps[name]()  # warm-up
-        for _ in range(args.rounds):  # alternate the contenders round by round
-            for name, step in steps.items():
-                start = time.perf_counter()
-                for _ in range(args.steps):
-                    step()
-                elapsed = time.perf_counter() - start
-                results.setdefault((name, "bf16" if bf16 else "fp32"), []).append(tokens * args.steps / elapsed)
-
-    print(f"training step, preset {args.preset}, batch {args.batch} x {args.length}, vocab {args.vocab}, "
-          f"{torch.get_num_threads()} threads; target tokens/s (median of {args.rounds} rounds)")
-    print(f"{'dtype':<6} {'ours':>10} {'torch.nn.Transformer':>22} {'ratio':>7}")
-    for dtype in ("fp32", "bf16"):
-        ours = statistics.median(results[("ours", dtype)])
-        peer = statistics.median(results[("torch.nn.Transformer", dtype)])
-        print(f"{dtype:<6} {ours:>10,.0f} {peer:>22,.0f} {ours / peer:>6.2f}x")
+    peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
+    print(f"matmul peak on this machine ({torch.get_num_threads()} threads): fp32 {peaks['fp32'] / 1e9:,.0f} GFLOP/s, "
+          f"bf16 {peaks['bf16'] / 1e9:,.0f} GFLOP/s")
+    shapes = {}
+    if "fixed" in args.shapes:
+        shapes[f"fixed {args.batch}x{args.length}"] = fixed_batches(args.vocab, args.batch, args.length)
+    if "multi30k" in args.shapes:
+        shapes["Multi30k token-budget"] = multi30k_batches(args.data_dir, args.vocab, args.max_tokens, args.real_batches)
+    rows = []
+    for size in args.sizes:
+        for shape, batches in shapes.items():
+            rows += measure(size, shape, batches, args.vocab, args.contenders, args.rounds, peaks)
+    if args.out:
+        args.out.write_text(json.dumps({"peaks": peaks, "rows": rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
