@@ -137,24 +137,6 @@ class SentencePieceTokenizer(Tokenizer):
         return (self._proto == other._proto and self._vocab == other._vocab and self.start_token == other.start_token
                 and self.append_eos == other.append_eos and self._tokens == other._tokens)
 
-    # -- ids of the specials ---------------------------------------------------------------
-    @property
-    def pad_id(self) -> int:
-        return self._pad
-
-    @property
-    def bos_id(self) -> int:
-        """Id of the decoder's start token (``start_token``; ``<pad>`` for Marian models)."""
-        return self._bos
-
-    @property
-    def eos_id(self) -> int:
-        return self._eos
-
-    @property
-    def unk_id(self) -> int:
-        return self._unk
-
     @property
     def vocab_size(self) -> int:
         return len(self._vocab)

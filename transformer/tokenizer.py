@@ -86,25 +86,32 @@ def _read_json(path: str | os.PathLike) -> dict:
 class Tokenizer(abc.ABC):
     """Text <-> token ids. Backends: :class:`BPETokenizer`, ``transformer.spm_tokenizer.SentencePieceTokenizer``."""
 
+    # Backends set ``_pad``, ``_bos``, ``_eos`` and ``_unk`` when they load their vocabulary.
+    _pad: int
+    _bos: int
+    _eos: int
+    _unk: int
+
     @property
-    @abc.abstractmethod
     def pad_id(self) -> int:
         """Id of ``<pad>``."""
+        return self._pad
 
     @property
-    @abc.abstractmethod
     def bos_id(self) -> int:
-        """Id of ``<s>`` (start of sequence; prepended by the data pipeline, not by ``encode``)."""
+        """Id of the decoder's start token (``<s>``, or ``<pad>`` for Marian models); prepended by
+        the data pipeline, not by ``encode``."""
+        return self._bos
 
     @property
-    @abc.abstractmethod
     def eos_id(self) -> int:
         """Id of ``</s>`` (end of sequence; appended by the data pipeline, not by ``encode``)."""
+        return self._eos
 
     @property
-    @abc.abstractmethod
     def unk_id(self) -> int:
         """Id of ``<unk>``."""
+        return self._unk
 
     @property
     @abc.abstractmethod
@@ -222,22 +229,6 @@ class BPETokenizer(Tokenizer):
     def save(self, path: str | os.PathLike) -> None:
         """Write the tokenizer as JSON (the ``tokenizers`` format) to ``path`` atomically."""
         _atomic_write_text(path, self._hf.to_str(pretty=True))
-
-    @property
-    def pad_id(self) -> int:
-        return self._pad
-
-    @property
-    def bos_id(self) -> int:
-        return self._bos
-
-    @property
-    def eos_id(self) -> int:
-        return self._eos
-
-    @property
-    def unk_id(self) -> int:
-        return self._unk
 
     @property
     def vocab_size(self) -> int:
