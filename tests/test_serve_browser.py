@@ -8,7 +8,6 @@ the test fails), like tests/test_visualize_browser.py.
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 import time
@@ -17,7 +16,7 @@ import httpx
 import pytest
 import uvicorn
 from test_serve import make_run_dir
-from test_visualize_browser import ARGS, ARTIFACTS, CHROMIUM, require
+from test_visualize_browser import ARTIFACTS, browser  # noqa: F401 (browser: the shared Chromium fixture)
 
 from transformer.serve.app import create_app
 from transformer.serve.limits import ServeLimits
@@ -45,19 +44,6 @@ def server(tmp_path_factory):
     server.should_exit = True
     thread.join(timeout=30)
     sock.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        require(False, "playwright is not installed (pip install playwright)")
-    require(os.path.exists(CHROMIUM), f"{CHROMIUM} not found (apt-get install chromium)")
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield chromium
-        chromium.close()
 
 
 def lines_drawn(frame) -> dict[tuple, float]:
