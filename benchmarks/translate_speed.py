@@ -235,7 +235,7 @@ def main() -> None:
                         help='generate() early_stopping: "never" is exact, like ours; "true" stops at beam_size finished')
     parser.add_argument("--ct2-patience", type=float, default=1.0,
                         help="CTranslate2 beam patience (1: its default; larger values search as long as ours)")
-    parser.add_argument("--max-tokens", type=int, default=6000,
+    parser.add_argument("--max-tokens", type=int, default=12000,
                         help="ours: padded source tokens x beam per batch (the Translator's default)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs per contender and table")

@@ -199,6 +199,29 @@ def test_cross_attention_matches_torch_mha(need_weights):
         torch.testing.assert_close(w, ref_w, atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_cross_attention_rows_sharing_a_memory_row_equal_copies_of_it(need_weights, dtype):
+    """G consecutive query rows per memory row (beam search) == each row holding its own copy."""
+    torch.manual_seed(0)
+    attn = CrossAttention(d_model=16, n_heads=4).to(dtype).eval()
+    M, G = 3, 4
+    x = torch.randn(M * G, 2, 16, dtype=dtype)
+    memory = torch.randn(M, 7, 16, dtype=dtype)
+    keep = torch.ones(M, 7, dtype=torch.bool)
+    keep[1, 3:] = False
+    rows = torch.arange(M).repeat_interleave(G)
+    with torch.no_grad():
+        shared, w_shared = attn(x, memory, mask=keep[:, None, None, :], need_weights=need_weights)
+        copies, w_copies = attn(x, memory[rows], mask=keep[rows][:, None, None, :], need_weights=need_weights)
+    tol = dict(atol=1e-12, rtol=1e-12) if dtype == torch.float64 else dict(atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(shared, copies, **tol)
+    if need_weights:
+        torch.testing.assert_close(w_shared, w_copies, **tol)
+    with pytest.raises(ValueError, match="cannot share 5 memory rows"):
+        attn(x, torch.randn(5, 7, 16, dtype=dtype))
+
+
 def test_no_python_loop_over_heads_single_matmul_projection():
     """One fused Q/K/V projection for self-attention; separate Q and K/V for cross-attention."""
     sa = SelfAttention(d_model=16, n_heads=4)

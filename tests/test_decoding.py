@@ -224,6 +224,47 @@ def test_batch_with_padding_equals_sentences_alone():
         assert [h.score for h in hyps] == pytest.approx([h.score for h in alone], abs=1e-9)
 
 
+class CopiedMemoryModel:
+    """The model without ``supports_grouped_memory``: every beam gets its own copy of the memory."""
+
+    def __init__(self, model):
+        self.model, self.config = model, model.config
+
+    def encode(self, *args):
+        return self.model.encode(*args)
+
+    def new_cache(self, **kwargs):
+        return self.model.new_cache(**kwargs)
+
+    def decode(self, *args, **kwargs):
+        return self.model.decode(*args, **kwargs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_beams_sharing_their_sentences_memory_equal_beams_with_copies(dtype):
+    """Many sentences (N = 4 x 30 rows, more than one chunk of log-probabilities) finishing at
+    different steps: shared memory rows and the chunked top-k give what copies give."""
+    model = make_model(5, eos_bias=0.0).to(dtype)
+    assert model.supports_grouped_memory
+    src, mask = make_batch(5, lengths=[1 + (7 * i) % 13 for i in range(30)])
+    shared = beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, n_best=2, max_len_b=8)
+    copies = beam_search(CopiedMemoryModel(model), src, mask, bos_id=BOS, eos_id=EOS, n_best=2, max_len_b=8)
+    assert len({len(h[0].tokens) for h in shared}) > 2  # sentences do finish at different steps
+    for a, b in zip(shared, copies):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
+
+
+def test_greedy_batch_larger_than_a_chunk_equals_sentences_alone():
+    model = make_model(6, eos_bias=1.0)
+    src, mask = make_batch(6, lengths=[1 + (5 * i) % 11 for i in range(70)])
+    batch = greedy_search(model, src, mask, bos_id=BOS, eos_id=EOS, max_len_b=6)
+    for i in (0, 1, 63, 64, 69):
+        (alone,) = greedy_search(model, *row(src, mask, i), bos_id=BOS, eos_id=EOS, max_len_b=6)
+        assert batch[i].tokens == alone.tokens
+        assert batch[i].score == pytest.approx(alone.score, abs=1e-9)
+
+
 class CountingModel:
     def __init__(self, model):
         self.model, self.steps = model, 0

@@ -112,6 +112,20 @@ def test_int8_translator_quantises_a_copy_and_stays_close_to_fp32(run_dir):
         Translator(fp32.model, fp32.vocab, quantize="int8", bf16=True)
 
 
+def test_bf16_translator_decodes_with_a_bf16_copy(run_dir):
+    fp32 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
+    bf16 = Translator(fp32.model, fp32.vocab, decoding=DecodeConfig(strategy="greedy"), bf16=True)
+    assert all(p.dtype == torch.bfloat16 for p in bf16.model.parameters())
+    assert all(p.dtype == torch.float32 for p in fp32.model.parameters())  # the original is untouched
+    sentences = [f for f, _ in generate_pairs(10, seed=3)]
+    hyps = bf16.translate_n_best(sentences)
+    assert all(len(h) == 1 and h[0].score <= 0 and isinstance(h[0].score, float) for h in hyps)
+    agree = sum(a == b for a, b in zip(bf16.translate(sentences), fp32.translate(sentences)))
+    assert agree >= 8  # bf16 rounding may change a near tie, not the translations at large
+    beam = bf16.with_decoding(strategy="beam")
+    assert beam.model is bf16.model and len(beam.translate(sentences)) == 10
+
+
 def test_translate_command_int8(run_dir):
     result = cli("translate", str(run_dir), "--int8", "--greedy", "je suis étudiant")
     assert result.returncode == 0, result.stderr

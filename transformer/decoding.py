@@ -158,8 +158,39 @@ def length_penalty_factor(lengths: Tensor, kind: str = "gnmt", alpha: float = 0.
 
 
 def _log_probs(logits: Tensor) -> Tensor:
-    """log_softmax in float32 (float64 stays float64), whatever the autocast dtype of the logits."""
-    return logits.log_softmax(-1) if logits.dtype == torch.float64 else logits.float().log_softmax(-1)
+    """log_softmax in float32 (float64 stays float64), whatever the autocast dtype of the logits.
+
+    Low-precision logits are widened inside the kernel (no float32 copy is made first).
+    """
+    return logits.log_softmax(-1, dtype=_score_dtype(logits))
+
+
+def _score_dtype(logits: Tensor) -> torch.dtype:
+    return torch.float64 if logits.dtype == torch.float64 else torch.float32
+
+
+# Rows of logits turned into log-probabilities at a time by ``_best_tokens``: a chunk's float32
+# log-probabilities (64 x V) stay in the CPU's cache instead of a fresh (N, V) matrix per step.
+_ROWS_PER_CHUNK = 64
+
+
+def _best_tokens(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The ``k`` most probable tokens of each row of ``(N, V)`` logits: ``(log-probs (N, k), ids (N, k))``.
+
+    ``k == 1`` takes ``argmax`` (the first of equal maxima). Computed a few rows at a time.
+    """
+    values, ids = [], []
+    for chunk in logits.split(_ROWS_PER_CHUNK):
+        log_probs = _log_probs(chunk)
+        if k == 1:
+            best = log_probs.argmax(dim=-1, keepdim=True)
+            values.append(log_probs.gather(1, best))
+            ids.append(best)
+        else:
+            top = log_probs.topk(k, dim=-1)
+            values.append(top.values)
+            ids.append(top.indices)
+    return torch.cat(values), torch.cat(ids)
 
 
 def _hypotheses(tokens: list[list[int]], steps: list[int], scores: list[float], log_probs: list[float],
@@ -179,8 +210,9 @@ def _hypotheses(tokens: list[list[int]], steps: list[int], scores: list[float], 
 
 
 def _ancestral(model: Transformer, memory: Tensor, src_mask: Tensor, limits: Tensor, *, bos_id: int, eos_id: int,
-               pick: Callable[[Tensor], Tensor]) -> list[Hypothesis]:
-    """Extend every row by ``pick(log_probs (N, V)) -> (N,)`` until ``</s>`` or its limit; finished rows leave."""
+               pick: Callable[[Tensor], Tensor] | None) -> list[Hypothesis]:
+    """Extend every row by ``pick(log_probs (N, V)) -> (N,)`` (None: the most probable token) until
+    ``</s>`` or its limit; finished rows leave."""
     N, dev = memory.shape[0], memory.device
     T = int(limits.max())
     cache = model.new_cache(initial_capacity=_CACHE_CAPACITY)
@@ -191,9 +223,13 @@ def _ancestral(model: Transformer, memory: Tensor, src_mask: Tensor, limits: Ten
     token = torch.full((N, 1), bos_id, dtype=torch.long, device=dev)
     out_lp = score = None
     for t in range(T):
-        log_probs = _log_probs(model.decode(token, mem, mask, cache=cache)[:, -1])  # (n, V)
-        nxt = pick(log_probs)  # (n,)
-        step_lp = log_probs.gather(1, nxt.unsqueeze(1)).squeeze(1)  # (n,)
+        logits = model.decode(token, mem, mask, cache=cache)[:, -1]  # (n, V)
+        if pick is None:  # greedy
+            step_lp, nxt = (x.squeeze(1) for x in _best_tokens(logits, 1))  # (n,)
+        else:
+            log_probs = _log_probs(logits)
+            nxt = pick(log_probs)  # (n,)
+            step_lp = log_probs.gather(1, nxt.unsqueeze(1)).squeeze(1)  # (n,)
         if score is None:
             score, out_lp = step_lp, torch.zeros(N, dtype=step_lp.dtype, device=dev)
         else:
@@ -236,8 +272,7 @@ def greedy_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: 
     """
     DecodeConfig("greedy", max_len_a=max_len_a, max_len_b=max_len_b)
     limits = _limits(model, src_mask, max_len_a, max_len_b)  # (B,)
-    return _ancestral(model, model.encode(src, src_mask), src_mask, limits, bos_id=bos_id, eos_id=eos_id,
-                      pick=lambda log_probs: log_probs.argmax(dim=-1))
+    return _ancestral(model, model.encode(src, src_mask), src_mask, limits, bos_id=bos_id, eos_id=eos_id, pick=None)
 
 
 @_inference
@@ -339,25 +374,30 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
     token = torch.full((B, 1), bos_id, dtype=torch.long, device=dev)  # (N, 1)
     hist = torch.full((B, T), eos_id, dtype=torch.long, device=dev)  # (N, T) tokens of the open beams
     arange_2k = torch.arange(2 * K, device=dev)
+    grouped = getattr(model, "supports_grouped_memory", False)  # beams can share their sentence's memory row
     for t in range(T):
-        log_probs = _log_probs(model.decode(token, mem, mask, cache=cache)[:, -1])  # (N, V)
-        n, V = sent.numel(), log_probs.shape[-1]
+        logits = model.decode(token, mem, mask, cache=cache)[:, -1]  # (N, V)
+        n, V = sent.numel(), logits.shape[-1]
         if t == 0:
             if V <= K:
                 raise ValueError(f"beam_size ({K}) must be smaller than the vocabulary ({V})")
-            dt = log_probs.dtype
-            alive = log_probs.new_zeros(B, 1)  # (n, k) running log-probs; one beam before the first step
+            dt = _score_dtype(logits)
+            alive = torch.zeros(B, 1, dtype=dt, device=dev)  # (n, k) running log-probs; one beam at first
             lp = length_penalty_factor(torch.arange(T + 1, device=dev), length_penalty, alpha).to(dt)  # (T + 1,)
             lp_max = lp[lim]  # (n,) lp(max_len), the denominator of the early-stopping bound
-            store = [torch.full((B, n_best), -math.inf, dtype=dt, device=dev), log_probs.new_zeros(B, n_best),
+            store = [torch.full((B, n_best), -math.inf, dtype=dt, device=dev), torch.zeros(B, n_best, dtype=dt, device=dev),
                      torch.zeros(B, n_best, dtype=torch.long, device=dev),
                      torch.full((B, n_best, T), eos_id, dtype=torch.long, device=dev)]
             out = [x.clone() for x in store]  # results by original sentence index
         k = alive.shape[1]
-        cand = (alive.unsqueeze(2) + log_probs.view(n, k, V)).view(n, k * V)  # (n, k * V)
-        top_s, top_i = cand.topk(min(2 * K, k * V), dim=1)  # (n, 2K), best first
-        top_tok = top_i % V  # (n, 2K)
-        parents = top_i // V + (torch.arange(n, device=dev) * k).unsqueeze(1)  # (n, 2K) rows of the cache
+        # A sentence's 2K best candidates are among the 2K best tokens of each of its beams, so
+        # only those are added to the beams' scores: (n, k * w) candidates instead of (n, k * V).
+        w = min(2 * K, V)
+        row_s, row_tok = _best_tokens(logits, w)  # (N, w)
+        cand = (alive.unsqueeze(2) + row_s.view(n, k, w)).view(n, k * w)
+        top_s, top_i = cand.topk(min(2 * K, k * w), dim=1)  # (n, 2K), best first
+        top_tok = row_tok.view(n, k * w).gather(1, top_i)  # (n, 2K)
+        parents = top_i // w + (torch.arange(n, device=dev) * k).unsqueeze(1)  # (n, 2K) rows of the cache
         is_eos = top_tok == eos_id
         last = t + 1 >= lim  # (n,) reached the maximum length
         fin = is_eos[:, :K] | last.unsqueeze(1)  # (n, K)
@@ -375,7 +415,7 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
         done = last
         if _early_stop:
             done = done | (store[0][:, -1] >= alive[:, 0] / lp_max)
-        regroup = t == 0
+        keep = None
         if bool(done.any()):  # the stopping check: one host sync per step
             finished = done.nonzero().squeeze(1)
             for o, s in zip(out, store):
@@ -386,8 +426,13 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
             sent, lim, lp_max, alive = sent[keep], lim[keep], lp_max[keep], alive[keep]
             store = [s[keep] for s in store]
             index, nxt = index.view(n, K)[keep].flatten(), nxt.view(n, K)[keep].flatten()
-            regroup = True
-        if regroup:  # rows now belong to other sentences: move the memory and the whole cache
+        if grouped:  # one memory row per open sentence, shared by its K beams
+            if keep is not None:
+                mem, mask = memory.index_select(0, sent), src_mask.index_select(0, sent)
+                cache.reorder(index, memory_index=keep)
+            else:
+                _reorder_self_attention(cache, index)
+        elif t == 0 or keep is not None:  # rows now belong to other sentences: move memory and cache
             rows = sent.repeat_interleave(K)  # (N,)
             mem, mask = memory.index_select(0, rows), src_mask.index_select(0, rows)
             cache.reorder(index)

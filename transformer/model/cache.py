@@ -119,12 +119,21 @@ class DecoderCache:
         """Number of target positions already decoded (the next position's index)."""
         return self.self_attn[0].length if self.self_attn else 0
 
-    def reorder(self, index: Tensor) -> None:
-        """Select batch rows ``index`` in every layer, e.g. the parents of surviving beams."""
-        if index.dtype != torch.long or index.dim() != 1:
-            raise ValueError(f"reorder index must be a 1-D long tensor, got {index.dtype} {tuple(index.shape)}")
+    def reorder(self, index: Tensor, memory_index: Tensor | None = None) -> None:
+        """Select batch rows ``index`` in every layer, e.g. the parents of surviving beams.
+
+        ``memory_index`` selects the cross-attention rows instead, when they are shared by
+        groups of target rows (beam search: ``index`` picks beams, ``memory_index`` sentences).
+        """
+        for name, idx in (("index", index), ("memory_index", memory_index)):
+            if idx is not None and (idx.dtype != torch.long or idx.dim() != 1):
+                raise ValueError(f"reorder {name} must be a 1-D long tensor, got {idx.dtype} {tuple(idx.shape)}")
         for layer in self.self_attn:
             layer.reorder(index)
+        self.reorder_memory(index if memory_index is None else memory_index)
+
+    def reorder_memory(self, index: Tensor) -> None:
+        """Select rows ``index`` of the cross-attention keys/values only."""
         spares = self._cross_spare + [None] * (len(self.cross_attn) - len(self._cross_spare))
         self._cross_spare = self.cross_attn
         self.cross_attn = [kv.reorder(index, spare) if kv is not None else None

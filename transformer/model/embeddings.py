@@ -56,7 +56,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         end = offset + length
         if end > self.table.shape[0]:
             grown = max(end, 2 * self.table.shape[0])
-            self.table = sinusoidal_table(grown, self.d_model, layout=self.layout).to(self.table.device)
+            self.table = sinusoidal_table(grown, self.d_model, layout=self.layout).to(self.table)  # device, dtype
         return self.table[offset:end]
 
 

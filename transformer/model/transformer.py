@@ -131,6 +131,9 @@ class Decoder(nn.Module):
 class Transformer(nn.Module):
     """The encoder-decoder Transformer of "Attention Is All You Need" (paper 3, Figure 1)."""
 
+    # ``decode`` accepts memory with fewer rows than the targets (G target rows per memory row).
+    supports_grouped_memory = True
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.config = cfg
@@ -176,6 +179,10 @@ class Transformer(nn.Module):
 
         With a ``cache``, ``tgt`` holds only the new positions (usually one); the cache supplies
         the earlier ones and is updated in place.
+
+        ``memory`` ``(M, S, E)`` and ``src_mask`` ``(M, S)`` may hold fewer rows than ``tgt``
+        when ``B = M * G``: then G consecutive target rows share one memory row (the beams of a
+        sentence; see ``CrossAttention``), and a cache's cross-attention keys/values have M rows.
         """
         self._check_ids(tgt, "tgt", self.config.tgt_vocab_size)
         self._check_memory(memory, tgt, src_mask)
@@ -250,7 +257,8 @@ class Transformer(nn.Module):
     def _check_memory(self, memory: Tensor, tgt: Tensor, src_mask: Tensor | None) -> None:
         if memory.dim() != 3 or memory.shape[-1] != self.config.d_model:
             raise ValueError(f"memory must have shape (B, S, {self.config.d_model}), got {tuple(memory.shape)}")
-        if memory.shape[0] != tgt.shape[0]:
-            raise ValueError(f"memory has batch size {memory.shape[0]} but tgt has {tgt.shape[0]}")
+        if memory.shape[0] == 0 or tgt.shape[0] % memory.shape[0] != 0:
+            raise ValueError(f"memory has batch size {memory.shape[0]} but tgt has {tgt.shape[0]} "
+                             "(tgt rows must equal memory rows, or be a multiple of them when the rows share it)")
         if src_mask is not None and src_mask.shape != memory.shape[:2]:
             raise ValueError(f"src_mask {tuple(src_mask.shape)} does not match memory {tuple(memory.shape[:2])}")

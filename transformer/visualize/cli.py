@@ -65,9 +65,9 @@ def parse_heads(text: str | None) -> list[int] | None:
     return heads
 
 
-def load_translator(run_dir: str | os.PathLike[str], *, greedy: bool = True) -> Any:
-    """The run's translator (greedy decoding unless ``greedy=False``); FileNotFoundError /
-    ValueError naming what is missing or broken."""
+def load_translator(run_dir: str | os.PathLike[str], *, greedy: bool = True, **options: Any) -> Any:
+    """The run's translator (greedy decoding unless ``greedy=False``; ``options`` go to
+    ``Translator``, e.g. ``bf16=True``); FileNotFoundError / ValueError naming what is missing or broken."""
     from transformer.translator import Translator
 
     run_dir = Path(run_dir)
@@ -76,7 +76,7 @@ def load_translator(run_dir: str | os.PathLike[str], *, greedy: bool = True) -> 
     missing = [name for name in ("config.json", "model.safetensors") if not (run_dir / name).is_file()]
     if missing:
         raise FileNotFoundError(f"{run_dir} is not a trained run directory: missing {', '.join(missing)}")
-    translator = Translator.from_run_dir(run_dir)
+    translator = Translator.from_run_dir(run_dir, **options)
     if greedy and hasattr(translator, "with_decoding"):
         translator = translator.with_decoding(strategy="greedy")
     return translator
