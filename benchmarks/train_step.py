@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer.allocator import retain_freed_memory
 from transformer.config import ModelConfig, preset
 from transformer.data import Batch, TokenBudgetBatches, make_batch
 from transformer.model import Transformer
@@ -241,6 +242,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON")
     parser.add_argument("--peak-only", action="store_true", help="measure the matmul peak and stop")
     args = parser.parse_args()
+    retain_freed_memory()  # for every contender alike: they share this process (transformer/allocator.py)
 
     peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
     print(f"matmul peak on this machine ({torch.get_num_threads()} threads): fp32 {peaks['fp32'] / 1e9:,.0f} GFLOP/s, "

@@ -51,6 +51,7 @@ from typing import Callable
 
 import torch
 
+from transformer.allocator import retain_freed_memory
 from transformer.checkpoint import load_model
 from transformer.corpus.registry import corpus_pairs, fetch
 from transformer.decoding import DecodeConfig
@@ -243,6 +244,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="JSON results (default translate_speed.json; none with --quick)")
     parser.add_argument("--quick", action="store_true", help="a check: 4 sentences, one round")
     args = parser.parse_args()
+    retain_freed_memory()  # for every contender alike: they share this process (transformer/allocator.py)
     if args.hf_early_stopping == "true":
         args.hf_early_stopping = True
     if args.quick:

@@ -103,6 +103,20 @@ def test_dropout_is_active_in_training_only():
     torch.testing.assert_close(layer(x)[0], layer(x)[0])
 
 
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_dropout_mask_is_uniform_and_reproducible(p):
+    from transformer.model.dropout import drop_mask
+
+    torch.manual_seed(1)
+    a = drop_mask((1000, 999), p)  # an odd size: the last 64-bit draw is only partly used
+    torch.manual_seed(1)
+    assert torch.equal(a, drop_mask((1000, 999), p))
+    assert abs(a.float().mean().item() - p) < 0.003
+    lanes = a.flatten()[: 4 * 249_000].view(-1, 4).float().mean(0)  # each 16-bit lane of a draw alike
+    assert (lanes - p).abs().max().item() < 0.006
+    assert drop_mask((7, 3), p, "cpu").shape == (7, 3)
+
+
 def test_dropout_keeps_one_minus_p_and_rescales():
     from transformer.model.dropout import Dropout
 
@@ -115,5 +129,10 @@ def test_dropout_keeps_one_minus_p_and_rescales():
     torch.testing.assert_close(y[kept], torch.full_like(y[kept], 1 / 0.7))
     assert drop.eval()(x) is x
     assert Dropout(0.0).train()(x) is x
+    # the gradient passes where the value did, with the same scale
+    x = torch.randn(300, 200, requires_grad=True)
+    y = drop.train()(x)
+    y.backward(torch.ones_like(y))
+    torch.testing.assert_close(x.grad, (y != 0).float() / 0.7)
     with pytest.raises(ValueError, match="dropout probability"):
         Dropout(1.0)

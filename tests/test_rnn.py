@@ -166,6 +166,20 @@ def test_bf16_autocast_runs():
     assert logits.shape == (3, 7, V) and torch.isfinite(logits.float()).all()
 
 
+def test_bf16_weights_decode():
+    """The bf16 copy Translator(bf16=True) decodes with: packed LSTM, steps and beam search in bf16."""
+    from transformer.translator import to_bf16
+
+    model = tiny("general")
+    src, mask, _ = padded_batch()
+    half = to_bf16(model)
+    assert next(model.parameters()).dtype == torch.float32  # the original is untouched
+    beams = beam_search(half, src, mask, bos_id=1, eos_id=2, beam_size=3, max_len_b=6)
+    assert len(beams) == 3 and all(h[0].score <= 0 for h in beams)
+    greedy = greedy_search(half, src, mask, bos_id=1, eos_id=2, max_len_b=6)
+    assert all(isinstance(h.score, float) for h in greedy)
+
+
 # ------------------------------------------------------------------------------------------------ decoders
 def test_greedy_and_beam_search_run_through_the_shared_decoders():
     model = tiny("additive")
