@@ -11,17 +11,23 @@ sentences of Multi30k ``test_2016_flickr`` are translated greedily and with beam
 * ours int8: the same ``Translator`` with ``quantize="int8"`` (dynamic int8 linear layers, the
   counterpart of CTranslate2 int8);
 * generate fp32: ``MarianMTModel.generate()`` on all sentences as one padded batch, ``num_beams``,
-  ``length_penalty``, ``early_stopping="never"`` (its exact stopping rule, the one ours uses);
+  ``length_penalty``, ``early_stopping`` (see below);
 * CTranslate2 float32 and int8: ``translate_batch`` (``beam_size``, ``length_penalty``,
-  ``max_decoding_length``, ``patience`` 1 by default), ``inter_threads=1``,
+  ``max_decoding_length``, ``patience``), ``inter_threads=1``,
   ``intra_threads`` = the torch thread count.
+
+Beam search stops by the same rule in all three (``--stopping``): ``k_finished`` (default) ends a
+sentence once beam_size hypotheses have finished: ours ``stopping="k_finished"``,
+``generate(early_stopping=True)``, CTranslate2 ``patience=1`` (its default); ``exact``: ours'
+exact rule, ``generate(early_stopping="never")`` (also exact) and CTranslate2 with
+``--ct2-patience`` (it has no exact rule; a large patience comes close).
 
 What is timed: ours from the source text (tokenization, length sorting and padding included);
 the others from ready token ids / pieces (their input preparation is left out of the timing),
-so the comparison is, if anything, tilted against ours. Beam search uses ours' GNMT length
-penalty ``((5 + |Y|) / 6) ** 0.6`` by default; ``generate()`` and CTranslate2 only have
-``|Y| ** alpha`` and get alpha 0.6 (``--length-penalty exponent`` ranks every contender by the
-same rule). Maximum length: ours ``source length + 50`` per sentence; ``generate()`` and
+so the comparison is, if anything, tilted against ours. Beam search ranks by
+``log P / |Y| ** 0.6`` in all three by default (the only length penalty ``generate()`` and
+CTranslate2 have; ``--length-penalty gnmt`` gives ours the GNMT form it uses for translation,
+``((5 + |Y|) / 6) ** alpha``, and the others keep theirs). Maximum length: ours ``source length + 50`` per sentence; ``generate()`` and
 CTranslate2 take one limit per call, the longest source of the batch + 50 (all capped by the
 model's positions). Outputs that are identical to ours fp32 are counted as a check that the
 contenders do the same work.
@@ -136,7 +142,7 @@ def build_contenders(engines: dict, vocab: Vocabularies, decoding: DecodeConfig,
     hf_kwargs = dict(num_beams=K, do_sample=False, num_return_sequences=1)
     if beam:
         hf_kwargs.update(length_penalty=decoding.alpha if decoding.length_penalty != "none" else 0.0,
-                         early_stopping=args.hf_early_stopping)
+                         early_stopping=True if args.stopping == "k_finished" else "never")
     pad_id, eos_id, start_id = tgt_tok.pad_id, tgt_tok.eos_id, tgt_tok.bos_id
 
     def hf_prepare(texts):
@@ -169,7 +175,7 @@ def build_contenders(engines: dict, vocab: Vocabularies, decoding: DecodeConfig,
     ct2_kwargs = dict(beam_size=K, return_scores=False)
     if beam:
         ct2_kwargs.update(length_penalty=decoding.alpha if decoding.length_penalty != "none" else 0.0,
-                          patience=args.ct2_patience)
+                          patience=1.0 if args.stopping == "k_finished" else args.ct2_patience)
     for quantization in ("float32", "int8"):
         ct2 = engines[quantization]
 
@@ -229,12 +235,14 @@ def main() -> None:
     parser.add_argument("--strategies", default="greedy,beam", help="greedy and/or beam, comma-separated")
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty")
-    parser.add_argument("--length-penalty", default="gnmt", choices=("gnmt", "exponent", "none"),
-                        help="ours' length penalty form (generate() and CTranslate2 always use |Y| ** alpha)")
+    parser.add_argument("--length-penalty", default="exponent", choices=("gnmt", "exponent", "none"),
+                        help="ours' length penalty form (default exponent: |Y| ** alpha, the only one generate() and "
+                        "CTranslate2 have; gnmt: ours' default for translation)")
     parser.add_argument("--max-len-b", type=int, default=50, help="maximum output length: source length + this")
-    parser.add_argument("--hf-early-stopping", default="never", choices=("never", "true"),
-                        help='generate() early_stopping: "never" is exact, like ours; "true" stops at beam_size finished')
-    parser.add_argument("--ct2-patience", type=float, default=1.0,
+    parser.add_argument("--stopping", default="k_finished", choices=("k_finished", "exact"),
+                        help="beam stopping rule for all contenders (default k_finished: after beam_size finished "
+                        "hypotheses, CTranslate2's and fairseq's rule; exact: ours exact, generate() 'never')")
+    parser.add_argument("--ct2-patience", type=float, default=8.0,
                         help="CTranslate2 beam patience (1: its default; larger values search as long as ours)")
     parser.add_argument("--max-tokens", type=int, default=12000,
                         help="ours: padded source tokens x beam per batch (the Translator's default)")
@@ -245,8 +253,6 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a check: 4 sentences, one round")
     args = parser.parse_args()
     retain_freed_memory()  # for every contender alike: they share this process (transformer/allocator.py)
-    if args.hf_early_stopping == "true":
-        args.hf_early_stopping = True
     if args.quick:
         args.sizes, args.rounds = "4", 1
     elif args.out is None:
@@ -263,8 +269,8 @@ def main() -> None:
 
     info = {"machine": machine(), "run_dir": str(run_dir), "corpus": f"multi30k {SPLIT} {src}->{tgt}",
             "rounds": args.rounds, "warmup": args.warmup, "length_penalty": args.length_penalty, "alpha": args.alpha,
-            "max_len": f"source length + {args.max_len_b}", "hf_early_stopping": args.hf_early_stopping,
-            "ct2_patience": args.ct2_patience, "ours_max_tokens": args.max_tokens, "tables": []}
+            "max_len": f"source length + {args.max_len_b}", "stopping": args.stopping,
+            "ct2_patience": args.ct2_patience if args.stopping == "exact" else 1.0, "ours_max_tokens": args.max_tokens, "tables": []}
     m = info["machine"]
     print(f"{m['cpu']}; {m['torch_threads']} threads ({m['logical_cpus']} logical CPUs); torch {m['torch']}, "
           f"transformers {m['transformers']}, ctranslate2 {m['ctranslate2']}")
@@ -274,11 +280,13 @@ def main() -> None:
         engines = load_engines(run_dir, Path(tmp))
         for strategy in args.strategies.split(","):
             decoding = DecodeConfig(strategy=strategy, beam_size=args.beam_size if strategy == "beam" else 1,
-                                    length_penalty=args.length_penalty, alpha=args.alpha, max_len_b=args.max_len_b)
+                                    length_penalty=args.length_penalty, alpha=args.alpha, max_len_b=args.max_len_b,
+                                    stopping=args.stopping)
             contenders = build_contenders(engines, vocab, decoding, args)
             for n in sizes:
                 rows = measure(contenders, sentences[:n], rounds=args.rounds, warmup=args.warmup)
-                label = "greedy" if strategy == "greedy" else f"beam {args.beam_size}, {args.length_penalty} {args.alpha}"
+                label = ("greedy" if strategy == "greedy" else
+                         f"beam {args.beam_size}, {args.length_penalty} {args.alpha}, stopping {args.stopping}")
                 print_table(f"{label}, {n} sentences", rows, n)
                 info["tables"].append({"strategy": strategy, "beam_size": decoding.beam_size, "sentences": n,
                                        "rows": rows})

@@ -255,6 +255,22 @@ def test_beams_sharing_their_sentences_memory_equal_beams_with_copies(dtype):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
 
 
+def test_k_finished_stopping_ends_each_sentence_once_k_hypotheses_finished():
+    model = make_model(7, eos_bias=0.8)
+    src, mask = make_batch(7, lengths=(5, 2, 8, 3))
+    counter = CountingModel(model)
+    quick = beam_search(counter, src, mask, bos_id=BOS, eos_id=EOS, beam_size=3, n_best=2, max_len_b=10,
+                        stopping="k_finished")
+    quick_steps, counter.steps = counter.steps, 0
+    exact = beam_search(counter, src, mask, bos_id=BOS, eos_id=EOS, beam_size=3, n_best=2, max_len_b=10)
+    assert quick_steps <= counter.steps
+    for q, e in zip(quick, exact):
+        assert len(q) == 2 and q[0].score >= q[1].score
+        assert q[0].score <= e[0].score + 1e-12  # the exact search never does worse
+    with pytest.raises(ValueError, match="unknown stopping"):
+        DecodeConfig(stopping="soon")
+
+
 def test_greedy_batch_larger_than_a_chunk_equals_sentences_alone():
     model = make_model(6, eos_bias=1.0)
     src, mask = make_batch(6, lengths=[1 + (5 * i) % 11 for i in range(70)])

@@ -104,6 +104,21 @@ def test_beam_equals_generate(marian, batch, hf_penalty, ours_penalty):
     assert [n_best[0].tokens for n_best in got] == expected
 
 
+@pytest.mark.parametrize("hf_penalty, ours_penalty", [(1.0, "exponent"), (0.0, "none")])
+def test_k_finished_stopping_equals_generate_early_stopping_true(marian, batch, hf_penalty, ours_penalty):
+    """stopping="k_finished" is generate(early_stopping=True): a sentence ends once num_beams hypotheses finished."""
+    _, hf_model, tok, tr = marian
+    _, enc = batch
+    with torch.no_grad():
+        generated = hf_model.generate(**enc, num_beams=4, do_sample=False, max_new_tokens=MAX_NEW,
+                                      length_penalty=hf_penalty, early_stopping=True)
+    expected = [strip_generated(r, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id) for r in generated.tolist()]
+    got = beam_search(tr.model, enc["input_ids"], enc["attention_mask"].bool(), bos_id=tr.vocab.tgt.bos_id,
+                      eos_id=tr.vocab.tgt.eos_id, beam_size=4, length_penalty=ours_penalty, alpha=hf_penalty,
+                      max_len_a=0, max_len_b=MAX_NEW, stopping="k_finished")
+    assert [n_best[0].tokens for n_best in got] == expected
+
+
 def test_bin_weights_separate_vocabularies_relu(tmp_path):
     directory, hf_model, tok = built_marian(tmp_path, separate=True, bin_weights=True, activation="relu", steps=5)
     assert not (directory / "model.safetensors").exists() and (directory / "pytorch_model.bin").is_file()

@@ -32,6 +32,7 @@ from transformer.model import Transformer
 
 STRATEGIES = ("greedy", "beam", "sample")
 LENGTH_PENALTIES = ("gnmt", "exponent", "none")
+STOPPING = ("exact", "k_finished")
 # Small first cache buffers: a reorder copies the whole buffer, so capacity should track the length
 # (buffers double as needed). Measured faster than 32+ for beam search on CPU.
 _CACHE_CAPACITY = 8
@@ -98,6 +99,10 @@ class DecodeConfig:
     a learned position table holds).
     temperature, top_k (0 = off), top_p (1 = off), seed: sampling only.
     return_attention: attach the encoder-decoder attention to every hypothesis.
+    stopping (beam only): "exact" (default) stops a sentence when no open beam can beat its
+    finished hypotheses; "k_finished" stops it once ``beam_size`` hypotheses have finished (the
+    rule of fairseq, CTranslate2's default patience 1 and ``generate(early_stopping=True)``):
+    faster, and it may miss a longer, better-scoring hypothesis.
     """
 
     strategy: str = "beam"
@@ -112,6 +117,7 @@ class DecodeConfig:
     top_p: float = 1.0
     seed: int | None = None
     return_attention: bool = False
+    stopping: str = "exact"
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -135,6 +141,8 @@ class DecodeConfig:
         _check_number("top_p", self.top_p, lambda x: 0 < x <= 1, "in (0, 1]")
         if self.seed is not None:
             _check_int("seed", self.seed, 0)
+        if self.stopping not in STOPPING:
+            raise ValueError(f"unknown stopping {self.stopping!r}; choose one of {list(STOPPING)}")
         if not isinstance(self.return_attention, bool):
             raise ValueError(f"return_attention must be a bool, got {self.return_attention!r}")
 
@@ -339,7 +347,8 @@ def _merge(store: list[Tensor], new: list[Tensor], n_best: int) -> list[Tensor]:
 @_inference
 def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eos_id: int,
                 beam_size: int = 4, n_best: int = 1, length_penalty: str = "gnmt", alpha: float = 0.6,
-                max_len_a: float = 1.0, max_len_b: int = 50, _early_stop: bool = True) -> list[list[Hypothesis]]:
+                max_len_a: float = 1.0, max_len_b: int = 50, stopping: str = "exact",
+                _early_stop: bool = True) -> list[list[Hypothesis]]:
     """Beam search over all sentences and beams at once (paper 6.1: beam 4, alpha 0.6).
 
     Each step scores the ``N = n * K`` open beams of the ``n`` unfinished sentences in one
@@ -357,12 +366,14 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
     non-decreasing (alpha >= 0), so its score is ``<= s / lp(max_len)``. A sentence stops
     when it holds ``n_best`` finished hypotheses and the worst of them is ``>=`` that bound
     for its best open beam (ties keep the earlier hypothesis, so results never change).
+    ``stopping="k_finished"`` instead stops a sentence as soon as ``beam_size`` hypotheses have
+    finished (counted over all steps), the common cheaper rule.
 
     Returns:
         per sentence, ``n_best`` hypotheses, best first; ``score`` normalised, ``log_prob`` raw.
     """
     DecodeConfig("beam", beam_size=beam_size, n_best=n_best, length_penalty=length_penalty, alpha=alpha,
-                 max_len_a=max_len_a, max_len_b=max_len_b)
+                 max_len_a=max_len_a, max_len_b=max_len_b, stopping=stopping)
     K, dev = beam_size, src.device
     B = src.shape[0]
     memory = model.encode(src, src_mask)  # (B, S, E)
@@ -389,6 +400,7 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
                      torch.zeros(B, n_best, dtype=torch.long, device=dev),
                      torch.full((B, n_best, T), eos_id, dtype=torch.long, device=dev)]
             out = [x.clone() for x in store]  # results by original sentence index
+            n_finished = torch.zeros(B, dtype=torch.long, device=dev)  # hypotheses finished so far
         k = alive.shape[1]
         # A sentence's 2K best candidates are among the 2K best tokens of each of its beams, so
         # only those are added to the beams' scores: (n, k * w) candidates instead of (n, k * V).
@@ -413,7 +425,10 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
         index = parents.gather(1, order).flatten()  # (N,)
         nxt = top_tok.gather(1, order).flatten()  # (N,)
         done = last
-        if _early_stop:
+        if stopping == "k_finished":
+            n_finished = n_finished + fin.sum(dim=1)
+            done = done | (n_finished >= K)
+        elif _early_stop:
             done = done | (store[0][:, -1] >= alive[:, 0] / lp_max)
         keep = None
         if bool(done.any()):  # the stopping check: one host sync per step
@@ -423,7 +438,7 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
             keep = (~done).nonzero().squeeze(1)
             if keep.numel() == 0:
                 break
-            sent, lim, lp_max, alive = sent[keep], lim[keep], lp_max[keep], alive[keep]
+            sent, lim, lp_max, alive, n_finished = sent[keep], lim[keep], lp_max[keep], alive[keep], n_finished[keep]
             store = [s[keep] for s in store]
             index, nxt = index.view(n, K)[keep].flatten(), nxt.view(n, K)[keep].flatten()
         if grouped:  # one memory row per open sentence, shared by its K beams
@@ -467,7 +482,8 @@ def decode(model: Transformer, src: Tensor, src_mask: Tensor, cfg: DecodeConfig,
         results = [[h] for h in greedy_search(model, src, src_mask, bos_id=bos_id, eos_id=eos_id, **lengths)]
     elif cfg.strategy == "beam":
         results = beam_search(model, src, src_mask, bos_id=bos_id, eos_id=eos_id, beam_size=cfg.beam_size,
-                              n_best=cfg.n_best, length_penalty=cfg.length_penalty, alpha=cfg.alpha, **lengths)
+                              n_best=cfg.n_best, length_penalty=cfg.length_penalty, alpha=cfg.alpha,
+                              stopping=cfg.stopping, **lengths)
     else:
         results = sample(model, src, src_mask, bos_id=bos_id, eos_id=eos_id, temperature=cfg.temperature,
                          top_k=cfg.top_k, top_p=cfg.top_p, n=cfg.n_best, seed=cfg.seed, **lengths)
