@@ -32,7 +32,10 @@ CTranslate2 take one limit per call, the longest source of the batch + 50 (all c
 model's positions). Outputs that are identical to ours fp32 are counted as a check that the
 contenders do the same work.
 
-The contenders alternate within each round (rotating who goes first); each one runs once
+Each family (ours, ``generate()``, CTranslate2) runs in a process of its own, started once; only
+one works at a time. (In one shared process ours ran about 1.5-1.8x slower after CTranslate2's
+first call than before it, for reasons not found: not thread affinity, not idle spinning, not
+the allocator.) The contenders alternate within each round (rotating who goes first); each one runs once
 untimed per table first, and the median over the rounds is reported. One table per
 (strategy, batch size): seconds, sentences/s, outputs identical to ours fp32, speed-up over
 ``generate()`` (its time / this row's time) and this row's time / CTranslate2 float32's time.
@@ -100,28 +103,39 @@ def machine() -> dict:
             "ctranslate2": ctranslate2.__version__}
 
 
-def load_engines(run_dir: Path, tmp: Path) -> dict:
-    """Our model, and the same weights exported to a ``MarianMTModel`` and to CTranslate2 (float32, int8)."""
-    import ctranslate2
+FAMILIES = ("ours", "hf", "ct2")  # one process each
+
+
+def export_engines(run_dir: Path, tmp: Path) -> None:
+    """The same weights exported to a ``MarianMTModel`` and to CTranslate2 (float32, int8) under ``tmp``."""
     import transformers
 
     from transformer.interop import export_ctranslate2, export_hf
 
     transformers.utils.logging.disable_progress_bar()
-    engines = {"ours": load_model(run_dir)}
     export_hf(run_dir, tmp / "hf")
-    engines["hf"] = transformers.MarianMTModel.from_pretrained(str(tmp / "hf")).eval()
     for quantization in ("float32", "int8"):
-        out = tmp / f"ct2-{quantization}"
-        export_ctranslate2(run_dir, out, quantization=None if quantization == "float32" else quantization)
-        engines[quantization] = ctranslate2.Translator(str(out), device="cpu", compute_type=quantization,
-                                                       inter_threads=1, intra_threads=torch.get_num_threads())
-    return engines
+        export_ctranslate2(run_dir, tmp / f"ct2-{quantization}",
+                           quantization=None if quantization == "float32" else quantization)
+
+
+def load_engines(family: str, run_dir: Path, tmp: Path) -> dict:
+    """One family's engines: our model, the ``MarianMTModel``, or the two CTranslate2 translators."""
+    if family == "ours":
+        return {"ours": load_model(run_dir)}
+    if family == "hf":
+        import transformers
+
+        transformers.utils.logging.disable_progress_bar()
+        return {"hf": transformers.MarianMTModel.from_pretrained(str(tmp / "hf")).eval()}
+    import ctranslate2
+
+    return {q: ctranslate2.Translator(str(tmp / f"ct2-{q}"), device="cpu", compute_type=q, inter_threads=1,
+                                      intra_threads=torch.get_num_threads()) for q in ("float32", "int8")}
 
 
 def build_contenders(engines: dict, vocab: Vocabularies, decoding: DecodeConfig, args) -> list[Contender]:
-    model = engines["ours"]
-    cap = model.config.max_positions
+    cap = load_config_max_positions(args.run_dir)
     src_tok, tgt_tok = vocab.src, vocab.tgt
     beam = decoding.strategy == "beam"
     K = decoding.beam_size if beam else 1
@@ -132,13 +146,16 @@ def build_contenders(engines: dict, vocab: Vocabularies, decoding: DecodeConfig,
 
     contenders = []
     for name, options in (("ours fp32", {}), ("ours bf16", {"bf16": True}), ("ours int8", {"quantize": "int8"})):
+        if "ours" not in engines:
+            break
+        model = engines["ours"]
         translator = Translator(model, vocab, decoding=decoding, max_tokens=args.max_tokens, **options)
         contenders.append(Contender(
             name, prepare=lambda texts: texts,
             run=lambda texts, tr=translator: tr.translate_n_best(texts),
             ids=lambda out: [hyps[0].tokens if hyps else [] for hyps in out]))
 
-    hf_model = engines["hf"]
+    hf_model = engines.get("hf")
     hf_kwargs = dict(num_beams=K, do_sample=False, num_return_sequences=1)
     if beam:
         hf_kwargs.update(length_penalty=decoding.alpha if decoding.length_penalty != "none" else 0.0,
@@ -169,7 +186,8 @@ def build_contenders(engines: dict, vocab: Vocabularies, decoding: DecodeConfig,
             result.append([t for t in row if t != pad_id])
         return result
 
-    contenders.append(Contender("generate fp32", hf_prepare, hf_run, hf_ids))
+    if hf_model is not None:
+        contenders.append(Contender("generate fp32", hf_prepare, hf_run, hf_ids))
 
     piece_id = {p: i for i, p in enumerate(tgt_tok.pieces(range(tgt_tok.vocab_size)))}
     ct2_kwargs = dict(beam_size=K, return_scores=False)
@@ -177,7 +195,9 @@ def build_contenders(engines: dict, vocab: Vocabularies, decoding: DecodeConfig,
         ct2_kwargs.update(length_penalty=decoding.alpha if decoding.length_penalty != "none" else 0.0,
                           patience=1.0 if args.stopping == "k_finished" else args.ct2_patience)
     for quantization in ("float32", "int8"):
-        ct2 = engines[quantization]
+        ct2 = engines.get(quantization)
+        if ct2 is None:
+            continue
 
         def ct2_prepare(texts):
             ids = src_tok.encode_batch(texts)
@@ -190,28 +210,109 @@ def build_contenders(engines: dict, vocab: Vocabularies, decoding: DecodeConfig,
     return contenders
 
 
-def measure(contenders: list[Contender], texts: list[str], *, rounds: int, warmup: int) -> dict:
-    prepared = {c.name: c.prepare(texts) for c in contenders}
-    outputs = {}
-    for c in contenders:
-        for _ in range(warmup):
-            outputs[c.name] = c.ids(c.run(prepared[c.name]))
-    times: dict[str, list[float]] = {c.name: [] for c in contenders}
-    for r in range(rounds):
-        order = contenders[r % len(contenders):] + contenders[: r % len(contenders)]
-        for c in order:
+def load_config_max_positions(run_dir) -> int:
+    return int(json.loads((Path(run_dir) / "config.json").read_text(encoding="utf-8"))["max_positions"])
+
+
+def decoding_for(strategy: str, args) -> DecodeConfig:
+    return DecodeConfig(strategy=strategy, beam_size=args.beam_size if strategy == "beam" else 1,
+                        length_penalty=args.length_penalty, alpha=args.alpha, max_len_b=args.max_len_b,
+                        stopping=args.stopping)
+
+
+def _worker(conn, family: str, tmp: str, args) -> None:
+    """One family's contenders in their own process: answers (strategy, name, texts) with (seconds, ids).
+
+    Each family runs alone in its process, so no library's state (thread pools, allocator, ...)
+    can slow another down; only one process works at a time, the others wait in ``recv``.
+    """
+    try:
+        retain_freed_memory()
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        run_dir = Path(args.run_dir)
+        vocab = Vocabularies.load(run_dir)
+        engines = load_engines(family, run_dir, Path(tmp))
+        contenders: dict[str, dict[str, Contender]] = {}
+        prepared: dict[tuple, object] = {}
+        conn.send(("ready", [c.name for c in build_contenders(engines, vocab, decoding_for("greedy", args), args)]))
+        while (message := conn.recv()) is not None:
+            strategy, name, texts = message
+            if strategy not in contenders:
+                built = build_contenders(engines, vocab, decoding_for(strategy, args), args)
+                contenders[strategy] = {c.name: c for c in built}
+            c = contenders[strategy][name]
+            key = (strategy, name, len(texts))
+            if key not in prepared:
+                prepared[key] = c.prepare(texts)
             start = time.perf_counter()
-            out = c.run(prepared[c.name])
-            times[c.name].append(time.perf_counter() - start)
-            if c.name not in outputs:
-                outputs[c.name] = c.ids(out)
+            out = c.run(prepared[key])
+            seconds = time.perf_counter() - start
+            conn.send(("ok", (seconds, c.ids(out))))
+    except Exception:  # reported to the parent, which stops the run with it
+        import traceback
+
+        conn.send(("error", traceback.format_exc()))
+
+
+class Workers:
+    """The three family processes; ``timed(strategy, name, texts)`` runs one contender once in its process."""
+
+    def __init__(self, tmp: Path, args) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self.conns, self.procs, self.family_of = {}, [], {}
+        self.names: list[str] = []
+        for family in FAMILIES:
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_worker, args=(child, family, str(tmp), args), daemon=True)
+            proc.start()
+            self.conns[family] = parent
+            self.procs.append(proc)
+        for family, conn in self.conns.items():
+            for name in self._answer(conn):
+                self.family_of[name] = family
+                self.names.append(name)
+
+    @staticmethod
+    def _answer(conn):
+        status, value = conn.recv()
+        if status == "error":
+            raise RuntimeError(f"a benchmark worker failed:\n{value}")
+        return value
+
+    def timed(self, strategy: str, name: str, texts: list[str]) -> tuple[float, list[list[int]]]:
+        conn = self.conns[self.family_of[name]]
+        conn.send((strategy, name, texts))
+        return self._answer(conn)
+
+    def close(self) -> None:
+        for conn in self.conns.values():
+            conn.send(None)
+        for proc in self.procs:
+            proc.join(timeout=30)
+
+
+def measure(workers: Workers, strategy: str, texts: list[str], *, rounds: int, warmup: int) -> dict:
+    names = workers.names
+    outputs = {}
+    for name in names:
+        for _ in range(warmup):
+            outputs[name] = workers.timed(strategy, name, texts)[1]
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            seconds, ids = workers.timed(strategy, name, texts)
+            times[name].append(seconds)
+            outputs.setdefault(name, ids)
     reference = outputs["ours fp32"]
     rows = {}
-    for c in contenders:
-        median = statistics.median(times[c.name])
-        same = sum(a == b for a, b in zip(outputs[c.name], reference))
-        rows[c.name] = {"seconds": median, "sentences_per_s": len(texts) / median, "identical_to_ours_fp32": same,
-                        "times": times[c.name]}
+    for name in names:
+        median = statistics.median(times[name])
+        same = sum(a == b for a, b in zip(outputs[name], reference))
+        rows[name] = {"seconds": median, "sentences_per_s": len(texts) / median, "identical_to_ours_fp32": same,
+                      "times": times[name]}
     gen, ct2 = rows["generate fp32"]["seconds"], rows["CT2 float32"]["seconds"]
     for row in rows.values():
         row["speedup_vs_generate"] = gen / row["seconds"]
@@ -277,19 +378,18 @@ def main() -> None:
     print(f"{run_dir}, multi30k {SPLIT} {src}->{tgt}; median of {args.rounds} round(s), contenders alternating")
 
     with tempfile.TemporaryDirectory(prefix="translate-speed-") as tmp:
-        engines = load_engines(run_dir, Path(tmp))
+        export_engines(run_dir, Path(tmp))
+        workers = Workers(Path(tmp), args)
         for strategy in args.strategies.split(","):
-            decoding = DecodeConfig(strategy=strategy, beam_size=args.beam_size if strategy == "beam" else 1,
-                                    length_penalty=args.length_penalty, alpha=args.alpha, max_len_b=args.max_len_b,
-                                    stopping=args.stopping)
-            contenders = build_contenders(engines, vocab, decoding, args)
+            decoding = decoding_for(strategy, args)
             for n in sizes:
-                rows = measure(contenders, sentences[:n], rounds=args.rounds, warmup=args.warmup)
+                rows = measure(workers, strategy, sentences[:n], rounds=args.rounds, warmup=args.warmup)
                 label = ("greedy" if strategy == "greedy" else
                          f"beam {args.beam_size}, {args.length_penalty} {args.alpha}, stopping {args.stopping}")
                 print_table(f"{label}, {n} sentences", rows, n)
                 info["tables"].append({"strategy": strategy, "beam_size": decoding.beam_size, "sentences": n,
                                        "rows": rows})
+        workers.close()
     print("\ntargets: ours >= 2x generate(), ours / CT2 float32 <= 1.0")
     for t in info["tables"]:
         for name in ("ours fp32", "ours bf16", "ours int8"):
