@@ -5,7 +5,7 @@ length penalty 0.6 (the paper's settings, as ``benchmarks/multi30k.py`` scores) 
 weights of one trained run directory (``model.safetensors``) on each path:
 
 * fp32: the reference;
-* bf16: the same model under bfloat16 autocast (``Translator(bf16=True)``);
+* bf16: a bfloat16 copy of the weights (``Translator(bf16=True)``);
 * int8: ``Translator(quantize="int8")`` (``transformer translate --int8``): a copy of the model
   whose ``nn.Linear`` layers are dynamically quantised to int8
   (``torch.ao.quantization.quantize_dynamic``: int8 weights, activations quantised per batch;

@@ -12,7 +12,8 @@ use only ``model.encode`` and ``model.decode`` with the decoder cache:
 * ``decode``: dispatch on a ``DecodeConfig``, optionally attaching encoder-decoder attention.
 
 All of them run sentences that are finished out of the batch (rows are dropped from the cache),
-accumulate scores in float32 (float64 for a float64 model) and work under bf16 autocast.
+accumulate scores in float32 (float64 for a float64 model) and work with bf16 weights or
+under bf16 autocast.
 
 Letters: B batch, K beam size, N rows (sentences x beams or samples), S source length,
 T output length, V vocabulary, L decoder layers, H heads.
