@@ -240,10 +240,10 @@ class Transformer(nn.Module):
         if ids.shape[1] == 0:
             raise ValueError(f"{name} is empty: sequences need at least one token")
         # The range check reads values back, so it runs on CPU only (no device sync in CUDA decoding).
-        if ids.device.type == "cpu" and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
-            raise ValueError(
-                f"{name} holds token ids outside [0, {vocab_size}): min {int(ids.min())}, max {int(ids.max())}"
-            )
+        if ids.device.type == "cpu" and ids.numel():
+            low, high = (int(x) for x in torch.aminmax(ids))
+            if low < 0 or high >= vocab_size:
+                raise ValueError(f"{name} holds token ids outside [0, {vocab_size}): min {low}, max {high}")
 
     @staticmethod
     def _check_mask(mask: Tensor | None, ids: Tensor) -> None:
