@@ -66,7 +66,12 @@ def scaled_dot_product_attention(
     scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, T, S)
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    weights = torch.softmax(scores, dim=-1)
+    if scores.device.type == "cpu" and scores.dtype in (torch.bfloat16, torch.float16):
+        # Through float32: PyTorch's CPU softmax (and its backward) in bf16 is ~3x slower than the
+        # float32 kernel plus the two casts on short rows (64 x 4 x 24 x 24: 521 us vs 148 us).
+        weights = torch.softmax(scores.float(), dim=-1).to(scores.dtype)
+    else:
+        weights = torch.softmax(scores, dim=-1)
     if mask is not None:
         # Rows with no allowed key would be uniform over masked keys; make them exactly zero.
         weights = weights * mask.any(dim=-1, keepdim=True)
