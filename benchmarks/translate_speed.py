@@ -61,7 +61,7 @@ from typing import Callable
 import torch
 
 from transformer.allocator import retain_freed_memory
-from transformer.checkpoint import load_model
+from transformer.checkpoint import load_config, load_model
 from transformer.corpus.registry import corpus_pairs, fetch
 from transformer.decoding import DecodeConfig
 from transformer.tokenizer import Vocabularies
@@ -135,7 +135,7 @@ def load_engines(family: str, run_dir: Path, tmp: Path) -> dict:
 
 
 def build_contenders(engines: dict, vocab: Vocabularies, decoding: DecodeConfig, args) -> list[Contender]:
-    cap = load_config_max_positions(args.run_dir)
+    cap = load_config(args.run_dir).max_positions
     src_tok, tgt_tok = vocab.src, vocab.tgt
     beam = decoding.strategy == "beam"
     K = decoding.beam_size if beam else 1
@@ -210,10 +210,6 @@ def build_contenders(engines: dict, vocab: Vocabularies, decoding: DecodeConfig,
     return contenders
 
 
-def load_config_max_positions(run_dir) -> int:
-    return int(json.loads((Path(run_dir) / "config.json").read_text(encoding="utf-8"))["max_positions"])
-
-
 def decoding_for(strategy: str, args) -> DecodeConfig:
     return DecodeConfig(strategy=strategy, beam_size=args.beam_size if strategy == "beam" else 1,
                         length_penalty=args.length_penalty, alpha=args.alpha, max_len_b=args.max_len_b,
@@ -233,15 +229,19 @@ def _worker(conn, family: str, tmp: str, args) -> None:
         run_dir = Path(args.run_dir)
         vocab = Vocabularies.load(run_dir)
         engines = load_engines(family, run_dir, Path(tmp))
-        contenders: dict[str, dict[str, Contender]] = {}
+        contenders: dict[str, dict[str, Contender]] = {}  # by strategy, then name
         prepared: dict[tuple, object] = {}
-        conn.send(("ready", [c.name for c in build_contenders(engines, vocab, decoding_for("greedy", args), args)]))
-        while (message := conn.recv()) is not None:
-            strategy, name, texts = message
+
+        def by_name(strategy: str) -> dict[str, Contender]:
             if strategy not in contenders:
                 built = build_contenders(engines, vocab, decoding_for(strategy, args), args)
                 contenders[strategy] = {c.name: c for c in built}
-            c = contenders[strategy][name]
+            return contenders[strategy]
+
+        conn.send(("ready", list(by_name(args.strategies.split(",")[0]))))
+        while (message := conn.recv()) is not None:
+            strategy, name, texts = message
+            c = by_name(strategy)[name]
             key = (strategy, name, len(texts))
             if key not in prepared:
                 prepared[key] = c.prepare(texts)

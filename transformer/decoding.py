@@ -397,7 +397,8 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
             alive = torch.zeros(B, 1, dtype=dt, device=dev)  # (n, k) running log-probs; one beam at first
             lp = length_penalty_factor(torch.arange(T + 1, device=dev), length_penalty, alpha).to(dt)  # (T + 1,)
             lp_max = lp[lim]  # (n,) lp(max_len), the denominator of the early-stopping bound
-            store = [torch.full((B, n_best), -math.inf, dtype=dt, device=dev), torch.zeros(B, n_best, dtype=dt, device=dev),
+            store = [torch.full((B, n_best), -math.inf, dtype=dt, device=dev),
+                     torch.zeros(B, n_best, dtype=dt, device=dev),
                      torch.zeros(B, n_best, dtype=torch.long, device=dev),
                      torch.full((B, n_best, T), eos_id, dtype=torch.long, device=dev)]
             out = [x.clone() for x in store]  # results by original sentence index
@@ -442,13 +443,10 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
             sent, lim, lp_max, alive, n_finished = sent[keep], lim[keep], lp_max[keep], alive[keep], n_finished[keep]
             store = [s[keep] for s in store]
             index, nxt = index.view(n, K)[keep].flatten(), nxt.view(n, K)[keep].flatten()
-        if grouped:  # one memory row per open sentence, shared by its K beams
-            if keep is not None:
-                mem, mask = memory.index_select(0, sent), src_mask.index_select(0, sent)
-                cache.reorder(index, memory_index=keep)
-            else:
-                _reorder_self_attention(cache, index)
-        elif t == 0 or keep is not None:  # rows now belong to other sentences: move memory and cache
+        if grouped and keep is not None:  # one memory row per open sentence, shared by its K beams
+            mem, mask = memory.index_select(0, sent), src_mask.index_select(0, sent)
+            cache.reorder(index, memory_index=keep)
+        elif not grouped and (t == 0 or keep is not None):  # rows now belong to other sentences
             rows = sent.repeat_interleave(K)  # (N,)
             mem, mask = memory.index_select(0, rows), src_mask.index_select(0, rows)
             cache.reorder(index)

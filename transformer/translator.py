@@ -74,7 +74,6 @@ class Translator:
         learned = getattr(model.config, "positional", None) == "learned"  # the recurrent baseline has no positions
         limit = model.config.max_positions if learned else DEFAULT_MAX_INPUT_TOKENS
         self.max_input_tokens = min(max_input_tokens or limit, limit)
-        self.bf16 = bf16
         self.quantize = quantize
 
     @classmethod
