@@ -105,16 +105,33 @@ def test_dropout_is_active_in_training_only():
 
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
 def test_dropout_mask_is_uniform_and_reproducible(p):
-    from transformer.model.dropout import drop_mask
+    from transformer.model.dropout import keep_mask
 
     torch.manual_seed(1)
-    a = drop_mask((1000, 999), p)  # an odd size: the last 64-bit draw is only partly used
+    a = keep_mask((1000, 999), p)  # an odd size: the last 64-bit draw is only partly used
     torch.manual_seed(1)
-    assert torch.equal(a, drop_mask((1000, 999), p))
-    assert abs(a.float().mean().item() - p) < 0.003
-    lanes = a.flatten()[: 4 * 249_000].view(-1, 4).float().mean(0)  # each 16-bit lane of a draw alike
+    assert torch.equal(a, keep_mask((1000, 999), p))
+    assert set(a.unique().tolist()) == {0.0, 1.0}
+    dropped = 1.0 - a
+    assert abs(dropped.mean().item() - p) < 0.003
+    lanes = dropped.flatten()[: 4 * 249_000].view(-1, 4).mean(0)  # each 16-bit lane of a draw alike
     assert (lanes - p).abs().max().item() < 0.006
-    assert drop_mask((7, 3), p, "cpu").shape == (7, 3)
+    # neighbouring elements (one draw) and the two 8-bit halves of the threshold are independent
+    pairs = dropped.flatten()[: 4 * 249_000].view(-1, 4)
+    assert abs((pairs[:, 0] * pairs[:, 1]).mean().item() - p * p) < 0.004
+    assert keep_mask((7, 3), p, torch.bfloat16, "cpu").dtype == torch.bfloat16
+    assert keep_mask((7, 3), p, device="cpu").shape == (7, 3)
+
+
+def test_dropout_mask_probability_is_exact_to_one_in_32768():
+    from transformer.model.dropout import keep_mask
+
+    # p = 1/32768 drops only the elements whose 15 random bits are all zero
+    torch.manual_seed(3)
+    n = 4_000_000
+    dropped = n - int(keep_mask((n,), 1 / 32768).sum())
+    assert 60 < dropped < 190  # expected 122
+    assert keep_mask((1000,), 0.0).sum() == 1000
 
 
 def test_dropout_keeps_one_minus_p_and_rescales():
