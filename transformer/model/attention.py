@@ -63,20 +63,38 @@ def scaled_dot_product_attention(
     if fused:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
 
-    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, T, S)
+    # On CPU, bf16/fp16 scores go through float32: PyTorch's CPU softmax (and its backward) in
+    # bf16 is ~3x slower than the float32 kernel plus the casts on short rows (64 x 4 x 24 x 24:
+    # 521 us vs 148 us). Scaling and masking are in-place passes in one dtype with an additive
+    # mask: CPU kernels that mix dtypes or read bool tensors are ~15x slower than these.
+    through_fp32 = q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16)
+    qk = torch.matmul(q, k.transpose(-2, -1))  # (B, H, T, S)
+    scores = (qk.float() if through_fp32 else qk).mul_(1.0 / math.sqrt(q.shape[-1]))
     if mask is not None:
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    if scores.device.type == "cpu" and scores.dtype in (torch.bfloat16, torch.float16):
-        # Through float32: PyTorch's CPU softmax (and its backward) in bf16 is ~3x slower than the
-        # float32 kernel plus the two casts on short rows (64 x 4 x 24 x 24: 521 us vs 148 us).
-        weights = torch.softmax(scores.float(), dim=-1).to(scores.dtype)
-    else:
-        weights = torch.softmax(scores, dim=-1)
-    if mask is not None:
+        scores = scores.add_(_additive_mask(mask, scores.dtype))
+    weights = torch.softmax(scores, dim=-1).to(q.dtype)
+    if mask is not None and _has_fully_masked_rows(mask):
         # Rows with no allowed key would be uniform over masked keys; make them exactly zero.
         weights = weights * mask.any(dim=-1, keepdim=True)
     attended = dropout(weights, dropout_p)  # the caller passes 0.0 in evaluation
     return torch.matmul(attended, v), (weights if need_weights else None)  # (B, H, T, Dv)
+
+
+def _additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """0 where ``mask`` allows attending, a large negative number where it does not (same shape).
+
+    Half the dtype's minimum: a score added to it keeps clear of -inf unless the score itself
+    passes half the dtype's range (a fully masked row of -inf would give NaN), and after softmax
+    subtracts the row maximum it still underflows to 0.
+    """
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min / 2)
+
+
+def _has_fully_masked_rows(mask: Tensor) -> bool:
+    """Whether some query row of ``mask`` allows no key (assumed on devices where asking would sync)."""
+    if mask.device.type != "cpu":
+        return True
+    return not bool(mask.any(dim=-1).all())
 
 
 # Up to this many keys, a CPU training step in bf16/fp16 is faster on the explicit path: the fused
