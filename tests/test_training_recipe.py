@@ -47,6 +47,24 @@ def test_fused_loss_gradient_equals_autograd_composition(dtype, eps):
     assert a.grad[1, 2:].abs().sum() == 0 and a.grad[3, 5].abs().sum() == 0
 
 
+def test_fused_loss_gradient_for_confident_logits():
+    """Logits far apart (most probabilities underflow) and more rows than one chunk: still the
+    reference gradient, finite everywhere."""
+    g = torch.Generator().manual_seed(2)
+    logits = 200 * torch.randn(600, 3000, generator=g)  # 1.8M logits: two chunks
+    target = torch.randint(1, 3000, (600,), generator=g)
+    target[::7] = 0
+    a = logits.clone().requires_grad_(True)
+    b = logits.clone().requires_grad_(True)
+    loss, _ = LabelSmoothedCrossEntropy(smoothing=0.1, ignore_index=0)(a, target)
+    ref_loss, _ = reference_smoothed_nll(b, target, smoothing=0.1, ignore_index=0)
+    torch.testing.assert_close(loss, ref_loss)
+    loss.backward()
+    ref_loss.backward()
+    assert torch.isfinite(a.grad).all()
+    torch.testing.assert_close(a.grad, b.grad, atol=1e-6, rtol=1e-5)
+
+
 def test_fused_loss_rejects_mismatched_shapes():
     with pytest.raises(ValueError, match="do not match"):
         LabelSmoothedCrossEntropy(smoothing=0.1, ignore_index=0)(torch.zeros(2, 3, 5), torch.zeros(2, 4, dtype=torch.long))

@@ -13,10 +13,13 @@ For a row of logits z with log-normaliser lse = log sum_j exp(z_j), reference y 
     d loss / d z = softmax(z) - (1 - eps) * onehot(y) - eps / V
 
 The gradient has this closed form, so the loss is one autograd function (``_SmoothedNLL``)
-that keeps only the logits (in their own dtype, e.g. bf16) and the per-row lse between forward
-and backward, instead of autograd's chain of float copy -> log_softmax -> gather -> mean, which
-materialises and back-propagates several (tokens x vocabulary) fp32 tensors. All arithmetic is
-in fp32. ``reference_smoothed_nll`` is the plain composition, kept as the test oracle.
+that keeps only the logits (in their own dtype, e.g. bf16) between forward and backward,
+instead of autograd's chain of float copy -> log_softmax -> gather -> mean, which materialises
+and back-propagates several (tokens x vocabulary) fp32 tensors. All arithmetic is in fp32; the
+backward recomputes softmax(z) with PyTorch's softmax kernel rather than exp(z - lse): faster
+here (1,472 x 8,000 bf16 logits, forward + backward: 11.4 ms against 15.8 ms), and the CPU exp
+kernel slows down ~30x where results underflow (z - lse < -87, possible without smoothing).
+``reference_smoothed_nll`` is the plain composition, kept as the test oracle.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ class _SmoothedNLL(torch.autograd.Function):
     """Fused forward and closed-form backward of the summed label-smoothed NLL (see module doc).
 
     Rows are processed in chunks of about ``_CHUNK_ELEMENTS`` logits so that each chunk's fp32
-    temporaries stay in the CPU cache: the (tokens x vocabulary) tensor is read once in the
+    temporaries stay in the CPU's caches: the (tokens x vocabulary) tensor is read once in the
     forward pass and read once and written once (as the gradient, in the logits' dtype) in the
     backward pass.
     """
@@ -63,37 +66,35 @@ class _SmoothedNLL(torch.autograd.Function):
         N, V = logits.shape
         nll = logits.new_empty(N, dtype=torch.float32)
         smooth = logits.new_empty(N, dtype=torch.float32)
-        lse = logits.new_empty(N, dtype=torch.float32)
         for rows in _row_chunks(N, V):
             log_probs = torch.log_softmax(logits[rows].float(), dim=-1)  # (n, V)
-            y = target[rows].unsqueeze(1)
-            nll[rows] = -log_probs.gather(1, y).squeeze(1)
+            nll[rows] = -log_probs.gather(1, target[rows].unsqueeze(1)).squeeze(1)
             smooth[rows] = -log_probs.mean(dim=-1)
-            lse[rows] = logits[rows].gather(1, y).squeeze(1).float() + nll[rows]  # log sum_j exp(z_j)
         nll.masked_fill_(~keep, 0.0)
         loss = (1.0 - eps) * nll + eps * smooth.masked_fill_(~keep, 0.0)
-        ctx.save_for_backward(logits, lse, target, keep)
+        ctx.save_for_backward(logits, target, keep)
         ctx.eps = eps
         ctx.mark_non_differentiable(nll)
         return loss.sum(), nll.sum()
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor | None, ...]:
-        logits, lse, target, keep = ctx.saved_tensors
+        logits, target, keep = ctx.saved_tensors
         eps = ctx.eps
         N, V = logits.shape
         grad = torch.empty_like(logits)
         row_scale = keep.to(torch.float32) * grad_loss  # (N,): 0 for padding
         for rows in _row_chunks(N, V):
-            g = logits[rows].float().sub_(lse[rows].unsqueeze(1)).exp_()  # softmax, (n, V)
+            g = torch.softmax(logits[rows].float(), dim=-1)  # (n, V)
             if eps > 0.0:
                 g.sub_(eps / V)
-            g.scatter_add_(1, target[rows].unsqueeze(1), torch.full_like(lse[rows], eps - 1.0).unsqueeze(1))
-            grad[rows] = g.mul_(row_scale[rows].unsqueeze(1))
+            scale = row_scale[rows].unsqueeze(1)  # (n, 1)
+            g.scatter_add_(1, target[rows].unsqueeze(1), torch.full_like(scale, eps - 1.0))
+            grad[rows] = g.mul_(scale)
         return grad, None, None, None
 
 
-_CHUNK_ELEMENTS = 1 << 18  # 256k fp32 values = 1 MiB per temporary
+_CHUNK_ELEMENTS = 1 << 20  # 1M fp32 values = 4 MiB per temporary (measured: 256k-4M; 1M is fastest)
 
 
 def _row_chunks(n_rows: int, vocab: int) -> list[slice]:
