@@ -32,7 +32,7 @@ def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-k", type=int, default=0, help="sample from the k most likely tokens (0 = all)")
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold (default: 1.0 = off)")
     g.add_argument("--seed", type=int, default=None, help="sampling seed (same seed, same samples)")
-    g.add_argument("--bf16", action="store_true", help="decode with a bfloat16 copy of the weights (fast on CPUs with AMX)")
+    g.add_argument("--bf16", action="store_true", help="decode with a bfloat16 copy of the weights (fast on CPUs with AVX-512 bf16 or AMX)")
     g.add_argument("--int8", action="store_true", help="decode with linear layers dynamically quantised to int8 (CPU)")
     g.add_argument("--batch-tokens", type=int, default=12000, help="source tokens x beams per batch (default: 12000)")
 

@@ -99,7 +99,7 @@ def _has_fully_masked_rows(mask: Tensor) -> bool:
 
 # Up to this many keys, a CPU training step in bf16/fp16 is faster on the explicit path: the fused
 # CPU kernel's backward pass is 2-4x slower than the explicit one for short sequences (measured
-# with torch 2.13 on AMX: B*H = 560, T = S = 18: 27 ms vs 5 ms forward + backward; T = S = 128:
+# with torch 2.13 on an AVX-512 bf16 CPU: B*H = 560, T = S = 18: 27 ms vs 5 ms forward + backward; T = S = 128:
 # 18 ms vs 10 ms; at 512 keys the fused kernel wins).
 EXPLICIT_TRAINING_MAX_KEYS = 256
 

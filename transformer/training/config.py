@@ -67,7 +67,7 @@ class TrainConfig:
     label_smoothing: float = 0.1
     clip_norm: float | None = None  # gradient clipping by global norm (the paper has none)
     accumulate: int = 1  # batches per optimizer step
-    precision: str = "bf16"  # "fp32", "bf16" (autocast; CPU AMX or CUDA) or "fp16" (CUDA, loss scaling)
+    precision: str = "bf16"  # "fp32", "bf16" (autocast; CPUs with AVX-512 bf16 or AMX, or CUDA) or "fp16" (CUDA, loss scaling)
     device: str = "auto"
     threads: int | None = None  # torch intra-op threads on CPU (default: torch's choice)
     seed: int = 0
