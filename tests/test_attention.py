@@ -110,6 +110,32 @@ def test_gradcheck_float64(need_weights):
     assert torch.autograd.gradcheck(fn, (q, k, v))
 
 
+@pytest.mark.parametrize("keys", [6, 20])
+@pytest.mark.parametrize("short_rows", [0, 64])
+def test_explicit_path_normalises_short_rows_transposed_with_the_same_result(keys, short_rows, monkeypatch):
+    """Key rows up to SHORT_SOFTMAX_ROWS are normalised transposed (keys x queries, softmax over
+    dim -2); either layout gives the written-out weights, outputs and exact gradients."""
+    import transformer.model.attention as attention
+    from transformer.masks import causal_mask_with_offset
+
+    monkeypatch.setattr(attention, "SHORT_SOFTMAX_ROWS", short_rows)
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 3, 5, 8, dtype=torch.float64, generator=g, requires_grad=True)
+    k = torch.randn(2, 3, keys, 8, dtype=torch.float64, generator=g, requires_grad=True)
+    v = torch.randn(2, 3, keys, 4, dtype=torch.float64, generator=g, requires_grad=True)
+    mask = torch.ones(2, 1, 1, keys, dtype=torch.bool)
+    mask[0, ..., keys - 2:] = False
+    for causal in (False, True):
+        out, weights = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, need_weights=True)
+        full = mask & causal_mask_with_offset(5, keys) if causal else mask
+        ref_out, ref_w = reference_attention(q.detach(), k.detach(), v.detach(), full)
+        torch.testing.assert_close(out, ref_out, atol=1e-10, rtol=1e-10)
+        torch.testing.assert_close(weights, ref_w, atol=1e-10, rtol=1e-10)
+        assert weights.is_contiguous()
+        fn = lambda q, k, v: scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, need_weights=True)[0]
+        assert torch.autograd.gradcheck(fn, (q, k, v))
+
+
 def test_slides_worked_example_scores_112_and_96():
     """q.k1 = 112, q.k2 = 96, d_k = 64: scores / 8 = 14 and 12, softmax = 0.88 and 0.12."""
     q = torch.ones(1, 1, 1, 64)

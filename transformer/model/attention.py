@@ -67,17 +67,27 @@ def scaled_dot_product_attention(
     # bf16 is ~3x slower than the float32 kernel plus the casts on short rows (64 x 4 x 24 x 24:
     # 521 us vs 148 us). Scaling and masking are in-place passes in one dtype with an additive
     # mask: CPU kernels that mix dtypes or read bool tensors are ~15x slower than these.
+    # PyTorch's CPU softmax over the last dim is slow on short rows (452 x 10 x 10: 330 us against
+    # 94 us over dim -2; backward 124 against 21 us), so short key rows are computed transposed,
+    # keys x queries, and normalised over dim -2.
+    keys_first = q.device.type == "cpu" and S <= SHORT_SOFTMAX_ROWS
     through_fp32 = q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16)
-    qk = torch.matmul(q, k.transpose(-2, -1))  # (B, H, T, S)
-    scores = (qk.float() if through_fp32 else qk).mul_(1.0 / math.sqrt(q.shape[-1]))
+    if keys_first:
+        qk = torch.matmul(k, q.transpose(-2, -1)).transpose(-2, -1)  # (B, H, T, S), a view of (B, H, S, T)
+    else:
+        qk = torch.matmul(q, k.transpose(-2, -1))  # (B, H, T, S)
+    scores = (qk.float() if through_fp32 else qk).mul_(1.0 / math.sqrt(q.shape[-1]))  # keeps qk's layout
     if mask is not None:
         scores = scores.add_(_additive_mask(mask, scores.dtype))
-    weights = torch.softmax(scores, dim=-1).to(q.dtype)
+    if keys_first:
+        weights = torch.softmax(scores.transpose(-2, -1), dim=-2).transpose(-2, -1).to(q.dtype)
+    else:
+        weights = torch.softmax(scores, dim=-1).to(q.dtype)
     if mask is not None and _has_fully_masked_rows(mask):
         # Rows with no allowed key would be uniform over masked keys; make them exactly zero.
         weights = weights * mask.any(dim=-1, keepdim=True)
     attended = dropout(weights, dropout_p)  # the caller passes 0.0 in evaluation
-    return torch.matmul(attended, v), (weights if need_weights else None)  # (B, H, T, Dv)
+    return torch.matmul(attended, v), (weights.contiguous() if need_weights else None)  # (B, H, T, Dv)
 
 
 def _additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
@@ -95,6 +105,12 @@ def _has_fully_masked_rows(mask: Tensor) -> bool:
     if mask.device.type != "cpu":
         return True
     return not bool(mask.any(dim=-1).all())
+
+
+# Rows of up to this many keys are normalised transposed (see scaled_dot_product_attention).
+# Measured with torch 2.13, bf16 training step of the attention (113 x 4 heads of 64, dropout
+# 0.1): 10-14 keys 13-31% faster, 16 keys 11-14% slower than normalising along the rows.
+SHORT_SOFTMAX_ROWS = 14
 
 
 # Up to this many keys, a CPU training step in bf16/fp16 is faster on the explicit path: the fused
