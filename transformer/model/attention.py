@@ -67,11 +67,11 @@ def scaled_dot_product_attention(
     # bf16 is ~3x slower than the float32 kernel plus the casts on short rows (64 x 4 x 24 x 24:
     # 521 us vs 148 us). Scaling and masking are in-place passes in one dtype with an additive
     # mask: CPU kernels that mix dtypes or read bool tensors are ~15x slower than these.
+    through_fp32 = q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16)
     # PyTorch's CPU softmax over the last dim is slow on short rows (452 x 10 x 10: 330 us against
     # 94 us over dim -2; backward 124 against 21 us), so short key rows are computed transposed,
     # keys x queries, and normalised over dim -2.
     keys_first = q.device.type == "cpu" and S <= SHORT_SOFTMAX_ROWS
-    through_fp32 = q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16)
     if keys_first:
         qk = torch.matmul(k, q.transpose(-2, -1)).transpose(-2, -1)  # (B, H, T, S), a view of (B, H, S, T)
     else:
@@ -115,8 +115,8 @@ SHORT_SOFTMAX_ROWS = 14
 
 # Up to this many keys, a CPU training step in bf16/fp16 is faster on the explicit path: the fused
 # CPU kernel's backward pass is 2-4x slower than the explicit one for short sequences (measured
-# with torch 2.13 on an AVX-512 bf16 CPU: B*H = 560, T = S = 18: 27 ms vs 5 ms forward + backward; T = S = 128:
-# 18 ms vs 10 ms; at 512 keys the fused kernel wins).
+# with torch 2.13 on an AVX-512 bf16 CPU: B*H = 560, T = S = 18: 27 ms vs 5 ms forward +
+# backward; T = S = 128: 18 ms vs 10 ms; at 512 keys the fused kernel wins).
 EXPLICIT_TRAINING_MAX_KEYS = 256
 
 
