@@ -63,6 +63,23 @@ def scaled_dot_product_attention(
     if fused:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
 
+    weights = _attention_weights(q, k, mask)  # (B, H, T, S)
+    if mask is not None and _has_fully_masked_rows(mask):
+        # Rows with no allowed key would be uniform over masked keys; make them exactly zero.
+        weights = weights * mask.any(dim=-1, keepdim=True)
+    attended = dropout(weights, dropout_p)  # the caller passes 0.0 in evaluation
+    return torch.matmul(attended, v), (weights.contiguous() if need_weights else None)  # (B, H, T, Dv)
+
+
+def _attention_weights(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
+    """softmax(Q K^T / sqrt(d_k)) in ``q``'s dtype, masked keys at weight 0 (the explicit path).
+
+    A query row with no allowed key comes out uniform; the caller zeroes such rows.
+
+    Temporaries are dropped as soon as they are used: for long inputs the score matrices are
+    the memory (``benchmarks/long_inputs.py``).
+    """
+    S = k.shape[-2]
     # On CPU, bf16/fp16 scores go through float32: PyTorch's CPU softmax (and its backward) in
     # bf16 is ~3x slower than the float32 kernel plus the casts on short rows (64 x 4 x 24 x 24:
     # 521 us vs 148 us). Scaling and masking are in-place passes in one dtype with an additive
@@ -77,17 +94,15 @@ def scaled_dot_product_attention(
     else:
         qk = torch.matmul(q, k.transpose(-2, -1))  # (B, H, T, S)
     scores = (qk.float() if through_fp32 else qk).mul_(1.0 / math.sqrt(q.shape[-1]))  # keeps qk's layout
+    del qk
     if mask is not None:
-        scores = scores.add_(_additive_mask(mask, scores.dtype))
+        scores.add_(_additive_mask(mask, scores.dtype))
     if keys_first:
-        weights = torch.softmax(scores.transpose(-2, -1), dim=-2).transpose(-2, -1).to(q.dtype)
+        probs = torch.softmax(scores.transpose(-2, -1), dim=-2).transpose(-2, -1)
     else:
-        weights = torch.softmax(scores, dim=-1).to(q.dtype)
-    if mask is not None and _has_fully_masked_rows(mask):
-        # Rows with no allowed key would be uniform over masked keys; make them exactly zero.
-        weights = weights * mask.any(dim=-1, keepdim=True)
-    attended = dropout(weights, dropout_p)  # the caller passes 0.0 in evaluation
-    return torch.matmul(attended, v), (weights.contiguous() if need_weights else None)  # (B, H, T, Dv)
+        probs = torch.softmax(scores, dim=-1)
+    del scores
+    return probs.to(q.dtype)
 
 
 def _additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
