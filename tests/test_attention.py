@@ -136,6 +136,33 @@ def test_explicit_path_normalises_short_rows_transposed_with_the_same_result(key
         assert torch.autograd.gradcheck(fn, (q, k, v))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_inference_on_large_score_matrices_normalises_in_place_with_the_same_result(dtype, monkeypatch):
+    """Without autograd, large score matrices are normalised in place, a block of query rows at a
+    time: the same weights and outputs as the whole-matrix path, bit for bit."""
+    import transformer.model.attention as attention
+
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(2, 3, n, 8, generator=g).to(dtype) for n in (30, 40, 40))
+    mask = torch.ones(2, 1, 1, 40, dtype=torch.bool)
+    mask[1, ..., 33:] = False
+    with torch.no_grad():
+        for causal in (False, True):
+            expected = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, need_weights=True)
+            monkeypatch.setattr(attention, "IN_PLACE_WEIGHTS_ELEMENTS", 0)
+            monkeypatch.setattr(attention, "IN_PLACE_BLOCK_ELEMENTS", 7 * 2 * 3 * 40)  # 7 rows a block: 5 blocks
+            got = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, need_weights=True)
+            monkeypatch.undo()
+            assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+            assert got[1].dtype == dtype
+    # with autograd the whole-matrix path runs (the in-place one would overwrite saved tensors)
+    monkeypatch.setattr(attention, "IN_PLACE_WEIGHTS_ELEMENTS", 0)
+    qg = q.clone().requires_grad_()
+    out, _ = scaled_dot_product_attention(qg, k, v, mask=mask, need_weights=True)
+    out.sum().backward()
+    assert torch.isfinite(qg.grad).all()
+
+
 def test_slides_worked_example_scores_112_and_96():
     """q.k1 = 112, q.k2 = 96, d_k = 64: scores / 8 = 14 and 12, softmax = 0.88 and 0.12."""
     q = torch.ones(1, 1, 1, 64)

@@ -93,6 +93,8 @@ def _attention_weights(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
         qk = torch.matmul(k, q.transpose(-2, -1)).transpose(-2, -1)  # (B, H, T, S), a view of (B, H, S, T)
     else:
         qk = torch.matmul(q, k.transpose(-2, -1))  # (B, H, T, S)
+        if qk.numel() > IN_PLACE_WEIGHTS_ELEMENTS and not (torch.is_grad_enabled() and qk.requires_grad):
+            return _normalise_in_place(qk, mask, 1.0 / math.sqrt(q.shape[-1]))
     scores = (qk.float() if through_fp32 else qk).mul_(1.0 / math.sqrt(q.shape[-1]))  # keeps qk's layout
     del qk
     if mask is not None:
@@ -103,6 +105,32 @@ def _attention_weights(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
         probs = torch.softmax(scores, dim=-1)
     del scores
     return probs.to(q.dtype)
+
+
+# Without autograd, score matrices larger than this are normalised in place, blocks of query rows
+# of about IN_PLACE_BLOCK_ELEMENTS scores at a time (long inputs: see ``_normalise_in_place``).
+IN_PLACE_WEIGHTS_ELEMENTS = 1 << 22
+IN_PLACE_BLOCK_ELEMENTS = 1 << 20
+
+
+def _normalise_in_place(qk: Tensor, mask: Tensor | None, scale: float) -> Tensor:
+    """Scale, mask and softmax ``qk`` ``(B, H, T, S)`` into itself, a block of query rows at a time.
+
+    For inference on long inputs (``attention_maps`` of thousands of tokens): apart from the
+    weights themselves only one block's float32 temporaries are alive, where the whole-matrix
+    path holds float32 scores and probabilities beside them (bf16, 4,096 tokens: 10 bytes per
+    weight instead of 2).
+    """
+    T = qk.shape[-2]
+    rows = max(1, IN_PLACE_BLOCK_ELEMENTS // max(1, qk[..., :1, :].numel()))
+    for start in range(0, T, rows):
+        block = qk[..., start:start + rows, :]
+        scores = block.float().mul_(scale)
+        if mask is not None:
+            block_mask = mask[..., start:start + rows, :] if mask.shape[-2] > 1 else mask
+            scores.add_(_additive_mask(block_mask, scores.dtype))
+        block.copy_(torch.softmax(scores, dim=-1))
+    return qk
 
 
 def _additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
