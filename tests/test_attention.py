@@ -146,8 +146,9 @@ def test_inference_on_large_score_matrices_normalises_in_place_with_the_same_res
     q, k, v = (torch.randn(2, 3, n, 8, generator=g).to(dtype) for n in (30, 40, 40))
     mask = torch.ones(2, 1, 1, 40, dtype=torch.bool)
     mask[1, ..., 33:] = False
+    keys_only = torch.arange(40) < 36  # a 1-D mask broadcasts over every row
     with torch.no_grad():
-        for causal in (False, True):
+        for mask, causal in ((mask, False), (mask, True), (keys_only, False)):
             expected = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, need_weights=True)
             monkeypatch.setattr(attention, "IN_PLACE_WEIGHTS_ELEMENTS", 0)
             monkeypatch.setattr(attention, "IN_PLACE_BLOCK_ELEMENTS", 7 * 2 * 3 * 40)  # 7 rows a block: 5 blocks

@@ -75,36 +75,39 @@ def _attention_weights(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
     """softmax(Q K^T / sqrt(d_k)) in ``q``'s dtype, masked keys at weight 0 (the explicit path).
 
     A query row with no allowed key comes out uniform; the caller zeroes such rows.
-
-    Temporaries are dropped as soon as they are used: for long inputs the score matrices are
-    the memory (``benchmarks/long_inputs.py``).
     """
     S = k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1])
     # On CPU, bf16/fp16 scores go through float32: PyTorch's CPU softmax (and its backward) in
     # bf16 is ~3x slower than the float32 kernel plus the casts on short rows (64 x 4 x 24 x 24:
-    # 521 us vs 148 us). Scaling and masking are in-place passes in one dtype with an additive
-    # mask: CPU kernels that mix dtypes or read bool tensors are ~15x slower than these.
+    # 521 us vs 148 us).
     through_fp32 = q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16)
     # PyTorch's CPU softmax over the last dim is slow on short rows (452 x 10 x 10: 330 us against
     # 94 us over dim -2; backward 124 against 21 us), so short key rows are computed transposed,
     # keys x queries, and normalised over dim -2.
-    keys_first = q.device.type == "cpu" and S <= SHORT_SOFTMAX_ROWS
-    if keys_first:
+    if q.device.type == "cpu" and S <= SHORT_SOFTMAX_ROWS:
         qk = torch.matmul(k, q.transpose(-2, -1)).transpose(-2, -1)  # (B, H, T, S), a view of (B, H, S, T)
-    else:
-        qk = torch.matmul(q, k.transpose(-2, -1))  # (B, H, T, S)
-        if qk.numel() > IN_PLACE_WEIGHTS_ELEMENTS and not (torch.is_grad_enabled() and qk.requires_grad):
-            return _normalise_in_place(qk, mask, 1.0 / math.sqrt(q.shape[-1]))
-    scores = (qk.float() if through_fp32 else qk).mul_(1.0 / math.sqrt(q.shape[-1]))  # keeps qk's layout
-    del qk
+        return _softmax_of_scores(qk, mask, scale, to_fp32=through_fp32, keys_first=True).to(q.dtype)
+    qk = torch.matmul(q, k.transpose(-2, -1))  # (B, H, T, S)
+    if qk.numel() > IN_PLACE_WEIGHTS_ELEMENTS and not (torch.is_grad_enabled() and qk.requires_grad):
+        return _normalise_in_place(qk, mask, scale, to_fp32=through_fp32)
+    return _softmax_of_scores(qk, mask, scale, to_fp32=through_fp32).to(q.dtype)
+
+
+def _softmax_of_scores(qk: Tensor, mask: Tensor | None, scale: float, *, to_fp32: bool,
+                       keys_first: bool = False) -> Tensor:
+    """softmax(qk * scale + additive mask) over the keys, in float32 if ``to_fp32`` (else qk's dtype).
+
+    Scaling and masking are in-place passes in one dtype (on ``qk`` itself unless it is converted):
+    CPU kernels that mix dtypes or read bool tensors are ~15x slower than these. ``keys_first``:
+    ``qk`` is a transposed view of a (B, H, S, T) tensor, normalised over its dim -2.
+    """
+    scores = (qk.float() if to_fp32 else qk).mul_(scale)  # keeps qk's layout
     if mask is not None:
         scores.add_(_additive_mask(mask, scores.dtype))
     if keys_first:
-        probs = torch.softmax(scores.transpose(-2, -1), dim=-2).transpose(-2, -1)
-    else:
-        probs = torch.softmax(scores, dim=-1)
-    del scores
-    return probs.to(q.dtype)
+        return torch.softmax(scores.transpose(-2, -1), dim=-2).transpose(-2, -1)
+    return torch.softmax(scores, dim=-1)
 
 
 # Without autograd, score matrices larger than this are normalised in place, blocks of query rows
@@ -113,23 +116,19 @@ IN_PLACE_WEIGHTS_ELEMENTS = 1 << 22
 IN_PLACE_BLOCK_ELEMENTS = 1 << 20
 
 
-def _normalise_in_place(qk: Tensor, mask: Tensor | None, scale: float) -> Tensor:
+def _normalise_in_place(qk: Tensor, mask: Tensor | None, scale: float, *, to_fp32: bool) -> Tensor:
     """Scale, mask and softmax ``qk`` ``(B, H, T, S)`` into itself, a block of query rows at a time.
 
-    For inference on long inputs (``attention_maps`` of thousands of tokens): apart from the
-    weights themselves only one block's float32 temporaries are alive, where the whole-matrix
-    path holds float32 scores and probabilities beside them (bf16, 4,096 tokens: 10 bytes per
-    weight instead of 2).
+    For inference on long inputs (``attention_maps`` of thousands of tokens): beside the weights
+    themselves only one block's temporaries are alive, where the whole-matrix path holds float32
+    scores and probabilities for every weight (``benchmarks/long_inputs.py``).
     """
-    T = qk.shape[-2]
     rows = max(1, IN_PLACE_BLOCK_ELEMENTS // max(1, qk[..., :1, :].numel()))
-    for start in range(0, T, rows):
+    for start in range(0, qk.shape[-2], rows):
         block = qk[..., start:start + rows, :]
-        scores = block.float().mul_(scale)
-        if mask is not None:
-            block_mask = mask[..., start:start + rows, :] if mask.shape[-2] > 1 else mask
-            scores.add_(_additive_mask(block_mask, scores.dtype))
-        block.copy_(torch.softmax(scores, dim=-1))
+        sliced = mask is not None and mask.dim() >= 2 and mask.shape[-2] > 1  # else it broadcasts over rows
+        block_mask = mask[..., start:start + rows, :] if sliced else mask
+        block.copy_(_softmax_of_scores(block, block_mask, scale, to_fp32=to_fp32))
     return qk
 
 
