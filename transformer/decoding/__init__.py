@@ -1,0 +1,202 @@
+"""Decoding: turning a trained model into output sequences (paper sections 3 and 6.1).
+
+Inference is autoregressive: start from ``<s>``, feed each predicted token back in, stop at
+``</s>`` or at the maximum length. Paper 6.1: "we used beam search with a beam size of 4 and
+length penalty alpha = 0.6 ... We set the maximum output length during inference to input
+length + 50, but terminate early when possible." The decoders here live outside the model and
+use only ``model.encode`` and ``model.decode`` with the decoder cache:
+
+* ``greedy_search``: the most probable token at every step.
+* ``beam_search``: batched over sentences and beams, GNMT length penalty, exact early stopping.
+* ``sample``: ancestral sampling with temperature, top-k and nucleus (top-p) filtering.
+* ``decode``: dispatch on a ``DecodeConfig``, optionally attaching encoder-decoder attention.
+
+Greedy search, sampling and ``decode`` live here, beam search in ``beam.py``, and what they share
+(``DecodeConfig``, ``Hypothesis``, length limits and penalties, per-step helpers) in ``common.py``.
+
+All of them run sentences that are finished out of the batch (rows are dropped from the cache),
+accumulate scores in float32 (float64 for a float64 model) and work with bf16 weights or
+under bf16 autocast.
+
+Letters: B batch, K beam size, N rows (sentences x beams or samples), S source length,
+T output length, V vocabulary, L decoder layers, H heads.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from transformer.decoding.beam import beam_search
+from transformer.decoding.common import (
+    _CACHE_CAPACITY,
+    LENGTH_PENALTIES,
+    STOPPING,
+    STRATEGIES,
+    DecodeConfig,
+    Hypothesis,
+    _best_tokens,
+    _hypotheses,
+    _inference,
+    _limits,
+    _log_probs,
+    length_penalty_factor,
+    max_lengths,
+)
+from transformer.model import Transformer
+
+__all__ = ["LENGTH_PENALTIES", "STOPPING", "STRATEGIES", "DecodeConfig", "Hypothesis", "attach_attention",
+           "beam_search", "decode", "greedy_search", "length_penalty_factor", "max_lengths", "sample"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Greedy search and sampling: one token per row and step.
+
+
+def _ancestral(model: Transformer, memory: Tensor, src_mask: Tensor, limits: Tensor, *, bos_id: int, eos_id: int,
+               pick: Callable[[Tensor], Tensor] | None) -> list[Hypothesis]:
+    """Extend every row by ``pick(log_probs (N, V)) -> (N,)`` (None: the most probable token) until
+    ``</s>`` or its limit; finished rows leave."""
+    N, dev = memory.shape[0], memory.device
+    T = int(limits.max())
+    cache = model.new_cache(initial_capacity=_CACHE_CAPACITY)
+    rows = torch.arange(N, device=dev)  # (n,) original row of each active row
+    lim, mem, mask = limits, memory, src_mask
+    out_tok = torch.full((N, T), eos_id, dtype=torch.long, device=dev)  # (N, T)
+    out_steps = torch.zeros(N, dtype=torch.long, device=dev)
+    token = torch.full((N, 1), bos_id, dtype=torch.long, device=dev)
+    out_lp = score = None
+    for t in range(T):
+        logits = model.decode(token, mem, mask, cache=cache)[:, -1]  # (n, V)
+        if pick is None:  # greedy
+            step_lp, nxt = (x.squeeze(1) for x in _best_tokens(logits, 1))  # (n,)
+        else:
+            log_probs = _log_probs(logits)
+            nxt = pick(log_probs)  # (n,)
+            step_lp = log_probs.gather(1, nxt.unsqueeze(1)).squeeze(1)  # (n,)
+        if score is None:
+            score, out_lp = step_lp, torch.zeros(N, dtype=step_lp.dtype, device=dev)
+        else:
+            score = score + step_lp
+        out_tok[rows, t] = nxt
+        fin = (nxt == eos_id) | (t + 1 >= lim)  # (n,)
+        if bool(fin.any()):  # the one host sync per step
+            out_lp[rows[fin]] = score[fin]
+            out_steps[rows[fin]] = t + 1
+            keep = (~fin).nonzero().squeeze(1)
+            if keep.numel() == 0:
+                break
+            rows, lim, score, nxt = rows[keep], lim[keep], score[keep], nxt[keep]
+            cache.reorder(keep)
+            mem, mask = mem.index_select(0, keep), mask.index_select(0, keep)
+        token = nxt.unsqueeze(1)
+    lps = out_lp.tolist() if out_lp is not None else [0.0] * N
+    return _hypotheses(out_tok.tolist(), out_steps.tolist(), lps, lps, eos_id)
+
+
+@_inference
+def greedy_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eos_id: int,
+                  max_len_a: float = 1.0, max_len_b: int = 50) -> list[Hypothesis]:
+    """Pick the most probable token at every step, for a whole batch at once.
+
+    Args:
+        src: ``(B, S)`` source ids; src_mask: ``(B, S)`` bool, True = real token.
+        bos_id / eos_id: the tokenizer's start and end ids.
+        max_len_a, max_len_b: a sentence stops after ``a * source_length + b`` tokens.
+
+    Returns:
+        one ``Hypothesis`` per sentence, in input order; ``score == log_prob``.
+    """
+    DecodeConfig("greedy", max_len_a=max_len_a, max_len_b=max_len_b)
+    limits = _limits(model, src_mask, max_len_a, max_len_b)  # (B,)
+    return _ancestral(model, model.encode(src, src_mask), src_mask, limits, bos_id=bos_id, eos_id=eos_id, pick=None)
+
+
+@_inference
+def sample(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eos_id: int,
+           temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, n: int = 1, seed: int | None = None,
+           max_len_a: float = 1.0, max_len_b: int = 50) -> list[list[Hypothesis]]:
+    """Ancestral sampling: ``n`` independent samples per sentence, drawn in one batch.
+
+    Each step samples from ``softmax(log_probs / temperature)`` restricted to the ``top_k`` most
+    probable tokens (0 = all) and to the smallest set whose probability reaches ``top_p``
+    (nucleus sampling, Holtzman et al. 2020). Randomness comes from a private
+    ``torch.Generator`` seeded with ``seed`` (None: a fresh random seed); the global RNG is
+    never used. ``score`` and ``log_prob`` are the model's log-probability of the sample
+    (temperature 1, unfiltered). Samples are returned best score first.
+    """
+    DecodeConfig("sample", n_best=n, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                 max_len_a=max_len_a, max_len_b=max_len_b)
+    B = src.shape[0]
+    gen = torch.Generator(device=src.device)
+    if seed is None:
+        gen.seed()
+    else:
+        gen.manual_seed(seed)
+
+    def pick(log_probs: Tensor) -> Tensor:  # (n, V) -> (n,)
+        x = log_probs / temperature
+        if top_k and top_k < x.shape[-1]:
+            kth = x.topk(top_k, dim=-1).values[:, -1:]  # (n, 1)
+            x = x.masked_fill(x < kth, -math.inf)
+        if top_p < 1.0:
+            sorted_x, order = x.sort(dim=-1, descending=True)
+            p = sorted_x.softmax(-1)
+            before = p.cumsum(-1) - p  # probability mass of the more probable tokens; 0 for the first
+            x = torch.full_like(x, -math.inf).scatter(1, order, sorted_x.masked_fill(before >= top_p, -math.inf))
+        return torch.multinomial(x.softmax(-1), 1, generator=gen).squeeze(1)
+
+    rows = torch.arange(B, device=src.device).repeat_interleave(n)  # (B*n,)
+    memory = model.encode(src, src_mask).index_select(0, rows)  # (B*n, S, E)
+    mask = src_mask.index_select(0, rows)
+    hyps = _ancestral(model, memory, mask, _limits(model, mask, max_len_a, max_len_b), bos_id=bos_id, eos_id=eos_id,
+                      pick=pick)
+    return [sorted(hyps[b * n : (b + 1) * n], key=lambda h: -h.score) for b in range(B)]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@_inference
+def decode(model: Transformer, src: Tensor, src_mask: Tensor, cfg: DecodeConfig, *, bos_id: int,
+           eos_id: int) -> list[list[Hypothesis]]:
+    """Decode a batch with ``cfg``: per sentence a best-first list of hypotheses (1 for greedy)."""
+    lengths = dict(max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b)
+    if cfg.strategy == "greedy":
+        results = [[h] for h in greedy_search(model, src, src_mask, bos_id=bos_id, eos_id=eos_id, **lengths)]
+    elif cfg.strategy == "beam":
+        results = beam_search(model, src, src_mask, bos_id=bos_id, eos_id=eos_id, beam_size=cfg.beam_size,
+                              n_best=cfg.n_best, length_penalty=cfg.length_penalty, alpha=cfg.alpha,
+                              stopping=cfg.stopping, **lengths)
+    else:
+        results = sample(model, src, src_mask, bos_id=bos_id, eos_id=eos_id, temperature=cfg.temperature,
+                         top_k=cfg.top_k, top_p=cfg.top_p, n=cfg.n_best, seed=cfg.seed, **lengths)
+    if cfg.return_attention:
+        attach_attention(model, src, src_mask, results, bos_id=bos_id)
+    return results
+
+
+@_inference
+def attach_attention(model: Transformer, src: Tensor, src_mask: Tensor, results: list[list[Hypothesis]], *,
+                     bos_id: int) -> None:
+    """Set ``h.attention`` ``(L, H, len(tokens) + 1, S_real)`` for every hypothesis, padding cut away.
+
+    One teacher-forced pass over ``<s> + tokens`` for all hypotheses together; position ``t``'s
+    row is the cross-attention of the step that predicted token ``t`` (the last, ``</s>``).
+    """
+    flat = [(b, h) for b, hyps in enumerate(results) for h in hyps]
+    if not flat:
+        return
+    width = max(len(h.tokens) for _, h in flat) + 1
+    tgt = torch.full((len(flat), width), bos_id, dtype=torch.long)  # (M, T); padding after a row is causal-safe
+    for i, (_, h) in enumerate(flat):
+        tgt[i, 1 : len(h.tokens) + 1] = torch.tensor(h.tokens, dtype=torch.long)
+    rows = torch.tensor([b for b, _ in flat], device=src.device)
+    mask = src_mask.index_select(0, rows)  # (M, S)
+    maps = model.attention_maps(src.index_select(0, rows), tgt.to(src.device), mask)
+    cross = torch.stack(maps.cross, dim=1)  # (M, L, H, T, S)
+    for i, (_, h) in enumerate(flat):
+        h.attention = cross[i, :, :, : len(h.tokens) + 1][..., mask[i]]
