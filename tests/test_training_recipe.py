@@ -65,6 +65,24 @@ def test_fused_loss_gradient_for_confident_logits():
     torch.testing.assert_close(a.grad, b.grad, atol=1e-6, rtol=1e-5)
 
 
+def test_fused_loss_gradient_kept_intact_and_skipped_without_autograd():
+    """The gradient computed in the forward pass is scaled into a new tensor (a second backward
+    through a retained graph accumulates the same again), and without autograd the loss is the same."""
+    g = torch.Generator().manual_seed(3)
+    logits = (3 * torch.randn(5, 29, generator=g)).to(torch.bfloat16).requires_grad_(True)
+    target = torch.randint(1, 29, (5,), generator=g)
+    crit = LabelSmoothedCrossEntropy(smoothing=0.1, ignore_index=0)
+    loss, nll = crit(logits, target)
+    (loss * 0.5).backward(retain_graph=True)
+    once = logits.grad.clone()
+    (loss * 0.5).backward()
+    torch.testing.assert_close(logits.grad, 2 * once)
+    with torch.no_grad():
+        loss_ng, nll_ng = crit(logits, target)
+    assert loss_ng.grad_fn is None
+    torch.testing.assert_close((loss_ng, nll_ng), (loss.detach(), nll))
+
+
 def test_fused_loss_rejects_mismatched_shapes():
     with pytest.raises(ValueError, match="do not match"):
         LabelSmoothedCrossEntropy(smoothing=0.1, ignore_index=0)(torch.zeros(2, 3, 5), torch.zeros(2, 4, dtype=torch.long))
