@@ -190,6 +190,15 @@ def test_forward_positions_selects_those_logits():
     picked = model(src, tgt, keep, positions=positions)
     assert picked.shape == (int(positions.sum()), V)
     torch.testing.assert_close(picked, full[positions])
+    # and the same gradients as boolean indexing of the full logits
+    weights = torch.randn(picked.shape, generator=torch.Generator().manual_seed(4))
+    grads = []
+    for logits in (lambda: model(src, tgt, keep, positions=positions), lambda: model(src, tgt, keep)[positions]):
+        model.zero_grad(set_to_none=True)
+        (logits() * weights).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
     with pytest.raises(ValueError, match="positions must be a bool mask"):
         model(src, tgt, keep, positions=positions[:, :2])
 

@@ -205,7 +205,11 @@ class Transformer(nn.Module):
         if positions.shape != tgt.shape or positions.dtype != torch.bool:
             raise ValueError(f"positions must be a bool mask of the targets' shape {tuple(tgt.shape)}, "
                              f"got {positions.dtype} {tuple(positions.shape)}")
-        return self.output(self.decoder(tgt, memory, src_mask)[0][positions])  # (N, V)
+        hidden = self.decoder(tgt, memory, src_mask)[0].flatten(0, 1)  # (B * T, E)
+        # index_select rather than hidden[positions]: the backward of boolean indexing is a serial
+        # accumulating scatter on CPU (64 x 24 x 256 fp32, forward + backward: 1.8 ms against 0.4 ms)
+        rows = positions.flatten().nonzero().squeeze(1)
+        return self.output(hidden.index_select(0, rows))  # (N, V)
 
     def new_cache(self, *, initial_capacity: int = 32) -> DecoderCache:
         """An empty decoder cache for incremental decoding."""
