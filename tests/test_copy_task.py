@@ -43,7 +43,7 @@ def _learn_to_copy() -> None:
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-9)
     warmup = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / 50))
     start = time.perf_counter()
-    for step in range(300):
+    for step in range(400):  # 300 copied all held-out sequences for 5 of 8 seeds, 400 for 8 of 8
         src = random_sequences(64, g)
         tgt_in = torch.cat([torch.full((64, 1), BOS), src], dim=1)
         tgt_out = torch.cat([src, torch.full((64, 1), EOS)], dim=1)

@@ -134,9 +134,12 @@ def test_dropout_mask_probability_is_exact_to_one_in_32768():
     assert keep_mask((1000,), 0.0).sum() == 1000
 
 
-def test_dropout_keeps_one_minus_p_and_rescales():
+@pytest.mark.parametrize("fused", [True, False])
+def test_dropout_keeps_one_minus_p_and_rescales(fused, monkeypatch):
+    from transformer.model import fused_cpu
     from transformer.model.dropout import Dropout
 
+    monkeypatch.setattr(fused_cpu, "_enabled", fused and fused_cpu._enabled)  # False: PyTorch's path
     torch.manual_seed(0)
     drop = Dropout(0.3).train()
     x = torch.ones(400, 500)

@@ -1,7 +1,7 @@
 """Feed-forward network, encoder layer and decoder layer (paper sections 3.1 and 3.3).
 
 Each sub-layer is wrapped as LayerNorm(x + Dropout(Sublayer(x))) ("Add & Norm", post-LN, as in
-the paper). ``norm_first=True`` switches to pre-LN, x + Dropout(Sublayer(LayerNorm(x))), which
+the paper); in CPU training that is one compiled kernel each way (``fused_cpu``) when available. ``norm_first=True`` switches to pre-LN, x + Dropout(Sublayer(LayerNorm(x))), which
 trains more stably without warmup; the stacks then end with a final LayerNorm.
 
 Letters: B batch, S source length, T target length, E d_model, H heads.
@@ -14,6 +14,7 @@ from typing import Callable
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer.model import fused_cpu
 from transformer.model.attention import CrossAttention, SelfAttention
 from transformer.model.cache import KVCache, StaticKV
 from transformer.model.dropout import Dropout
@@ -52,6 +53,10 @@ class _Residual(nn.Module):
 
     def post(self, x: Tensor, sublayer_out: Tensor) -> Tensor:
         """The residual sum (normalised afterwards in post-LN)."""
+        if (self.training and not self.norm_first
+                and fused_cpu.can_dropout_add_layer_norm(x, sublayer_out, self.norm)):
+            # the same in one pass each way on CPU (fused_cpu.py; masks from another generator)
+            return fused_cpu.dropout_add_layer_norm(x, sublayer_out, self.norm, self.dropout.p)
         y = x + self.dropout(sublayer_out)
         return y if self.norm_first else self.norm(y)
 

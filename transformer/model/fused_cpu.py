@@ -1,0 +1,204 @@
+"""Fused CPU kernels for training: dropout, and dropout + residual add + LayerNorm (``fused_cpu.c``).
+
+In a CPU training step the matrix products run near the machine's peak; much of the rest is
+the "Add & Norm" around every sub-layer, LayerNorm(x + Dropout(sublayer(x))), which PyTorch runs
+as several passes over memory (random bits, mask, multiply, add, LayerNorm, and as many again
+backwards), with the random bits drawn serially by PyTorch's Mersenne twister. The kernels here
+do it in one pass each way, on all threads, and store no mask: element i's random bits come
+from SplitMix64 at counter i / 4 of a seed drawn from PyTorch's generator (so
+``torch.manual_seed`` still makes training reproducible), and the backward pass recomputes them.
+Measured (torch 2.13, 2 threads, 64 x 24 x 256, bf16 sub-layer output, float32 residual):
+forward 0.14 ms against 0.55 ms for the PyTorch composition, forward + backward 0.40 ms against
+0.84 ms (at width 512: 0.82 against 1.9 ms); dropout of 64 x 4 x 24 x 24 bf16 attention weights,
+forward + backward, 0.14 against 0.24 ms. A bf16 training step: `small` 7% and `base` 9% faster.
+
+The C source is compiled once with the system's C compiler (``cc``, or ``$CC``) into
+``~/.cache/transformer/`` (or ``$TRANSFORMER_CACHE``), keyed by the source, the flags and the
+CPU's features, and loaded with ctypes into the process's OpenMP runtime (PyTorch's libgomp).
+Where that fails (no compiler, another platform), or with ``TRANSFORMER_FUSED_CPU=0``, or when
+``set_enabled(False)`` was called, ``available()`` is False and the model uses its PyTorch code,
+with the same distribution of masks (not the same masks).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+_SOURCE = Path(__file__).with_name("fused_cpu.c")
+# -O3 vectorises the loops for this CPU; the sums may be reassociated (vectorised reductions).
+_FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fassociative-math", "-fno-signed-zeros",
+          "-fno-trapping-math", "-fopenmp", "-shared", "-fPIC"]
+MAX_FEATURES = 16384  # LayerNorm width the kernels accept (their per-thread buffers are on the stack)
+DROP_BITS = 15  # an element is dropped when 15 random bits, as an integer, are below drop_threshold(p)
+
+
+def drop_threshold(p: float) -> int:
+    """p in units of 1/32768 (the dropout probability the 15-bit comparisons realise)."""
+    return round(p * (1 << DROP_BITS))
+
+_lock = threading.Lock()
+_library: ctypes.CDLL | None = None
+_tried = False
+_enabled = os.environ.get("TRANSFORMER_FUSED_CPU", "1") not in ("0", "false", "no", "off")
+
+
+def set_enabled(enabled: bool) -> None:
+    """Use the fused kernels where they apply (the default) or never (e.g. to compare)."""
+    global _enabled
+    _enabled = bool(enabled)
+
+
+def available() -> bool:
+    """Whether the fused kernels are enabled and compiled (compiling them on first call)."""
+    return _enabled and _load() is not None
+
+
+def _cpu_key() -> str:
+    try:
+        flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
+    except OSError:
+        flags = ""
+    return platform.machine() + flags
+
+
+def _load() -> ctypes.CDLL | None:
+    global _library, _tried
+    if _tried:
+        return _library
+    with _lock:
+        if not _tried:
+            try:
+                _library = _declare(ctypes.CDLL(str(_build())))
+            except (OSError, subprocess.SubprocessError) as e:
+                warnings.warn(f"fused CPU kernels unavailable, using PyTorch's ({e})", RuntimeWarning, stacklevel=3)
+            _tried = True
+    return _library
+
+
+def _build() -> Path:
+    if not sys.platform.startswith("linux"):
+        raise OSError(f"built and tested on Linux only, not {sys.platform}")
+    compiler = os.environ.get("CC", "cc")
+    source = _SOURCE.read_bytes()
+    key = hashlib.sha256(source + " ".join([compiler, *_FLAGS, _cpu_key()]).encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("TRANSFORMER_CACHE", Path.home() / ".cache" / "transformer"))
+    target = cache / f"fused_cpu-{key}.so"
+    if target.exists():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:  # build beside it, then rename: atomic
+        built = Path(tmp) / target.name
+        result = subprocess.run([compiler, *_FLAGS, str(_SOURCE), "-o", str(built)], capture_output=True, text=True,
+                                timeout=120)
+        if result.returncode != 0:
+            raise OSError(f"{compiler} failed: {result.stderr.strip()[:500]}")
+        os.replace(built, target)
+    return target
+
+
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    P, L, U64, U32, F = ctypes.c_void_p, ctypes.c_long, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_float
+    for kind in ("f32", "bf16"):
+        getattr(lib, f"dropout_{kind}").argtypes = [P, P, L, U64, U32, F]
+        getattr(lib, f"dropout_add_layer_norm_{kind}").argtypes = [P, P, P, P, P, P, P, P, L, L, U64, U32, F, F]
+        getattr(lib, f"dropout_add_layer_norm_backward_{kind}").argtypes = [P, P, P, P, P, P, P, P, P, L, L, U64, U32, F]
+        for name in ("dropout", "dropout_add_layer_norm", "dropout_add_layer_norm_backward"):
+            getattr(lib, f"{name}_{kind}").restype = None
+    return lib
+
+
+_KINDS = {torch.float32: "f32", torch.bfloat16: "bf16"}
+
+
+def _seed() -> int:
+    """A 64-bit seed drawn from PyTorch's default CPU generator."""
+    return int(torch.randint(-(1 << 63), (1 << 63) - 1, (), dtype=torch.int64)) & ((1 << 64) - 1)
+
+
+# ------------------------------------------------------------------------------------- dropout
+def can_dropout(x: Tensor) -> bool:
+    """Whether ``fused_dropout`` applies to ``x`` (CPU, float32 or bfloat16, kernels available)."""
+    return x.device.type == "cpu" and x.dtype in _KINDS and available()
+
+
+def fused_dropout(x: Tensor, p: float) -> Tensor:
+    """Training-mode dropout of ``x`` with probability ``p`` (rounded to 1/32768); see ``can_dropout``."""
+    return _Dropout.apply(x, p)
+
+
+def _dropout_kernel(x: Tensor, seed: int, threshold: int, scale: float) -> Tensor:
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    getattr(_load(), f"dropout_{_KINDS[x.dtype]}")(x.data_ptr(), y.data_ptr(), x.numel(), seed, threshold, scale)
+    return y
+
+
+class _Dropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, p: float) -> Tensor:
+        ctx.args = (_seed(), drop_threshold(p), 1.0 / (1.0 - p))
+        return _dropout_kernel(x, *ctx.args)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+        return _dropout_kernel(grad, *ctx.args), None  # the same mask, recomputed from the seed
+
+
+# ------------------------------------------------------------ dropout + residual + LayerNorm
+def can_dropout_add_layer_norm(x: Tensor, sub: Tensor, norm: torch.nn.LayerNorm) -> bool:
+    """Whether ``dropout_add_layer_norm`` applies: CPU, float32 ``x``, float32 or bfloat16 ``sub``
+    of the same shape, a LayerNorm with weight and bias over the last dim (at most
+    ``MAX_FEATURES``, a multiple of 4), kernels available."""
+    E = x.shape[-1]
+    return (x.device.type == "cpu" and x.dtype == torch.float32 and sub.dtype in _KINDS
+            and sub.shape == x.shape and norm.weight is not None and norm.bias is not None
+            and norm.weight.dtype == torch.float32 and norm.bias.dtype == torch.float32
+            and tuple(norm.normalized_shape) == (E,) and E % 4 == 0 and E <= MAX_FEATURES and available())
+
+
+def dropout_add_layer_norm(x: Tensor, sub: Tensor, norm: torch.nn.LayerNorm, p: float) -> Tensor:
+    """LayerNorm(x + Dropout(sub)) in training mode, float32 out; see ``can_dropout_add_layer_norm``."""
+    return _DropoutAddLayerNorm.apply(x, sub, norm.weight, norm.bias, p, norm.eps)
+
+
+class _DropoutAddLayerNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, sub: Tensor, weight: Tensor, bias: Tensor, p: float, eps: float) -> Tensor:
+        x, sub = x.contiguous(), sub.contiguous()
+        E = x.shape[-1]
+        rows = x.numel() // E
+        y, h = torch.empty_like(x), torch.empty_like(x)
+        mean, rstd = x.new_empty(rows), x.new_empty(rows)
+        seed, threshold, scale = _seed(), drop_threshold(p), 1.0 / (1.0 - p)
+        getattr(_load(), f"dropout_add_layer_norm_{_KINDS[sub.dtype]}")(
+            x.data_ptr(), sub.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(), h.data_ptr(),
+            mean.data_ptr(), rstd.data_ptr(), rows, E, seed, threshold, scale, eps)
+        ctx.save_for_backward(h, mean, rstd, weight)
+        ctx.args = (seed, threshold, scale)
+        ctx.sub_dtype = sub.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
+        h, mean, rstd, weight = ctx.saved_tensors
+        grad = grad.contiguous().float()
+        E = h.shape[-1]
+        dx = torch.empty_like(h)
+        dsub = torch.empty(h.shape, dtype=ctx.sub_dtype)
+        dweight, dbias = torch.empty_like(weight), torch.empty_like(weight)
+        getattr(_load(), f"dropout_add_layer_norm_backward_{_KINDS[ctx.sub_dtype]}")(
+            grad.data_ptr(), h.data_ptr(), mean.data_ptr(), rstd.data_ptr(), weight.data_ptr(), dx.data_ptr(),
+            dsub.data_ptr(), dweight.data_ptr(), dbias.data_ptr(), h.numel() // E, E, *ctx.args)
+        return dx, dsub, dweight, dbias, None, None
