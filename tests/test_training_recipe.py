@@ -23,9 +23,20 @@ def test_label_smoothing_matches_torch_cross_entropy():
     torch.testing.assert_close(nll, plain)
 
 
+@pytest.fixture(params=["compiled", "pytorch"])
+def loss_path(request, monkeypatch):
+    """Run a loss test with the compiled CPU kernel (model/fused_cpu.py) and with PyTorch operations."""
+    from transformer.model import fused_cpu
+
+    if request.param == "compiled" and not fused_cpu.available():
+        pytest.skip("no C compiler: the fused CPU kernels are not built")
+    monkeypatch.setattr(fused_cpu, "_enabled", request.param == "compiled")
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("eps", [0.0, 0.1])
-def test_fused_loss_gradient_equals_autograd_composition(dtype, eps):
+def test_fused_loss_gradient_equals_autograd_composition(dtype, eps, loss_path):
     """The closed-form backward equals autograd through log_softmax/gather/mean, pads get zero gradient."""
     g = torch.Generator().manual_seed(1)
     logits = (3 * torch.randn(4, 6, 37, generator=g)).to(dtype)
@@ -47,7 +58,7 @@ def test_fused_loss_gradient_equals_autograd_composition(dtype, eps):
     assert a.grad[1, 2:].abs().sum() == 0 and a.grad[3, 5].abs().sum() == 0
 
 
-def test_fused_loss_gradient_for_confident_logits():
+def test_fused_loss_gradient_for_confident_logits(loss_path):
     """Logits far apart (most probabilities underflow) and more rows than one chunk: still the
     reference gradient, finite everywhere."""
     g = torch.Generator().manual_seed(2)
@@ -65,7 +76,7 @@ def test_fused_loss_gradient_for_confident_logits():
     torch.testing.assert_close(a.grad, b.grad, atol=1e-6, rtol=1e-5)
 
 
-def test_fused_loss_gradient_kept_intact_and_skipped_without_autograd():
+def test_fused_loss_gradient_kept_intact_and_skipped_without_autograd(loss_path):
     """The gradient computed in the forward pass is scaled into a new tensor (a second backward
     through a retained graph accumulates the same again), and without autograd the loss is the same."""
     g = torch.Generator().manual_seed(3)
@@ -83,9 +94,11 @@ def test_fused_loss_gradient_kept_intact_and_skipped_without_autograd():
     torch.testing.assert_close((loss_ng, nll_ng), (loss.detach(), nll))
 
 
-def test_fused_loss_rejects_mismatched_shapes():
+def test_fused_loss_rejects_mismatched_shapes(loss_path):
     with pytest.raises(ValueError, match="do not match"):
         LabelSmoothedCrossEntropy(smoothing=0.1, ignore_index=0)(torch.zeros(2, 3, 5), torch.zeros(2, 4, dtype=torch.long))
+    with pytest.raises((IndexError, RuntimeError)):  # a target id past the vocabulary
+        LabelSmoothedCrossEntropy(smoothing=0.1, ignore_index=0)(torch.zeros(2, 5), torch.tensor([1, 5]))
 
 
 def test_label_smoothing_target_distribution():

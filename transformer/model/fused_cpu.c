@@ -3,6 +3,8 @@
  *
  *   dropout:                       y = x * keep * scale
  *   dropout + residual + LayerNorm: h = x + sub * keep * scale,  y = LayerNorm(h) * gamma + beta
+ *   label-smoothed NLL (training/loss.py): per row of logits, lse - z_y, lse - mean(z) and the
+ *                                  gradient softmax(z) - (1 - eps) onehot(y) - eps / V
  *
  * each with its backward pass. keep is 0 with probability threshold / 32768, else 1, and
  * scale = 1 / (1 - p). The random bits are not stored: element i of a tensor uses the 16-bit lane
@@ -18,6 +20,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define GOLDEN_GAMMA 0x9e3779b97f4a7c15ULL
@@ -161,3 +164,72 @@ DEFINE_DROPOUT_ADD_LN_FORWARD(dropout_add_layer_norm_f32, float, f32_load)
 DEFINE_DROPOUT_ADD_LN_FORWARD(dropout_add_layer_norm_bf16, uint16_t, bf16_load)
 DEFINE_DROPOUT_ADD_LN_BACKWARD(dropout_add_layer_norm_backward_f32, float, f32_round)
 DEFINE_DROPOUT_ADD_LN_BACKWARD(dropout_add_layer_norm_backward_bf16, uint16_t, bf16_round)
+
+/* ---------------------------------------------------------------------- label-smoothed NLL */
+/* exp(x) for x <= 0, to about 2 ulp: x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor
+ * polynomial to degree 7, 2^n put into the exponent bits; below -87 (e^x < 2^-125) it is 0.
+ * Written out so that the loop vectorises (libm's expf is a scalar call without -ffast-math). */
+static inline float exp_nonpositive(float x) {
+    if (x < -87.0f) return 0.0f;
+    float n = floorf(x * 1.44269504088896341f + 0.5f);
+    float r = x - n * 0.693147180559945309f;
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.66666667e-1f + r * (4.16666667e-2f
+              + r * (8.33333333e-3f + r * (1.38888889e-3f + r * 1.98412698e-4f))))));
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &bits, 4);
+    return p * two_n;
+}
+
+/* max_j z[j], with 16 running maxima (a plain max loop is not vectorised without
+ * -ffinite-math-only, which would also change what NaN does) */
+#define DEFINE_ROW_MAX(NAME, T, LOAD)                                                           \
+    static inline float NAME(const T *z, long V) {                                               \
+        float acc[16], m = -INFINITY;                                                            \
+        for (int k = 0; k < 16; k++) acc[k] = -INFINITY;                                         \
+        long j = 0;                                                                              \
+        for (; j + 16 <= V; j += 16)                                                             \
+            for (int k = 0; k < 16; k++) acc[k] = LOAD(z, j + k) > acc[k] ? LOAD(z, j + k) : acc[k]; \
+        for (; j < V; j++) m = LOAD(z, j) > m ? LOAD(z, j) : m;                                  \
+        for (int k = 0; k < 16; k++) m = acc[k] > m ? acc[k] : m;                                \
+        return m;                                                                                \
+    }
+
+DEFINE_ROW_MAX(row_max_f32, float, f32_load)
+DEFINE_ROW_MAX(row_max_bf16, uint16_t, bf16_load)
+
+/* For each of the N rows of V logits z (reference y = target[r]): nll[r] = lse - z_y and
+ * smooth[r] = lse - mean(z) with lse = log sum exp z; if grad is not NULL, grad row =
+ * (softmax(z) - eps / V - (1 - eps) onehot(y)) * row_scale[r] in the logits' dtype. */
+#define DEFINE_SMOOTHED_NLL(NAME, T, LOAD, ROUND, ROW_MAX)                                       \
+    void NAME(const T *logits, const int64_t *target, const float *row_scale, float *nll,        \
+              float *smooth, T *grad, long N, long V, float eps) {                               \
+        _Pragma("omp parallel")                                                                  \
+        {                                                                                        \
+            float *e = malloc(sizeof(float) * (size_t)V);                                        \
+            _Pragma("omp for schedule(static)")                                                  \
+            for (long r = 0; r < N; r++) {                                                       \
+                const T *z = logits + r * V;                                                     \
+                float m = ROW_MAX(z, V), total = 0.0f, sum = 0.0f;                               \
+                for (long j = 0; j < V; j++) total += LOAD(z, j);                                \
+                for (long j = 0; j < V; j++) {                                                   \
+                    e[j] = exp_nonpositive(LOAD(z, j) - m);                                      \
+                    sum += e[j];                                                                 \
+                }                                                                                \
+                float lse = m + logf(sum);                                                       \
+                long y = (long)target[r];                                                        \
+                nll[r] = lse - LOAD(z, y);                                                       \
+                smooth[r] = lse - total / (float)V;                                              \
+                if (grad) {                                                                      \
+                    T *g = grad + r * V;                                                         \
+                    float s = row_scale[r], inv = s / sum, uniform = s * eps / (float)V;         \
+                    for (long j = 0; j < V; j++) g[j] = ROUND(e[j] * inv - uniform);             \
+                    g[y] = ROUND(e[y] * inv - uniform + (eps - 1.0f) * s);                       \
+                }                                                                                \
+            }                                                                                    \
+            free(e);                                                                             \
+        }                                                                                        \
+    }
+
+DEFINE_SMOOTHED_NLL(smoothed_nll_f32, float, f32_load, f32_round, row_max_f32)
+DEFINE_SMOOTHED_NLL(smoothed_nll_bf16, uint16_t, bf16_load, bf16_round, row_max_bf16)

@@ -22,7 +22,9 @@ gradient and the log-normaliser (lse = z_max - log p_max, exact where p is large
 logits are read once; 1,472 x 8,000 bf16 logits, forward + backward: 11.2 ms, against 15.2 ms
 with a log_softmax forward and a softmax backward, and 15.8 ms with exp(z - lse) in the backward
 (the CPU exp kernel also slows ~30x where results underflow, z - lse < -87, possible without
-smoothing). ``reference_smoothed_nll`` is the plain composition, kept as the test oracle.
+smoothing). On CPU the per-row work is one compiled kernel when available
+(``transformer.model.fused_cpu``): 4.9 ms against 9.0 ms for these PyTorch operations.
+``reference_smoothed_nll`` is the plain composition, kept as the test oracle.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from transformer.model import fused_cpu
 
 
 class LabelSmoothedCrossEntropy(nn.Module):
@@ -59,31 +63,19 @@ class LabelSmoothedCrossEntropy(nn.Module):
 class _SmoothedNLL(torch.autograd.Function):
     """Summed label-smoothed NLL whose forward pass also computes the gradient (see module doc).
 
-    Rows are processed in chunks of about ``_CHUNK_ELEMENTS`` logits so that each chunk's fp32
-    temporaries stay in the CPU's caches: the (tokens x vocabulary) logits are read once and the
-    gradient is written once, in the logits' dtype; the backward pass scales it.
+    The (tokens x vocabulary) logits are read once and the gradient is written once, in the
+    logits' dtype; the backward pass scales it. On CPU that is a compiled kernel, one row at a
+    time (``fused_cpu.smoothed_nll``); otherwise PyTorch operations on chunks of about
+    ``_CHUNK_ELEMENTS`` logits, so that each chunk's fp32 temporaries stay in the CPU's caches.
     """
 
     @staticmethod
     def forward(ctx, logits: Tensor, target: Tensor, keep: Tensor, eps: float, with_grad: bool) -> tuple[Tensor, Tensor]:
-        N, V = logits.shape
-        nll = logits.new_empty(N, dtype=torch.float32)
-        smooth = logits.new_empty(N, dtype=torch.float32)
-        grad = torch.empty_like(logits) if with_grad else None
         keep_f = keep.to(torch.float32)
-        for rows in _row_chunks(N, V):
-            z = logits[rows].float()  # (n, V)
-            p = torch.softmax(z, dim=-1)
-            lse = z.amax(dim=-1) - p.amax(dim=-1).log()  # log p = z - lse, exact where p is largest
-            t = target[rows].unsqueeze(1)  # (n, 1)
-            nll[rows] = lse - z.gather(1, t).squeeze(1)
-            smooth[rows] = lse - z.mean(dim=-1)
-            if grad is not None:  # softmax(z) - (1 - eps) * onehot(y) - eps / V, 0 for padding
-                if eps > 0.0:
-                    p.sub_(eps / V)
-                scale = keep_f[rows].unsqueeze(1)  # (n, 1)
-                p.scatter_add_(1, t, torch.full_like(scale, eps - 1.0))
-                grad[rows] = p.mul_(scale)
+        if fused_cpu.can_smoothed_nll(logits):  # the same, one compiled pass per row (model/fused_cpu.py)
+            nll, smooth, grad = fused_cpu.smoothed_nll(logits, target, keep_f, eps, with_grad)
+        else:
+            nll, smooth, grad = _smoothed_nll(logits, target, keep_f, eps, with_grad)
         nll.masked_fill_(~keep, 0.0)
         loss = (1.0 - eps) * nll + eps * smooth.masked_fill_(~keep, 0.0)
         if grad is not None:
@@ -95,6 +87,29 @@ class _SmoothedNLL(torch.autograd.Function):
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor | None, ...]:
         (grad,) = ctx.saved_tensors
         return grad * grad_loss, None, None, None, None  # (the scalar in fp32); not in place: backward may run twice
+
+
+def _smoothed_nll(logits: Tensor, target: Tensor, keep_f: Tensor, eps: float,
+                  with_grad: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Per row: lse - z_target, lse - mean(z), and the gradient times keep_f (if ``with_grad``)."""
+    N, V = logits.shape
+    nll = logits.new_empty(N, dtype=torch.float32)
+    smooth = logits.new_empty(N, dtype=torch.float32)
+    grad = torch.empty_like(logits) if with_grad else None
+    for rows in _row_chunks(N, V):
+        z = logits[rows].float()  # (n, V)
+        p = torch.softmax(z, dim=-1)
+        lse = z.amax(dim=-1) - p.amax(dim=-1).log()  # log p = z - lse, exact where p is largest
+        t = target[rows].unsqueeze(1)  # (n, 1)
+        nll[rows] = lse - z.gather(1, t).squeeze(1)
+        smooth[rows] = lse - z.mean(dim=-1)
+        if grad is not None:  # softmax(z) - (1 - eps) * onehot(y) - eps / V, 0 for padding
+            if eps > 0.0:
+                p.sub_(eps / V)
+            scale = keep_f[rows].unsqueeze(1)  # (n, 1)
+            p.scatter_add_(1, t, torch.full_like(scale, eps - 1.0))
+            grad[rows] = p.mul_(scale)
+    return nll, smooth, grad
 
 
 _CHUNK_ELEMENTS = 1 << 20  # 1M fp32 values = 4 MiB per temporary (measured: 256k-4M; 1M is fastest)
