@@ -5,7 +5,8 @@ contenders are models of the same sizes (the paper's post-LN layout, shared embe
 the output layer, sinusoidal positions):
 
 - ours: ``transformer.model.Transformer`` trained the way our trainer does it (logits only at
-  real target positions, our fused label-smoothed loss);
+  real target positions, our fused label-smoothed loss, the compiled CPU kernels of
+  ``transformer/model/fused_cpu.py`` unless ``TRANSFORMER_FUSED_CPU=0``);
 - torch.nn.Transformer: PyTorch's encoder-decoder with embeddings, positions and output layer
   around it, ``F.cross_entropy(label_smoothing=0.1)``;
 - Marian: ``transformers``' ``MarianMTModel`` (the architecture of the opus-mt models), the same
@@ -39,7 +40,7 @@ from torch import nn
 from transformer.allocator import retain_freed_memory
 from transformer.config import ModelConfig, preset
 from transformer.data import Batch, TokenBudgetBatches, make_batch
-from transformer.model import Transformer
+from transformer.model import Transformer, fused_cpu
 from transformer.model.embeddings import sinusoidal_table
 from transformer.training.loss import LabelSmoothedCrossEntropy
 
@@ -246,7 +247,8 @@ def main() -> None:
 
     peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
     print(f"matmul peak on this machine ({torch.get_num_threads()} threads): fp32 {peaks['fp32'] / 1e9:,.0f} GFLOP/s, "
-          f"bf16 {peaks['bf16'] / 1e9:,.0f} GFLOP/s")
+          f"bf16 {peaks['bf16'] / 1e9:,.0f} GFLOP/s; ours' compiled CPU kernels: "
+          f"{'on' if fused_cpu.available() else 'off'}")
     if args.peak_only:
         return
     shapes = {}

@@ -50,6 +50,7 @@ def drop_threshold(p: float) -> int:
     """p in units of 1/32768 (the dropout probability the 15-bit comparisons realise)."""
     return round(p * (1 << DROP_BITS))
 
+
 _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
 _tried = False
