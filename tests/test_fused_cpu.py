@@ -146,3 +146,123 @@ def test_without_a_compiler_dropout_falls_back_to_pytorch(monkeypatch, tmp_path)
     assert any("fused CPU kernels unavailable" in str(w.message) for w in caught)
     y = dropout(torch.ones(4096), 0.5)  # PyTorch's path
     assert 0.4 < (y == 0).float().mean().item() < 0.6
+
+
+# ------------------------------------------------------------------------------- attention
+def attention_reference(q, k, v, n_heads, mask, causal, keep):
+    """float64 softmax(Q K^T / sqrt(D) + mask) * keep V, heads merged to (B, T, E); rows with no
+    allowed key give zeros."""
+    B, T, E = q.shape
+    S, D = k.shape[1], E // n_heads
+    heads = [t.double().view(B, -1, n_heads, D).transpose(1, 2) for t in (q, k, v)]
+    scores = heads[0] @ heads[1].transpose(-1, -2) / D**0.5
+    allowed = torch.ones(B, n_heads, T, S, dtype=torch.bool)
+    if mask is not None:
+        allowed = allowed & mask
+    if causal:
+        allowed = allowed & torch.ones(T, S, dtype=torch.bool).tril(S - T)
+    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1).nan_to_num(0.0)
+    return ((weights * keep.double()) @ heads[2]).transpose(1, 2).reshape(B, T, E)
+
+
+ATTENTION_CASES = {  # B, T, S, heads, head size, causal, padding mask, p
+    "self causal": (3, 7, 7, 2, 16, True, False, 0.1),
+    "self padded, odd head size": (4, 9, 9, 3, 20, False, True, 0.2),
+    "self, no dropout": (2, 24, 24, 4, 32, False, True, 0.0),
+    "cross, more queries than keys": (2, 33, 18, 4, 16, False, True, 0.1),
+    "cross, one key": (3, 5, 1, 2, 8, False, False, 0.1),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", list(ATTENTION_CASES))
+def test_attention_kernel_equals_the_composition(fixed_seed, dtype, case):
+    """Output and gradients against float64 autograd with the SplitMix64 mask of the weights."""
+    B, T, S, H, D, causal, padded, p = ATTENTION_CASES[case]
+    E = H * D
+    g = torch.Generator().manual_seed(1)
+    mask = None
+    if padded:
+        mask = (torch.rand(B, 1, 1, S, generator=g) > 0.3)
+        mask[0] = False  # a batch row whose queries see no key: zeros, not NaN
+    if T == S and not case.startswith("cross"):  # self-attention: one (B, T, 3E) projection
+        inputs = [torch.randn(B, T, 3 * E, generator=g).to(dtype).requires_grad_(True)]
+        out = fused_cpu.attention(inputs[0], None, None, H, mask, causal, p)
+    else:
+        inputs = [torch.randn(B, T, E, generator=g).to(dtype).requires_grad_(True),
+                  torch.randn(B, S, 2 * E, generator=g).to(dtype).requires_grad_(True)]
+        out = fused_cpu.attention(None, *inputs, H, mask, causal, p)
+    ref_inputs = [t.detach().double().requires_grad_(True) for t in inputs]
+    q, k, v = ref_inputs[0].split(E, -1) if len(inputs) == 1 else (ref_inputs[0], *ref_inputs[1].split(E, -1))
+    keep = splitmix64_keep(SEED, B * H * T * S, p).view(B, H, T, S) / (1 - p) if p else torch.ones(B, H, T, S)
+    ref = attention_reference(q, k, v, H, mask, causal, keep)
+    upstream = torch.randn(B, T, E, generator=g).to(dtype)
+    out.backward(upstream)
+    ref.backward(upstream.double())
+    ref_grads = [t.grad for t in ref_inputs]
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    assert out.dtype == dtype and not out.isnan().any()
+    torch.testing.assert_close(out.double(), ref, **tol)
+    for got, want in zip(inputs, ref_grads):
+        assert got.grad.dtype == dtype
+        torch.testing.assert_close(got.grad.double(), want, **tol)
+    if padded:  # the fully masked batch row: zero output, zero gradient for its queries
+        assert out[0].abs().max() == 0 and inputs[0].grad[0, :, :E].abs().max() == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_layers_take_the_kernel_in_training_with_the_explicit_paths_result(monkeypatch, dtype):
+    """Under the same torch.manual_seed the kernel draws the weights' dropout mask that the explicit
+    path's dropout kernel draws, so a decoder layer's output and gradients agree with it (bf16;
+    float32 training otherwise takes PyTorch's fused kernel, whose dropout is its own: no dropout)."""
+    from transformer.model.layers import DecoderLayer
+
+    calls = []
+    real = fused_cpu.attention
+    monkeypatch.setattr(fused_cpu, "attention", lambda *a: calls.append(a[0] is None) or real(*a))
+    torch.manual_seed(0)
+    p = 0.1 if dtype == torch.bfloat16 else 0.0
+    layer = DecoderLayer(d_model=48, n_heads=3, d_ff=64, dropout=0.0, attention_dropout=p).to(dtype).train()
+    x = torch.randn(4, 9, 48, dtype=dtype)
+    memory = torch.randn(4, 6, 48, dtype=dtype)
+    memory_mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2, [True] * 6, [True] + [False] * 5])[:, None, None]
+    results = {}
+    for limit in (MAX := fused_cpu.MAX_ATTENTION_LENGTH, {}):  # the kernel, then the PyTorch path
+        monkeypatch.setattr(fused_cpu, "MAX_ATTENTION_LENGTH", limit)
+        torch.manual_seed(1)
+        out = layer(x, memory, memory_mask=memory_mask)[0]
+        out.sum().backward()
+        results[bool(limit)] = out, [p.grad.clone() for p in layer.parameters()]
+        layer.zero_grad()
+    assert calls == [False, True]  # self-attention (fused Q/K/V projection), then cross-attention
+    tol = dict(atol=1e-5, rtol=1e-4) if dtype == torch.float32 else dict(atol=5e-2, rtol=5e-2)
+    torch.testing.assert_close(results[True][0], results[False][0], **tol)
+    for got, want in zip(results[True][1], results[False][1]):
+        torch.testing.assert_close(got, want, **tol)
+    assert MAX[dtype] >= 64
+
+
+def test_attention_kernel_is_for_training_steps_on_short_rows_only(monkeypatch):
+    from transformer.model.attention import SelfAttention
+
+    calls = []
+    real = fused_cpu.attention
+    monkeypatch.setattr(fused_cpu, "attention", lambda *a: calls.append(1) or real(*a))
+    attn = SelfAttention(d_model=32, n_heads=4, dropout=0.1)
+    x = torch.randn(2, 5, 32)
+    attn.train()
+    assert attn(x, causal=True)[1] is None and len(calls) == 1
+    assert attn(x, need_weights=True)[1].shape == (2, 4, 5, 5) and len(calls) == 1  # weights: explicit path
+    with torch.no_grad():
+        attn(x)
+    attn.eval()
+    attn(x)
+    assert len(calls) == 1
+    attn.train()
+    monkeypatch.setattr(fused_cpu, "MAX_ATTENTION_LENGTH", {torch.float32: 4})
+    attn(x)  # 5 > 4 positions: PyTorch's kernels
+    assert len(calls) == 1
+    with pytest.raises(ValueError, match="torch.bool"):
+        SelfAttention(d_model=32, n_heads=4).train()(x, mask=torch.ones(2, 1, 1, 5))
+    with pytest.raises(ValueError, match="does not broadcast"):
+        SelfAttention(d_model=32, n_heads=4).train()(x, mask=torch.ones(2, 1, 1, 6, dtype=torch.bool))

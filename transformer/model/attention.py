@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer.masks import causal_mask_with_offset
+from transformer.model import fused_cpu
 from transformer.model.cache import KVCache, StaticKV
 from transformer.model.dropout import dropout
 
@@ -190,10 +191,13 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> None:
         raise ValueError(f"{k.shape[-2]} keys but {v.shape[-2]} values")
     if not q.is_floating_point():
         raise ValueError(f"attention needs floating-point tensors, got {q.dtype}")
+    _check_mask(mask, (q.shape[0], q.shape[1], q.shape[2], k.shape[2]))
+
+
+def _check_mask(mask: Tensor | None, scores_shape: tuple[int, int, int, int]) -> None:
     if mask is not None:
         if mask.dtype != torch.bool:
             raise ValueError(f"attention mask must be torch.bool (True = may attend), got {mask.dtype}")
-        scores_shape = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
         # torch.broadcast_shapes costs ~25 us a call (a sixteenth of a small decoding step): compare by hand
         if mask.dim() > 4 or any(m not in (1, n) for m, n in zip(reversed(mask.shape), reversed(scores_shape))):
             raise ValueError(
@@ -229,6 +233,14 @@ class MultiHeadAttention(nn.Module):
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"{name} must have shape (B, L, {self.d_model}), got {tuple(x.shape)}")
 
+    def _compiled_training(self, x: Tensor, n_keys: int, mask: Tensor | None) -> bool:
+        """Whether this training step's attention takes the compiled CPU kernel (``fused_cpu.attention``):
+        short rows, gradients on, no weights asked for. Checks the mask as the other paths do."""
+        if not (self.training and torch.is_grad_enabled() and fused_cpu.can_attend(x, n_keys, self.head_dim)):
+            return False
+        _check_mask(mask, (x.shape[0], self.n_heads, x.shape[1], n_keys))
+        return True
+
 
 class SelfAttention(MultiHeadAttention):
     """Self-attention: Q, K and V all come from the same sequence; one fused Q/K/V projection."""
@@ -252,6 +264,9 @@ class SelfAttention(MultiHeadAttention):
         cached position as well (S = cached + T).
         """
         self._check_input(x, "self-attention input")
+        if cache is None and not need_weights and self._compiled_training(x, x.shape[1], mask):
+            heads = fused_cpu.attention(self.qkv_proj(x), None, None, self.n_heads, mask, causal, self.dropout)
+            return self.out_proj(heads), None  # heads: (B, T, E), head h in columns h * D .. h * D + D - 1
         q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # 3 x (B, T, E)
         q, k, v = self._split(q), self._split(k), self._split(v)  # (B, H, T, D)
         if cache is not None:
@@ -294,6 +309,13 @@ class CrossAttention(MultiHeadAttention):
         the beams of a sentence share it instead of each holding a copy.
         """
         self._check_input(x, "decoder input to cross-attention")
+        if (memory_kv is None and memory is not None and not need_weights and memory.shape[0] == x.shape[0]
+                and self._compiled_training(x, memory.shape[1], mask)):
+            self._check_input(memory, "encoder memory")
+            q = self.q_proj(x)
+            kv = self.kv_proj(memory).to(q.dtype)
+            heads = fused_cpu.attention(None, q, kv, self.n_heads, mask, False, self.dropout)
+            return self.out_proj(heads), None
         if memory_kv is None:
             if memory is None:
                 raise ValueError("cross-attention needs the encoder memory or its cached keys/values")

@@ -233,3 +233,262 @@ DEFINE_ROW_MAX(row_max_bf16, uint16_t, bf16_load)
 
 DEFINE_SMOOTHED_NLL(smoothed_nll_f32, float, f32_load, f32_round, row_max_f32)
 DEFINE_SMOOTHED_NLL(smoothed_nll_bf16, uint16_t, bf16_load, bf16_round, row_max_bf16)
+
+/* ------------------------------------------------------------------ attention (short rows) */
+/* Scaled dot-product attention for the short sequences of a training step, one (batch, head)
+ * pair at a time in a thread's own float32 buffers: P = softmax(Q K^T * scale + mask),
+ * O = dropout(P) V, and backwards dV = dropout(P)^T dO, dS = P * (dP - rowsum(P * dP)) * scale
+ * with dP = dropout'(dO V^T), dQ = dS K, dK = dS^T Q. Q, K and V are read where the projections
+ * wrote them (row t of head h at q + b * q_sb + t * q_st + h * D, likewise k and v), O is
+ * written as (B, T, H * D) ready for the output projection, and dQ, dK, dV go back to the same
+ * layout as Q, K, V, so no head is ever copied into (B, H, T, D) order. P (float32, (B, H, T, S))
+ * is kept for the backward pass; the dropout mask is that of the dropout kernel applied to P
+ * (element i of (B, H, T, S) uses lane i % 4 of splitmix64(seed, i / 4)) and is recomputed. */
+
+#define ROUND16(n) (((n) + 15) & ~15L)
+
+/* 16 floats, with GCC's vector extensions (the compiler maps it onto the machine's vectors);
+ * loaded and stored with memcpy, which allows any alignment */
+typedef float v16f __attribute__((vector_size(64)));
+
+static inline v16f v16_load(const float *p) {
+    v16f v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+/* C[i][j] = sum_k A(i, k) * B[k][j] for i < M, j < N16 (a multiple of 16; B's rows are that
+ * long, zero past the real columns), A(i, k) = A[i * am + k * ak]. Blocks of 4 rows x 16
+ * columns are summed in four vector registers. */
+static void small_mm(long M, long N16, long K, const float *A, long am, long ak, const float *B, float *C) {
+    long i = 0;
+    for (; i + 4 <= M; i += 4)
+        for (long j = 0; j < N16; j += 16) {
+            v16f c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+            const float *a = A + i * am;
+            for (long k = 0; k < K; k++) {
+                v16f b = v16_load(B + k * N16 + j);
+                c0 += a[k * ak] * b;
+                c1 += a[am + k * ak] * b;
+                c2 += a[2 * am + k * ak] * b;
+                c3 += a[3 * am + k * ak] * b;
+            }
+            memcpy(C + i * N16 + j, &c0, sizeof(c0));
+            memcpy(C + (i + 1) * N16 + j, &c1, sizeof(c1));
+            memcpy(C + (i + 2) * N16 + j, &c2, sizeof(c2));
+            memcpy(C + (i + 3) * N16 + j, &c3, sizeof(c3));
+        }
+    for (; i < M; i++)
+        for (long j = 0; j < N16; j += 16) {
+            v16f c0 = {0};
+            for (long k = 0; k < K; k++) c0 += A[i * am + k * ak] * v16_load(B + k * N16 + j);
+            memcpy(C + i * N16 + j, &c0, sizeof(c0));
+        }
+}
+
+/* rows x D of a strided source -> rows x D16 float32, zero past D */
+#define DEFINE_LOAD_ROWS(NAME, T, LOAD)                                                          \
+    static void NAME(const T *src, long stride, long rows, long D, float *dst) {                 \
+        long D16 = ROUND16(D);                                                                   \
+        for (long r = 0; r < rows; r++) {                                                        \
+            for (long d = 0; d < D; d++) dst[r * D16 + d] = LOAD(src + r * stride, d);           \
+            for (long d = D; d < D16; d++) dst[r * D16 + d] = 0.0f;                              \
+        }                                                                                        \
+    }
+
+DEFINE_LOAD_ROWS(load_rows_f32, float, f32_load)
+DEFINE_LOAD_ROWS(load_rows_bf16, uint16_t, bf16_load)
+
+/* the float32 rows x D16 buffer into a strided destination, rounded to its dtype */
+#define DEFINE_STORE_ROWS(NAME, T, ROUND)                                                        \
+    static void NAME(const float *src, long rows, long D, T *dst, long stride) {                 \
+        long D16 = ROUND16(D);                                                                   \
+        for (long r = 0; r < rows; r++)                                                          \
+            for (long d = 0; d < D; d++) dst[r * stride + d] = ROUND(src[r * D16 + d]);          \
+    }
+
+DEFINE_STORE_ROWS(store_rows_f32, float, f32_round)
+DEFINE_STORE_ROWS(store_rows_bf16, uint16_t, bf16_round)
+
+/* rows x D16 -> D x R16 (R16 = ROUND16(rows)), zero past rows */
+static void transpose_rows(const float *src, long rows, long D, float *dst) {
+    long D16 = ROUND16(D), R16 = ROUND16(rows);
+    for (long d = 0; d < D; d++) {
+        for (long r = 0; r < rows; r++) dst[d * R16 + r] = src[r * D16 + d];
+        for (long r = rows; r < R16; r++) dst[d * R16 + r] = 0.0f;
+    }
+}
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "keep_factors reads the 16-bit lanes of the random words in little-endian order"
+#endif
+
+/* keep[i] = scale, or 0 with probability threshold / 32768, for the n elements from flat index
+ * `first` of a dropped tensor: the mask of the dropout kernels (lane (first + i) % 4 of word
+ * (first + i) / 4), via a buffer of n + 8 16-bit lanes */
+static void keep_factors(float *keep, uint16_t *lanes, uint64_t seed, uint64_t first, long n,
+                         uint32_t threshold, float scale) {
+    long off = (long)(first % 4), words = (off + n + 3) / 4;
+    for (long w = 0; w < words; w++) {
+        uint64_t z = splitmix64(seed, first / 4 + (uint64_t)w);
+        memcpy(lanes + 4 * w, &z, sizeof(z));
+    }
+    for (long i = 0; i < n; i++) keep[i] = (uint32_t)(lanes[off + i] & 0x7fff) >= threshold ? scale : 0.0f;
+}
+
+/* bias[s] = 0 where the query row may attend key s, -inf where not: key s < S with mask byte
+ * mrow[s * m_ss] set (if mrow) and s <= last */
+static void mask_bias(float *bias, const uint8_t *mrow, long m_ss, long S, long last) {
+    for (long s = 0; s < S; s++) bias[s] = (s <= last && (!mrow || mrow[s * m_ss])) ? 0.0f : -INFINITY;
+}
+
+/* row = softmax(row * scale + bias) over S entries; a row with no allowed key becomes zeros */
+static void softmax_row(float *row, const float *bias, long S, float scale) {
+    for (long s = 0; s < S; s++) row[s] = row[s] * scale + bias[s];
+    float m = row_max_f32(row, S), sum = 0.0f;
+    if (m == -INFINITY) {
+        memset(row, 0, sizeof(float) * (size_t)S);
+        return;
+    }
+    for (long s = 0; s < S; s++) {
+        row[s] = exp_nonpositive(row[s] - m);
+        sum += row[s];
+    }
+    float inv = 1.0f / sum;
+    for (long s = 0; s < S; s++) row[s] *= inv;
+}
+
+/* per-thread float32 buffers of one (batch, head) pair */
+typedef struct {
+    float *a, *b, *c, *d, *e, *f, *g, *keep, *bias;
+    uint16_t *lanes;
+} pair_buffers;
+
+static pair_buffers pair_buffers_new(long T, long S, long D) {
+    long D16 = ROUND16(D), S16 = ROUND16(S), L = T > S ? T : S, big = L * D16 > D * S16 ? L * D16 : D * S16;
+    big = big > T * S16 ? big : T * S16;
+    pair_buffers p;
+    p.a = malloc(sizeof(float) * (size_t)(7 * big + T * S + S16) + sizeof(uint16_t) * (size_t)(T * S + 8));
+    p.b = p.a + big, p.c = p.b + big, p.d = p.c + big, p.e = p.d + big, p.f = p.e + big, p.g = p.f + big;
+    p.keep = p.g + big, p.bias = p.keep + T * S;
+    p.lanes = (uint16_t *)(p.bias + S16);
+    return p;
+}
+
+/* Pd = P * keep (rows of S16, zero past S) from P's T x S block */
+static void dropped_probs(float *Pd, const float *P, const float *keep, long T, long S) {
+    long S16 = ROUND16(S);
+    for (long t = 0; t < T; t++) {
+        for (long s = 0; s < S; s++) Pd[t * S16 + s] = keep ? P[t * S + s] * keep[t * S + s] : P[t * S + s];
+        for (long s = S; s < S16; s++) Pd[t * S16 + s] = 0.0f;
+    }
+}
+
+/* ask for the rows x D elements of `size` bytes at src (row stride `stride` elements) to be
+ * brought into the cache while the current pair is computed */
+static inline void prefetch_rows(const void *src, long stride, long rows, long D, long size) {
+    const char *p = src;
+    for (long r = 0; r < rows; r++)
+        for (long off = 0; off < D * size; off += 64) __builtin_prefetch(p + r * stride * size + off);
+}
+
+#define DEFINE_ATTENTION_FORWARD(NAME, T_, LOAD_ROWS, STORE_ROWS)                               \
+    void NAME(const T_ *q, long q_sb, long q_st, const T_ *k, long k_sb, long k_st, const T_ *v,  \
+              long v_sb, long v_st, const uint8_t *mask, long m_sb, long m_sh, long m_st,        \
+              long m_ss, int causal, T_ *out, float *probs, long B, long H, long T, long S,      \
+              long D, float scale, uint64_t seed, uint32_t threshold, float drop_scale) {        \
+        long S16 = ROUND16(S);                                                                   \
+        _Pragma("omp parallel")                                                                  \
+        {                                                                                        \
+            pair_buffers w = pair_buffers_new(T, S, D);                                          \
+            float *Q = w.a, *K = w.b, *Kt = w.c, *V = w.d, *Sc = w.e, *O = w.f;                  \
+            _Pragma("omp for schedule(static)")                                                  \
+            for (long pair = 0; pair < B * H; pair++) {                                          \
+                long b = pair / H, h = pair % H, nb = (pair + 1) / H, nh = (pair + 1) % H;       \
+                if (pair + 1 < B * H) {                                                          \
+                    prefetch_rows(q + nb * q_sb + nh * D, q_st, T, D, sizeof(T_));               \
+                    prefetch_rows(k + nb * k_sb + nh * D, k_st, S, D, sizeof(T_));               \
+                    prefetch_rows(v + nb * v_sb + nh * D, v_st, S, D, sizeof(T_));               \
+                }                                                                                \
+                LOAD_ROWS(q + b * q_sb + h * D, q_st, T, D, Q);                                  \
+                LOAD_ROWS(k + b * k_sb + h * D, k_st, S, D, K);                                  \
+                transpose_rows(K, S, D, Kt);                                                     \
+                LOAD_ROWS(v + b * v_sb + h * D, v_st, S, D, V);                                  \
+                small_mm(T, S16, D, Q, ROUND16(D), 1, Kt, Sc);                                   \
+                float *P = probs + pair * T * S;                                                 \
+                for (long t = 0; t < T; t++) {                                                   \
+                    const uint8_t *mrow = mask ? mask + b * m_sb + h * m_sh + t * m_st : NULL;   \
+                    if (t == 0 || m_st || causal)                                                \
+                        mask_bias(w.bias, mrow, m_ss, S, causal ? t + S - T : S - 1);            \
+                    float *row = Sc + t * S16;                                                   \
+                    softmax_row(row, w.bias, S, scale);                                          \
+                    memcpy(P + t * S, row, sizeof(float) * (size_t)S);                           \
+                }                                                                                \
+                if (threshold)                                                                   \
+                    keep_factors(w.keep, w.lanes, seed, (uint64_t)(pair * T * S), T * S,         \
+                                 threshold, drop_scale);                                         \
+                dropped_probs(Sc, P, threshold ? w.keep : NULL, T, S);                           \
+                small_mm(T, ROUND16(D), S, Sc, S16, 1, V, O);                                    \
+                STORE_ROWS(O, T, D, out + b * T * H * D + h * D, H * D);                         \
+            }                                                                                    \
+            free(w.a);                                                                           \
+        }                                                                                        \
+    }
+
+/* dq, dk, dv: the layout of q, k, v (strides dq_sb, dq_st, ...); dout: (B, T, H * D) */
+#define DEFINE_ATTENTION_BACKWARD(NAME, T_, LOAD_ROWS, STORE_ROWS)                              \
+    void NAME(const T_ *dout, const T_ *q, long q_sb, long q_st, const T_ *k, long k_sb,         \
+              long k_st, const T_ *v, long v_sb, long v_st, const float *probs, T_ *dq,          \
+              long dq_sb, long dq_st, T_ *dk, long dk_sb, long dk_st, T_ *dv, long dv_sb,        \
+              long dv_st, long B, long H, long T, long S, long D, float scale, uint64_t seed,    \
+              uint32_t threshold, float drop_scale) {                                            \
+        long D16 = ROUND16(D), S16 = ROUND16(S);                                                 \
+        _Pragma("omp parallel")                                                                  \
+        {                                                                                        \
+            pair_buffers w = pair_buffers_new(T, S, D);                                          \
+            float *Q = w.a, *K = w.b, *Vt = w.c, *dO = w.d, *Pd = w.e, *dP = w.f, *G = w.g;      \
+            _Pragma("omp for schedule(static)")                                                  \
+            for (long pair = 0; pair < B * H; pair++) {                                          \
+                long b = pair / H, h = pair % H, nb = (pair + 1) / H, nh = (pair + 1) % H;       \
+                if (pair + 1 < B * H) {                                                          \
+                    prefetch_rows(q + nb * q_sb + nh * D, q_st, T, D, sizeof(T_));               \
+                    prefetch_rows(k + nb * k_sb + nh * D, k_st, S, D, sizeof(T_));               \
+                    prefetch_rows(v + nb * v_sb + nh * D, v_st, S, D, sizeof(T_));               \
+                    prefetch_rows(dout + nb * T * H * D + nh * D, H * D, T, D, sizeof(T_));      \
+                }                                                                                \
+                const float *P = probs + pair * T * S;                                           \
+                LOAD_ROWS(q + b * q_sb + h * D, q_st, T, D, Q);                                  \
+                LOAD_ROWS(v + b * v_sb + h * D, v_st, S, D, K); /* V first, via K's buffer */    \
+                transpose_rows(K, S, D, Vt);                                                     \
+                LOAD_ROWS(k + b * k_sb + h * D, k_st, S, D, K);                                  \
+                LOAD_ROWS(dout + b * T * H * D + h * D, H * D, T, D, dO);                        \
+                if (threshold)                                                                   \
+                    keep_factors(w.keep, w.lanes, seed, (uint64_t)(pair * T * S), T * S,         \
+                                 threshold, drop_scale);                                         \
+                const float *keep = threshold ? w.keep : NULL;                                   \
+                dropped_probs(Pd, P, keep, T, S);                                                \
+                small_mm(S, D16, T, Pd, 1, S16, dO, G); /* dV = Pd^T dO */                       \
+                STORE_ROWS(G, S, D, dv + b * dv_sb + h * D, dv_st);                              \
+                small_mm(T, S16, D, dO, D16, 1, Vt, dP); /* d(Pd) = dO V^T */                    \
+                for (long t = 0; t < T; t++) { /* dS = P * (dP - rowsum(P * dP)) * scale */      \
+                    float *dp = dP + t * S16, dot = 0.0f;                                        \
+                    const float *p = P + t * S, *kp = keep ? keep + t * S : NULL;                \
+                    if (kp)                                                                      \
+                        for (long s = 0; s < S; s++) dp[s] *= kp[s];                             \
+                    for (long s = 0; s < S; s++) dot += p[s] * dp[s];                            \
+                    for (long s = 0; s < S; s++) dp[s] = p[s] * (dp[s] - dot) * scale;           \
+                    for (long s = S; s < S16; s++) dp[s] = 0.0f;                                 \
+                }                                                                                \
+                small_mm(T, D16, S, dP, S16, 1, K, G); /* dQ = dS K */                           \
+                STORE_ROWS(G, T, D, dq + b * dq_sb + h * D, dq_st);                              \
+                small_mm(S, D16, T, dP, 1, S16, Q, G); /* dK = dS^T Q */                         \
+                STORE_ROWS(G, S, D, dk + b * dk_sb + h * D, dk_st);                              \
+            }                                                                                    \
+            free(w.a);                                                                           \
+        }                                                                                        \
+    }
+
+DEFINE_ATTENTION_FORWARD(attention_forward_f32, float, load_rows_f32, store_rows_f32)
+DEFINE_ATTENTION_FORWARD(attention_forward_bf16, uint16_t, load_rows_bf16, store_rows_bf16)
+DEFINE_ATTENTION_BACKWARD(attention_backward_f32, float, load_rows_f32, store_rows_f32)
+DEFINE_ATTENTION_BACKWARD(attention_backward_bf16, uint16_t, load_rows_bf16, store_rows_bf16)
