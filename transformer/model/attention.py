@@ -210,7 +210,9 @@ class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O (paper 3.2.2).
 
     All heads are computed at once: the projections are single ``E -> E`` matrices whose
-    outputs are viewed as ``(B, H, L, D)``. Subclasses decide where Q, K, V come from.
+    outputs are viewed as ``(B, H, L, D)``. Subclasses decide where Q, K, V come from. A CPU
+    training step on short rows (no cache, no weights asked for) hands the projections to the
+    compiled kernel ``fused_cpu.attention`` instead, which reads the heads in place.
     """
 
     def __init__(self, *, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
