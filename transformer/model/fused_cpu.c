@@ -5,6 +5,7 @@
  *   dropout + residual + LayerNorm: h = x + sub * keep * scale,  y = LayerNorm(h) * gamma + beta
  *   label-smoothed NLL (training/loss.py): per row of logits, lse - z_y, lse - mean(z) and the
  *                                  gradient softmax(z) - (1 - eps) onehot(y) - eps / V
+ *   attention over short rows:     O = dropout(softmax(Q K^T * scale + mask)) V, per (batch, head)
  *
  * each with its backward pass. keep is 0 with probability threshold / 32768, else 1, and
  * scale = 1 / (1 - p). The random bits are not stored: element i of a tensor uses the 16-bit lane
@@ -13,10 +14,12 @@
  * thread can compute any part of it (PyTorch's CPU generator, a Mersenne twister, is serial).
  * A lane is dropped when its low 15 bits are below the threshold, as in dropout.py's keep_mask.
  *
- * Tensors are contiguous; "sub" (the sub-layer output) and the dropout tensors are float32
- * ("f32" functions) or bfloat16 stored as uint16 ("bf16" functions); the residual stream x, the
- * LayerNorm's output and parameters and all gradients of float tensors are float32. Rows are
- * split across the OpenMP threads PyTorch uses (the process's one libgomp).
+ * Tensors are contiguous (attention's Q, K, V and their gradients: rows at a stride); "sub" (the
+ * sub-layer output), the dropout tensors and attention's inputs and outputs are float32 ("f32"
+ * functions) or bfloat16 stored as uint16 ("bf16" functions); the residual stream x, the
+ * LayerNorm's output and parameters, attention's weights and all gradients of float tensors are
+ * float32. Rows (attention: batch-and-head pairs) are split across the OpenMP threads PyTorch
+ * uses (the process's one libgomp).
  */
 #include <math.h>
 #include <stdint.h>
