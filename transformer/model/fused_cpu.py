@@ -297,21 +297,22 @@ def _attention_forward(ctx, q: Tensor, k: Tensor, v: Tensor, n_heads: int, mask:
     """q, k, v: (B, L, E) views with unit stride along E; saves what the backward pass needs."""
     B, T, E = q.shape
     S, D = k.shape[1], E // n_heads
+    scale = 1.0 / D**0.5
     out = q.new_empty(B, T, E)
     probs = torch.empty(B, n_heads, T, S, dtype=torch.float32)
-    seed, threshold, scale = (_seed(), drop_threshold(p), 1.0 / (1.0 - p)) if p > 0 else (0, 0, 1.0)
+    seed, threshold, drop_scale = (_seed(), drop_threshold(p), 1.0 / (1.0 - p)) if p > 0 else (0, 0, 1.0)
     getattr(_load(), f"attention_forward_{_KINDS[q.dtype]}")(
         q.data_ptr(), q.stride(0), q.stride(1), k.data_ptr(), k.stride(0), k.stride(1), v.data_ptr(), v.stride(0),
         v.stride(1), *_mask_args(mask, (B, n_heads, T, S)), int(causal), out.data_ptr(), probs.data_ptr(), B, n_heads,
-        T, S, D, 1.0 / D**0.5, seed, threshold, scale)
-    ctx.args = (n_heads, seed, threshold, scale)
+        T, S, D, scale, seed, threshold, drop_scale)
+    ctx.args = (n_heads, scale, seed, threshold, drop_scale)
     ctx.probs = probs
     return out
 
 
 def _attention_backward(ctx, grad: Tensor, q: Tensor, k: Tensor, v: Tensor, dq: Tensor, dk: Tensor,
                         dv: Tensor) -> None:
-    n_heads, seed, threshold, scale = ctx.args
+    n_heads, scale, seed, threshold, drop_scale = ctx.args
     grad = grad.contiguous().to(q.dtype)
     B, T, E = q.shape
     S = k.shape[1]
@@ -319,7 +320,7 @@ def _attention_backward(ctx, grad: Tensor, q: Tensor, k: Tensor, v: Tensor, dq: 
         grad.data_ptr(), q.data_ptr(), q.stride(0), q.stride(1), k.data_ptr(), k.stride(0), k.stride(1), v.data_ptr(),
         v.stride(0), v.stride(1), ctx.probs.data_ptr(), dq.data_ptr(), dq.stride(0), dq.stride(1), dk.data_ptr(),
         dk.stride(0), dk.stride(1), dv.data_ptr(), dv.stride(0), dv.stride(1), B, n_heads, T, S, E // n_heads,
-        1.0 / (E // n_heads) ** 0.5, seed, threshold, scale)
+        scale, seed, threshold, drop_scale)
 
 
 class _SelfAttention(torch.autograd.Function):
