@@ -29,6 +29,7 @@ import torch
 from transformer.checkpoint import CheckpointError, load_model
 from transformer.decoding import DecodeConfig, Hypothesis, decode
 from transformer.model import RNNSeq2Seq, Transformer
+from transformer.precision import slow_bf16_warning
 from transformer.tokenizer import Vocabularies
 
 DEFAULT_MAX_INPUT_TOKENS = 1024
@@ -67,6 +68,8 @@ class Translator:
         if quantize == "int8":
             self.model = quantize_int8(self.model)
         elif bf16:
+            if warning := slow_bf16_warning(self.device):
+                warnings.warn(f"{warning}; translate in float32 (without bf16) on this device", stacklevel=2)
             self.model = to_bf16(self.model)
         self.vocab = vocab
         self.decoding = decoding or DecodeConfig()

@@ -20,8 +20,8 @@ import yaml
 
 from transformer.config import PRESETS, ModelConfig, preset
 from transformer.model.rnn_config import RNNConfig, rnn_preset
+from transformer.precision import PRECISIONS
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 CORPORA = ("builtin", "files", "tsv", "multi30k", "tatoeba")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -67,7 +67,9 @@ class TrainConfig:
     label_smoothing: float = 0.1
     clip_norm: float | None = None  # gradient clipping by global norm (the paper has none)
     accumulate: int = 1  # batches per optimizer step
-    precision: str = "bf16"  # "fp32", "bf16" (autocast; CPUs with AVX-512 bf16 or AMX, or CUDA) or "fp16" (CUDA, loss scaling)
+    # "auto" (bf16 where the device has bf16 matrix units, else fp32), "fp32", "bf16" (autocast;
+    # CPUs with AVX-512 bf16 or AMX, or CUDA) or "fp16" (CUDA, loss scaling)
+    precision: str = "auto"
     device: str = "auto"
     threads: int | None = None  # torch intra-op threads on CPU (default: torch's choice)
     seed: int = 0

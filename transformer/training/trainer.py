@@ -36,6 +36,7 @@ from transformer.decoding import DecodeConfig
 from transformer.data import Batch, TokenBudgetBatches, make_batch
 from transformer.evaluation import score
 from transformer.model import RNNConfig, build_model, config_from_dict
+from transformer.precision import resolve_precision, slow_bf16_warning
 from transformer.tokenizer import Vocabularies
 from transformer.training import distributed as D
 from transformer.training.config import RunConfig
@@ -79,7 +80,8 @@ class Trainer:
         self.cfg, self.run_dir = cfg, Path(run_dir)
         t = cfg.train
         self.device = resolve_device(t.device)
-        if t.precision == "fp16" and self.device.type != "cuda":
+        self.precision = resolve_precision(t.precision, self.device)  # "auto" resolved: fp32, bf16 or fp16
+        if self.precision == "fp16" and self.device.type != "cuda":
             raise ValueError("train.precision=fp16 needs CUDA (loss scaling); use bf16 or fp32 on CPU")
         self.dist = D.init_distributed(self.device.type)
         if self.dist.enabled and self.device.type == "cuda":
@@ -106,7 +108,7 @@ class Trainer:
             eos_id=self.vocab.tgt.eos_id, shuffle=True, seed=t.seed, rank=self.dist.rank, world_size=self.dist.world_size,
         )
         self.metrics = MetricsLog(self.run_dir / METRICS_FILE)
-        self.scaler = torch.amp.GradScaler("cuda") if t.precision == "fp16" else None
+        self.scaler = torch.amp.GradScaler("cuda") if self.precision == "fp16" else None
         self.state = TrainerState()
         self.resumed_from: int | None = None
         self._write_run_files(model_cfg)
@@ -165,8 +167,11 @@ class Trainer:
         progress = Progress(total_steps=total, initial_step=st.step, log_every=t.log_every, stream=self.stream,
                             enabled=self.show_progress, time_limit=t.time_limit)
         progress.message(f"training {self.model.num_parameters():,} parameters on {len(self.data.train):,} pairs, "
-                         f"{len(self.batches)} batches/epoch, device {self.device}, {t.precision}, "
+                         f"{len(self.batches)} batches/epoch, device {self.device}, {self.precision}"
+                         + (" (auto)" if t.precision == "auto" else "") + ", "
                          f"{self.dist.world_size} process(es)" + (f"; resumed at step {st.step}" if self.resumed_from else ""))
+        if self.precision == "bf16" and (warning := slow_bf16_warning(self.device)):
+            progress.message(f"warning: {warning}; use train.precision=fp32 or auto")
         progress.message(_data_report(self.data.stats))
         start = time.perf_counter()
         window_loss = window_tokens = 0.0
@@ -245,7 +250,7 @@ class Trainer:
         return loss_total, local_tokens
 
     def _autocast(self):
-        precision = self.cfg.train.precision
+        precision = self.precision
         if precision == "fp32":
             return nullcontext()
         return torch.autocast(self.device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
@@ -290,7 +295,7 @@ class Trainer:
         if n:
             pairs = self.data.valid_text[:n]
             translator = Translator(self.model, self.vocab, decoding=DecodeConfig(strategy="greedy"), device=self.device,
-                                    bf16=self.cfg.train.precision == "bf16")
+                                    bf16=self.precision == "bf16")
             scores = score(translator.translate([s for s, _ in pairs]), [r for _, r in pairs])
             record.update(bleu=scores.bleu, chrf=scores.chrf, exact_match=scores.exact_match, sentences=n)
         return record
