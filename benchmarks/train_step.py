@@ -14,7 +14,9 @@ the output layer, sinusoidal positions):
 
 Every contender gets the same batches and the same optimizer (fused Adam), for both shapes (a
 fixed 64 x 24 batch, and real token-budget batches of Multi30k de-en, tokenised with joint BPE
-of 8,000) and both precisions (fp32, bf16 autocast). They alternate within each round; the
+of 8,000) and both precisions (fp32, bf16 autocast; bf16 only where the CPU has bf16 matrix
+units, AVX-512 bf16 or AMX, unless ``--dtypes`` asks for it: elsewhere PyTorch emulates bf16
+products hundreds of times slower than fp32). They alternate within each round; the
 table shows the median over rounds of target tokens per second and ratios against the fastest
 peer. The same run measures the machine's fp32 and bf16 matmul peak (large square matmuls) and
 reports training FLOP/s (6 x matmul parameters x tokens, plus attention) as a share of it.
@@ -42,6 +44,7 @@ from transformer.config import ModelConfig, preset
 from transformer.data import Batch, TokenBudgetBatches, make_batch
 from transformer.model import Transformer, fused_cpu
 from transformer.model.embeddings import sinusoidal_table
+from transformer.precision import fast_bf16
 from transformer.training.loss import LabelSmoothedCrossEntropy
 
 PAD, BOS, EOS = 0, 1, 2
@@ -182,12 +185,12 @@ def train_flops(cfg: ModelConfig, batches: list[Batch]) -> float:
 
 # ------------------------------------------------------------------------------------------ main
 def measure(size: str, shape: str, batches: list[Batch], vocab: int, contenders: list[str], rounds: int,
-            peaks: dict[str, float]) -> list[dict]:
+            peaks: dict[str, float], dtypes: list[str]) -> list[dict]:
     cfg = preset(size, src_vocab_size=vocab)
     tokens = sum(b.n_tgt_tokens for b in batches)
     flops = train_flops(cfg, batches)
     rows = []
-    for dtype in ("fp32", "bf16"):
+    for dtype in dtypes:
         steps = {}
         for name in contenders:
             steps[name] = make_step(name, build(name, cfg), dtype == "bf16")
@@ -239,16 +242,24 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=2500, help="token budget of the real batches")
     parser.add_argument("--real-batches", type=int, default=4, help="real batches per round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dtypes", nargs="+", choices=["fp32", "bf16"], default=None,
+                        help="precisions to measure (default: fp32 and bf16 where the CPU has bf16 matrix units, "
+                        "fp32 alone elsewhere)")
     parser.add_argument("--from", dest="data_dir", default=None, help="local copy of Multi30k (e.g. ../shared/data)")
     parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON")
     parser.add_argument("--peak-only", action="store_true", help="measure the matmul peak and stop")
     args = parser.parse_args()
     retain_freed_memory()  # for every contender alike: they share this process (transformer/allocator.py)
 
-    peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
-    print(f"matmul peak on this machine ({torch.get_num_threads()} threads): fp32 {peaks['fp32'] / 1e9:,.0f} GFLOP/s, "
-          f"bf16 {peaks['bf16'] / 1e9:,.0f} GFLOP/s; ours' compiled CPU kernels: "
-          f"{'on' if fused_cpu.available() else 'off'}")
+    dtypes = args.dtypes or (["fp32", "bf16"] if fast_bf16("cpu") else ["fp32"])
+    if "bf16" not in dtypes and args.dtypes is None:
+        print("bf16 left out: this CPU has no bf16 matrix units (AVX-512 bf16 or AMX), so PyTorch emulates bf16 "
+              "products; --dtypes fp32 bf16 measures it anyway")
+    dtypes_of = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    peaks = {d: matmul_peak(dtypes_of[d]) for d in dtypes}
+    print(f"matmul peak on this machine ({torch.get_num_threads()} threads): "
+          + ", ".join(f"{d} {peak / 1e9:,.0f} GFLOP/s" for d, peak in peaks.items())
+          + f"; ours' compiled CPU kernels: {'on' if fused_cpu.available() else 'off'}")
     if args.peak_only:
         return
     shapes = {}
@@ -259,7 +270,7 @@ def main() -> None:
     rows = []
     for size in args.sizes:
         for shape, batches in shapes.items():
-            rows += measure(size, shape, batches, args.vocab, args.contenders, args.rounds, peaks)
+            rows += measure(size, shape, batches, args.vocab, args.contenders, args.rounds, peaks, dtypes)
     if args.out:
         args.out.write_text(json.dumps({"peaks": peaks, "rows": rows}, indent=2) + "\n")
 
