@@ -5,7 +5,9 @@ length penalty 0.6 (the paper's settings, as ``benchmarks/multi30k.py`` scores) 
 weights of one trained run directory (``model.safetensors``) on each path:
 
 * fp32: the reference;
-* bf16: a bfloat16 copy of the weights (``Translator(bf16=True)``);
+* bf16: a bfloat16 copy of the weights (``Translator(bf16=True)``); by default only where the CPU
+  has bf16 matrix units (AVX-512 bf16 or AMX): elsewhere PyTorch emulates bf16 products, far
+  slower than fp32, and the path runs only when asked for (``--paths bf16``);
 * int8: ``Translator(quantize="int8")`` (``transformer translate --int8``): a copy of the model
   whose ``nn.Linear`` layers are dynamically quantised to int8
   (``torch.ao.quantization.quantize_dynamic``: int8 weights, activations quantised per batch;
@@ -41,6 +43,7 @@ from torch import nn
 from transformer.corpus.registry import corpus_pairs, fetch
 from transformer.decoding import DecodeConfig
 from transformer.evaluation import score
+from transformer.precision import bf16_left_out, fast_bf16
 from transformer.training.config import RunConfig
 from transformer.translator import Translator
 
@@ -80,12 +83,17 @@ def main() -> None:
     parser.add_argument("--from", dest="data_dir", default=None, help="local copy of the corpora (e.g. ../shared/data)")
     parser.add_argument("--split", default="test_2016_flickr")
     parser.add_argument("--quick", action="store_true", help="the first 100 test sentences only")
-    parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS), help="fp32 is always run")
+    parser.add_argument("--paths", nargs="+", choices=PATHS, default=None,
+                        help="fp32 is always run; default: all of them, bf16 only where the CPU has bf16 matrix "
+                        "units (AVX-512 bf16 or AMX)")
     parser.add_argument("--compile-backend", default="inductor",
                         help="torch.compile backend (default inductor; 'eager' checks the tracing alone)")
     parser.add_argument("--repeats", type=int, default=2, help="passes over the test set per path (fastest kept)")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args()
+    default_paths = [p for p in PATHS if p != "bf16" or fast_bf16("cpu")]  # emulated bf16: far slower than fp32
+    leave_out_bf16 = args.paths is None and "bf16" not in default_paths
+    args.paths = args.paths or default_paths
 
     run_dir = Path(args.run_dir)
     sources, references, direction = test_set(run_dir, args.data_dir, args.split)
@@ -96,6 +104,8 @@ def main() -> None:
     model, vocab = reference.model, reference.vocab
     print(f"{run_dir} ({direction}, {model.num_parameters():,} parameters), {len(sources)} sentences of "
           f"multi30k {args.split}, beam 4, alpha 0.6; torch {torch.__version__}, {torch.get_num_threads()} threads")
+    if leave_out_bf16:
+        print(bf16_left_out("name it in --paths to run it anyway (e.g. --paths bf16 int8 compile)"), flush=True)
 
     def translator(path: str) -> tuple[Translator, float]:
         """The path's translator, warmed up, and its compile time (seconds; 0 for eager paths)."""
@@ -181,7 +191,8 @@ def main() -> None:
         summary = {"run_dir": str(run_dir), "direction": direction, "split": args.split, "sentences": len(sources),
                    "decoding": "beam 4, alpha 0.6", "max_bleu_drop": MAX_BLEU_DROP, "torch": torch.__version__,
                    "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-                   "cpu_capability": torch.backends.cpu.get_cpu_capability(), "results": rows}
+                   "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu_bf16_units": fast_bf16("cpu"),
+                   "results": rows}
         Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")
         print(f"wrote {args.out}")
 

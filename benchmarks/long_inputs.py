@@ -2,8 +2,11 @@
 
 One `base`-size encoder (preset base: d_model 512, 8 heads, d_ff 2048, 6 layers; random
 weights, seed 0, evaluation mode, ``torch.inference_mode``), batch 1, one source of L random
-token ids (no padding, so no mask), L = 512 ... 16,384, in fp32 and under bf16 autocast (the
-way ``Translator(bf16=True)`` runs). Two paths through the same weights:
+token ids (no padding, so no mask), L = 512 ... 16,384, in fp32 and under bf16 autocast (bf16
+matrix products, as ``Translator(bf16=True)`` computes). bf16 runs by default only where the CPU
+has bf16 matrix units (AVX-512 bf16 or AMX); elsewhere PyTorch emulates bf16 products, far slower
+than fp32, and only fp32 runs unless asked for (``--precision fp32 bf16``). Two paths through
+the same weights:
 
 * fused: ``model.encode(src)``, attention by ``torch.nn.functional.scaled_dot_product_attention``
   (never materialises the L x L score matrix);
@@ -141,7 +144,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="512 and 1,024 tokens only")
     parser.add_argument("--lengths", type=int, nargs="+", default=None, help=f"default: {' '.join(map(str, LENGTHS))}")
-    parser.add_argument("--precision", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"])
+    parser.add_argument("--precision", nargs="+", choices=("fp32", "bf16"), default=None,
+                        help="default: fp32 bf16 where the CPU has bf16 matrix units (AVX-512 bf16 or AMX), "
+                        "else fp32 alone (bf16 is emulated there, far slower)")
     parser.add_argument("--repeats", type=int, default=3, help="timed forwards after the measured one (default 3)")
     parser.add_argument("--budget", type=float, default=60.0, help="seconds of timed forwards per measurement")
     parser.add_argument("--max-explicit-gb", type=float, default=16.0, help="skip explicit runs estimated above this")
@@ -156,6 +161,12 @@ def main() -> None:
 
     import torch
 
+    from transformer.precision import bf16_left_out, fast_bf16
+
+    if args.precision is None:
+        args.precision = ["fp32", "bf16"] if fast_bf16("cpu") else ["fp32"]
+        if "bf16" not in args.precision:
+            print(bf16_left_out("pass --precision fp32 bf16 to run it anyway"), flush=True)
     lengths = args.lengths or (QUICK_LENGTHS if args.quick else LENGTHS)
     results: dict[str, dict[str, list[dict]]] = {}
     for precision in args.precision:
@@ -178,7 +189,8 @@ def main() -> None:
           f"{threads} threads, {platform.processor() or platform.machine()}")
     print("peak memory = max RSS during the forward minus RSS before it, each in a fresh process")
     summary = {"machine": {"torch": torch.__version__, "threads": threads, "cpu_count": os.cpu_count(),
-                           "cpu_capability": torch.backends.cpu.get_cpu_capability()},
+                           "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                           "cpu_bf16_units": fast_bf16("cpu")},
                "model": "preset base encoder, 6 layers, d_model 512, 8 heads, d_ff 2048, batch 1",
                "results": results, "growth": {}}
     for precision, paths in results.items():

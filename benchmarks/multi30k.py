@@ -3,8 +3,12 @@
 The recipe (documented in the README): a post-LN Transformer of d_model 256, 3 + 3 layers,
 4 heads, d_ff 1024, dropout 0.2, a joint BPE vocabulary of 8,000, batches of about 5,000
 padded tokens, label smoothing 0.1, Adam(0.9, 0.98, 1e-9) with the paper's schedule (warmup
-500, scale 0.6), bf16 autocast, checkpoints every 100 steps; the last 5 are averaged (paper
-6.1). Test sets are scored cased and detokenized with beam 4, length penalty 0.6.
+500, scale 0.6), checkpoints every 100 steps; the last 5 are averaged (paper 6.1). Test sets are
+scored cased and detokenized with beam 4, length penalty 0.6. Precision: training under bf16
+autocast where the device has bf16 matrix units (CUDA from compute capability 8.0, CPUs with
+AVX-512 bf16 or AMX) and in fp32 elsewhere (``train.precision=auto``: PyTorch emulates bf16
+products without those units, far slower than fp32); decoding on the CPU in bf16 where it has
+bf16 units, else fp32. Both precisions are printed and recorded in ``benchmark.json``.
 
     python benchmarks/multi30k.py --corpus multi30k --src de --tgt en --minutes 30 --from ../shared/data
     python benchmarks/multi30k.py --corpus tatoeba --src fr --tgt en --minutes 30 --from ../shared/data
@@ -20,6 +24,7 @@ from pathlib import Path
 from transformer.checkpoint import WEIGHTS_FILE, load_weights
 from transformer.decoding import DecodeConfig
 from transformer.evaluation import score
+from transformer.precision import fast_bf16
 from transformer.training.config import DataConfig, RunConfig, TrainConfig
 from transformer.training.state import average_last, list_checkpoints
 from transformer.training.trainer import Trainer
@@ -32,7 +37,7 @@ def recipe(args: argparse.Namespace) -> RunConfig:
                         vocab_size=8000, max_len=100, max_tokens=5000, seed=args.seed),
         model={"preset": "small", "d_model": 256, "n_heads": 4, "d_ff": 1024, "n_encoder_layers": 3,
                "n_decoder_layers": 3, "dropout": 0.2, "attention_dropout": 0.1},
-        train=TrainConfig(epochs=1000, time_limit=args.minutes * 60, lr_scale=0.6, warmup=500, precision="bf16",
+        train=TrainConfig(epochs=1000, time_limit=args.minutes * 60, lr_scale=0.6, warmup=500, precision="auto",
                           seed=args.seed, log_every=50, eval_every=500, eval_sentences=200, save_every=100,
                           keep_last=5),
     )
@@ -57,7 +62,9 @@ def main() -> None:
     sources, references = [s for s, _ in test], [t for _, t in test]
     rows = []
     beam = DecodeConfig(strategy="beam", beam_size=4, alpha=0.6)
-    translator = Translator.from_run_dir(run_dir, decoding=beam, bf16=True)
+    bf16 = fast_bf16("cpu")  # decode in bf16 only where the CPU multiplies bf16 in hardware
+    translator = Translator.from_run_dir(run_dir, decoding=beam, bf16=bf16)
+    precision = {"train": trainer.precision, "decode": "bf16" if bf16 else "fp32"}
     for label in ("best on validation", "average of last 5"):
         if label.startswith("average"):
             used = average_last(run_dir, min(5, len(list_checkpoints(run_dir))), run_dir / "averaged.safetensors")
@@ -70,10 +77,12 @@ def main() -> None:
                      "decode_seconds": round(time.perf_counter() - t0, 1), "signature": s.bleu_signature})
     summary = {"corpus": args.corpus, "direction": f"{args.src}-{args.tgt}", "test_sentences": len(test),
                "train_steps": result.steps, "train_seconds": round(result.seconds), "epochs": result.epochs_completed,
+               "precision": precision,
                "wall_seconds": round(time.perf_counter() - start), "results": rows, "weights": str(run_dir / WEIGHTS_FILE)}
     (run_dir / "benchmark.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"\n{args.corpus} {args.src}->{args.tgt}: {len(test)} test sentences, {result.steps} steps "
-          f"({result.epochs_completed} epochs) in {result.seconds / 60:.1f} min of training, beam 4, alpha 0.6")
+          f"({result.epochs_completed} epochs) in {result.seconds / 60:.1f} min of training ({precision['train']}), "
+          f"beam 4, alpha 0.6, decoded in {precision['decode']}")
     print(f"{'model':<48} {'BLEU':>6} {'chrF':>6} {'decode s':>9}")
     for r in rows:
         print(f"{r['model']:<48} {r['bleu']:>6.2f} {r['chrf']:>6.2f} {r['decode_seconds']:>9.1f}")

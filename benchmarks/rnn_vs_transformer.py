@@ -15,7 +15,13 @@ Transformer: the recipe of ``benchmarks/multi30k.py`` (d_model 256, 3 + 3 layers
 dropout 0.2, warmup 500, scale 0.6). RNN: the ``small`` RNN preset (embedding 256, bidirectional
 LSTM encoder of 2 x 256, LSTM decoder of 512 with input feeding, ``--score`` attention, dropout 0.2),
 the same schedule (its width 512 in ``d_model^-0.5``) and gradient clipping at norm 1 (customary for
-LSTMs). Both: joint BPE 8,000, batches of about 5,000 padded tokens, label smoothing 0.1, bf16 autocast.
+LSTMs). Both: joint BPE 8,000, batches of about 5,000 padded tokens, label smoothing 0.1.
+
+Precision: bf16 where the CPU has bf16 matrix units (AVX-512 bf16 or AMX), fp32 elsewhere (there
+PyTorch emulates bf16 products, far slower than fp32): training by ``train.precision=auto`` (bf16
+autocast where the training device has the units), decoding with a bf16 copy of the model and
+the forward-pass timing under bf16 autocast. The precisions used are printed with the tables and
+recorded in the results.
 
     python benchmarks/rnn_vs_transformer.py --minutes 30 --from ../shared/data
     python benchmarks/rnn_vs_transformer.py --minutes 3 --directions de-en --from ../shared/data   # a quick check
@@ -41,6 +47,7 @@ from transformer.decoding import DecodeConfig  # noqa: E402
 from transformer.evaluation import score  # noqa: E402
 from transformer.masks import padding_mask  # noqa: E402
 from transformer.model import build_model  # noqa: E402
+from transformer.precision import fast_bf16  # noqa: E402
 from transformer.training.config import RunConfig  # noqa: E402
 from transformer.training.trainer import Trainer  # noqa: E402
 from transformer.translator import Translator  # noqa: E402
@@ -65,13 +72,15 @@ def train_and_score(kind: str, args: argparse.Namespace, run_dir: Path) -> dict:
     rates = [r["tokens_per_s"] for r in records if r["kind"] == "train"]
     epochs = result.steps * cfg.train.accumulate / len(trainer.batches)  # fractions of an epoch count
     test = trainer.data.test_text[: args.test_sentences or None]
+    bf16 = fast_bf16("cpu")  # decode in bf16 only where the CPU multiplies bf16 in hardware
     translator = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="beam", beam_size=4, alpha=0.6),
-                                         bf16=True)
+                                         bf16=bf16)
     start = time.perf_counter()
     hyps = translator.translate([s for s, _ in test])
     decode_s = time.perf_counter() - start
     s = score(hyps, [t for _, t in test])
     return {"model": kind, "parameters": trainer.model.num_parameters(), "steps": result.steps,
+            "train_precision": trainer.precision, "decode_precision": "bf16" if bf16 else "fp32",
             "train_seconds": round(result.seconds, 1), "epochs": round(epochs, 2),
             "tokens_per_s": round(statistics.mean(rates)) if rates else None,
             "seconds_per_epoch": round(result.seconds / epochs, 1) if epochs else None,
@@ -81,8 +90,8 @@ def train_and_score(kind: str, args: argparse.Namespace, run_dir: Path) -> dict:
 
 
 @torch.inference_mode()
-def forward_times(args: argparse.Namespace) -> list[dict]:
-    """Median time of one teacher-forced forward pass (bf16 autocast) per model and length."""
+def forward_times(args: argparse.Namespace, precision: str) -> list[dict]:
+    """Median time of one teacher-forced forward pass (``precision``: bf16 autocast or fp32) per model and length."""
     torch.manual_seed(args.seed)
     vocab = 8000
     models = {}
@@ -99,12 +108,13 @@ def forward_times(args: argparse.Namespace) -> list[dict]:
             times = []
             for _ in range(args.repeats + 1):  # the first run warms up
                 start = time.perf_counter()
-                with torch.autocast("cpu", dtype=torch.bfloat16):
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
                     model(src, tgt, mask)
                 times.append(time.perf_counter() - start)
             row[f"{kind}_ms"] = round(1000 * statistics.median(times[1:]), 1)
         rows.append(row)
-        print(f"forward pass, length {n}: transformer {row['transformer_ms']} ms, rnn {row['rnn_ms']} ms", flush=True)
+        print(f"forward pass ({precision}), length {n}: transformer {row['transformer_ms']} ms, "
+              f"rnn {row['rnn_ms']} ms", flush=True)
     return rows
 
 
@@ -114,15 +124,17 @@ def ratio(a: float | None, b: float | None) -> str:
 
 def print_tables(results: dict) -> None:
     for direction, (t, r) in results["directions"].items():
-        print(f"\nMulti30k {direction}, {results['minutes']:g} min of training each, test_2016_flickr "
-              f"({t['test_sentences']} sentences), beam 4, alpha 0.6")
+        print(f"\nMulti30k {direction}, {results['minutes']:g} min of training each ({t['train_precision']}), "
+              f"test_2016_flickr ({t['test_sentences']} sentences), beam 4, alpha 0.6, "
+              f"decoded in {t['decode_precision']}")
         print(f"{'':<26}{'Transformer':>14}{'RNN (' + r['score'] + ')':>18}{'Transformer / RNN':>20}")
         for label, key in (("parameters", "parameters"), ("steps", "steps"), ("epochs", "epochs"),
                            ("train tokens/s", "tokens_per_s"), ("wall s per epoch", "seconds_per_epoch"),
                            ("test BLEU", "bleu"), ("test chrF", "chrf"), ("decode sentences/s", "sentences_per_s")):
             print(f"{label:<26}{t[key]!s:>14}{r[key]!s:>18}{ratio(t[key], r[key]):>20}")
     if results.get("forward"):
-        print(f"\nOne forward pass, batch {results['batch']}, source = target length, bf16, untrained models")
+        print(f"\nOne forward pass, batch {results['batch']}, source = target length, {results['forward_precision']}, "
+              "untrained models")
         print(f"{'length':>8}{'Transformer ms':>16}{'RNN ms':>12}{'RNN / Transformer':>20}")
         for row in results["forward"]:
             print(f"{row['length']:>8}{row['transformer_ms']:>16}{row['rnn_ms']:>12}"
@@ -160,7 +172,8 @@ def main() -> None:
             row["score"] = args.score if kind == "rnn" else "scaled_dot"
             pair.append(row)
         results["directions"][direction] = pair
-    results["forward"] = forward_times(args) if args.lengths else []
+    results["forward_precision"] = "bf16" if fast_bf16("cpu") else "fp32"  # autocast only where bf16 is fast
+    results["forward"] = forward_times(args, results["forward_precision"]) if args.lengths else []
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print_tables(results)

@@ -44,7 +44,7 @@ from transformer.config import ModelConfig, preset
 from transformer.data import Batch, TokenBudgetBatches, make_batch
 from transformer.model import Transformer, fused_cpu
 from transformer.model.embeddings import sinusoidal_table
-from transformer.precision import fast_bf16
+from transformer.precision import bf16_left_out, fast_bf16
 from transformer.training.loss import LabelSmoothedCrossEntropy
 
 PAD, BOS, EOS = 0, 1, 2
@@ -253,8 +253,7 @@ def main() -> None:
 
     dtypes = args.dtypes or (["fp32", "bf16"] if fast_bf16("cpu") else ["fp32"])
     if "bf16" not in dtypes and args.dtypes is None:
-        print("bf16 left out: this CPU has no bf16 matrix units (AVX-512 bf16 or AMX), so PyTorch emulates bf16 "
-              "products; --dtypes fp32 bf16 measures it anyway")
+        print(bf16_left_out("--dtypes fp32 bf16 measures it anyway"))
     dtypes_of = {"fp32": torch.float32, "bf16": torch.bfloat16}
     peaks = {d: matmul_peak(dtypes_of[d]) for d in dtypes}
     print(f"matmul peak on this machine ({torch.get_num_threads()} threads): "

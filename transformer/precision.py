@@ -49,3 +49,9 @@ def slow_bf16_warning(device: torch.device | str) -> str | None:
     what = ("this CPU has no bf16 matrix units (AVX-512 bf16 or AMX)" if device.type == "cpu"
             else f"{device} has no bf16 matrix units")
     return f"bf16 requested but {what}: PyTorch emulates bf16 products there, far slower than float32"
+
+
+def bf16_left_out(hint: str, what: str = "bf16") -> str:
+    """The line benchmarks print when they leave bf16 out by default on a CPU without bf16 units."""
+    return (f"{what} left out: this CPU has no bf16 matrix units (AVX-512 bf16 or AMX), so PyTorch emulates "
+            f"bf16 products, far slower than fp32; {hint}")
