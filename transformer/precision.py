@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+_NO_CPU_UNITS = "this CPU has no bf16 matrix units (AVX-512 bf16 or AMX)"
 
 
 def cpu_bf16_units() -> bool:
@@ -46,12 +47,10 @@ def slow_bf16_warning(device: torch.device | str) -> str | None:
     device = torch.device(device)
     if fast_bf16(device):
         return None
-    what = ("this CPU has no bf16 matrix units (AVX-512 bf16 or AMX)" if device.type == "cpu"
-            else f"{device} has no bf16 matrix units")
+    what = _NO_CPU_UNITS if device.type == "cpu" else f"{device} has no bf16 matrix units"
     return f"bf16 requested but {what}: PyTorch emulates bf16 products there, far slower than float32"
 
 
 def bf16_left_out(hint: str, what: str = "bf16") -> str:
     """The line benchmarks print when they leave bf16 out by default on a CPU without bf16 units."""
-    return (f"{what} left out: this CPU has no bf16 matrix units (AVX-512 bf16 or AMX), so PyTorch emulates "
-            f"bf16 products, far slower than fp32; {hint}")
+    return f"{what} left out: {_NO_CPU_UNITS}, so PyTorch emulates bf16 products, far slower than fp32; {hint}"
