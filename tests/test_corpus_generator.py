@@ -1,0 +1,140 @@
+"""The built-in corpus generator's guarantees: determinism, distinctness, one translation per
+sentence, lengths, text format, variety, stable splits, bad arguments."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from transformer.corpus.builtin import builtin_splits, generate_pairs, split_of
+from transformer.corpus.grammar import realize
+from transformer.corpus.templates import sample_sentence
+
+
+@pytest.fixture(scope="module")
+def pairs() -> list[tuple[str, str]]:
+    return generate_pairs(30_000, seed=0)
+
+
+def test_the_generator_says_je_suis_etudiant(pairs: list[tuple[str, str]]) -> None:
+    assert ("je suis étudiant", "i am a student") in pairs
+    assert ("je suis étudiant", "i am a student") in generate_pairs(20_000, seed=1)
+
+
+def test_generation_is_deterministic_and_seeded(pairs: list[tuple[str, str]]) -> None:
+    assert generate_pairs(2_000, seed=0) == pairs[:2_000]
+    other = generate_pairs(2_000, seed=1)
+    assert other != pairs[:2_000]
+    assert len(set(other) & set(pairs[:2_000])) < 200
+
+
+def test_pairs_are_distinct(pairs: list[tuple[str, str]]) -> None:
+    assert len(pairs) == 30_000
+    assert len(set(pairs)) == len({french for french, _ in pairs}) == 30_000
+
+
+def test_each_french_sentence_has_one_translation() -> None:
+    rng, translations = random.Random(5), {}
+    for _ in range(30_000):  # raw draws, duplicates included
+        french, english = realize(sample_sentence(rng))
+        assert translations.setdefault(french, english) == english, french
+
+
+def test_lengths(pairs: list[tuple[str, str]]) -> None:
+    for side in (0, 1):
+        lengths = [len(pair[side].split()) for pair in pairs]
+        assert 5 <= statistics.mean(lengths) <= 10
+        assert max(lengths) <= 20
+
+
+_FRENCH_CHARACTERS = re.compile(r"[a-zàâçéèêëîïôûùüœ' -]+( \?)?")
+_ENGLISH_CHARACTERS = re.compile(r"[a-z -]+\??")
+
+
+def test_text_format(pairs: list[tuple[str, str]]) -> None:
+    for french, english in pairs:
+        assert _FRENCH_CHARACTERS.fullmatch(french), french
+        assert _ENGLISH_CHARACTERS.fullmatch(english), english
+        for text in (french, english):
+            assert text == text.strip() and "  " not in text and not text.endswith(".")
+            assert " '" not in text and "' " not in text
+        assert french.endswith(" ?") == english.endswith("?") == french.startswith("est-ce")
+        assert not english.endswith(" ?")
+        assert not re.search(r"\ba [aeiou]", english), english  # an apple
+
+
+def test_variety(pairs: list[tuple[str, str]]) -> None:
+    french = " ".join(f for f, _ in pairs)
+    markers = ("est-ce que", " ?", "n'", " pas ", " jamais ", " plus ", "parce qu", " qui ", " que ", " au ", "aux ")
+    for marker in (*markers, " du ", "il y a", " vais ", " sont allé", "était", "vingt et un"):
+        assert marker in french, marker
+    assert len({f.split()[0] for f, _ in pairs}) > 50
+
+
+def test_builtin_splits_are_disjoint_and_stable() -> None:
+    splits = builtin_splits(n_train=3_000, n_valid=150, n_test=150, seed=0)
+    assert {name: len(part) for name, part in splits.items()} == {"train": 3_000, "valid": 150, "test": 150}
+    french = {name: {f for f, _ in part} for name, part in splits.items()}
+    assert len(french["train"]) == 3_000 and len(french["valid"]) == 150 and len(french["test"]) == 150
+    assert not french["train"] & french["test"] and not french["train"] & french["valid"]
+    assert not french["valid"] & french["test"]
+    assert all(split_of(f) == name for name, part in french.items() for f in part)
+    # another seed's (or a larger) training set still never contains this test set
+    other = builtin_splits(n_train=5_000, n_valid=0, n_test=0, seed=1)
+    assert not {f for f, _ in other["train"]} & (french["test"] | french["valid"])
+
+
+def test_split_of_is_a_stable_hash() -> None:
+    # Pinned: changing the hash would silently move sentences between splits.
+    pinned = {"je suis étudiant": "train", "elle est professeur": "test", "phrase 18": "valid"}
+    assert {french: split_of(french) for french in pinned} == pinned
+    assert split_of("x", valid_fraction=0.0, test_fraction=0.0) == "train"
+    assert split_of("x", valid_fraction=0.0, test_fraction=0.999) == "test"
+    counts = {name: 0 for name in ("train", "valid", "test")}
+    for i in range(20_000):
+        counts[split_of(f"phrase {i}")] += 1
+    assert 800 < counts["test"] < 1_200 and 800 < counts["valid"] < 1_200
+
+
+def test_split_of_does_not_depend_on_the_process() -> None:
+    """Python's hash() of a str changes with PYTHONHASHSEED; the split must not."""
+    sentences = [f"phrase {i}" for i in range(300)]
+    code = (
+        "import sys; from transformer.corpus.builtin import split_of; "
+        "print(''.join(split_of(s)[0] for s in sys.argv[1:]))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run([sys.executable, "-c", code, *sentences], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "".join(split_of(s)[0] for s in sentences)
+
+
+@pytest.mark.parametrize("n", [0, -1, 1.5, True])
+def test_generate_pairs_rejects_bad_n(n) -> None:
+    with pytest.raises(ValueError):
+        generate_pairs(n)
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        dict(n_train=0, n_valid=1, n_test=1),
+        dict(n_train=10, n_valid=-1, n_test=1),
+        dict(n_train=10, n_valid=1, n_test=2.0),
+    ],
+)
+def test_builtin_splits_rejects_bad_sizes(sizes) -> None:
+    with pytest.raises(ValueError):
+        builtin_splits(**sizes)
+
+
+def test_split_of_rejects_bad_fractions() -> None:
+    with pytest.raises(ValueError):
+        split_of("x", valid_fraction=0.6, test_fraction=0.5)
+    with pytest.raises(ValueError):
+        split_of("x", valid_fraction=-0.1)
