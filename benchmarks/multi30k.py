@@ -26,7 +26,8 @@ from transformer.decoding import DecodeConfig
 from transformer.evaluation import score
 from transformer.precision import fast_bf16
 from transformer.training.config import DataConfig, RunConfig, TrainConfig
-from transformer.training.state import average_last, list_checkpoints
+from transformer.training.averaging import average_last
+from transformer.training.state import list_checkpoints
 from transformer.training.trainer import Trainer
 from transformer.translator import Translator
 

@@ -20,10 +20,9 @@ import transformer.training.state as st
 from transformer.checkpoint import CheckpointError, load_weights, unique_state_dict
 from transformer.config import preset
 from transformer.model import Transformer
+from transformer.training.averaging import average_checkpoints, average_last
 from transformer.training.state import (
     TrainerState,
-    average_checkpoints,
-    average_last,
     capture_rng_state,
     latest_checkpoint,
     list_checkpoints,

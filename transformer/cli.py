@@ -206,7 +206,7 @@ def _average(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from transformer.checkpoint import WEIGHTS_FILE
-    from transformer.training.state import average_last
+    from transformer.training.averaging import average_last
 
     out = Path(args.out) if args.out else Path(args.run_dir) / WEIGHTS_FILE
     used = average_last(args.run_dir, args.last, out)

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from transformer.checkpoint import CONFIG_FILE, WEIGHTS_FILE, CheckpointError, save_weights
+from transformer.checkpoint import CONFIG_FILE, WEIGHTS_FILE, save_weights
 from transformer.config import ModelConfig
 from transformer.decoding import DecodeConfig
 from transformer.data import Batch, TokenBudgetBatches, make_batch
@@ -44,7 +44,8 @@ from transformer.training.data_setup import PreparedData, prepare_data
 from transformer.training.loss import LabelSmoothedCrossEntropy
 from transformer.training.progress import CURVE_FILE, METRICS_FILE, MetricsLog, Progress, plot_training_curve
 from transformer.training.schedule import build_optimizer
-from transformer.training.state import TrainerState, average_last, latest_checkpoint, load_checkpoint, save_checkpoint
+from transformer.training.averaging import average_last
+from transformer.training.state import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
 from transformer.translator import Translator
 
 RUN_CONFIG_FILE = "run_config.json"
