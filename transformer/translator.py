@@ -28,7 +28,7 @@ import torch
 
 from transformer.checkpoint import CheckpointError, load_model
 from transformer.decoding import DecodeConfig, Hypothesis, decode
-from transformer.model import RNNSeq2Seq, Transformer
+from transformer.model import RNNSeq2Seq, Transformer, packed_linear
 from transformer.precision import slow_bf16_warning
 from transformer.tokenizer import Vocabularies
 
@@ -112,9 +112,10 @@ class Translator:
         src_ids = self.encode_sources(texts)
         results: list[list[Hypothesis]] = [[] for _ in texts]
         todo = [i for i, ids in enumerate(src_ids) if ids]
-        for batch in self._length_sorted_batches(todo, src_ids):
-            for i, hyps in zip(batch, self._decode_batch([src_ids[i] for i in batch])):
-                results[i] = hyps
+        with packed_linear.packing():  # the batches share one packed copy of the weights
+            for batch in self._length_sorted_batches(todo, src_ids):
+                for i, hyps in zip(batch, self._decode_batch([src_ids[i] for i in batch])):
+                    results[i] = hyps
         return results
 
     def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:

@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from transformer.model import Transformer
+from transformer.model import Transformer, packed_linear
 
 STRATEGIES = ("greedy", "beam", "sample")
 LENGTH_PENALTIES = ("gnmt", "exponent", "none")
@@ -25,7 +25,8 @@ _CACHE_CAPACITY = 8
 
 
 def _inference(fn: Callable) -> Callable:
-    """``torch.inference_mode()``, or ``torch.no_grad()`` when autocast is on.
+    """``torch.inference_mode()``, or ``torch.no_grad()`` when autocast is on, and a
+    ``packed_linear.packing()`` scope (float32 CPU linear layers from packed weights).
 
     Autocast keeps one low-precision copy of each weight for as long as its context lasts, but
     not under inference mode, where every linear layer would cast its fp32 weight again at every
@@ -36,7 +37,7 @@ def _inference(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         autocast = torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")
-        with torch.no_grad() if autocast else torch.inference_mode():
+        with torch.no_grad() if autocast else torch.inference_mode(), packed_linear.packing():
             return fn(*args, **kwargs)
 
     return wrapper

@@ -20,6 +20,7 @@ from transformer.masks import causal_mask_with_offset
 from transformer.model import fused_cpu
 from transformer.model.cache import KVCache, StaticKV
 from transformer.model.dropout import dropout
+from transformer.model.packed_linear import linear
 
 
 def scaled_dot_product_attention(
@@ -212,7 +213,9 @@ class MultiHeadAttention(nn.Module):
     All heads are computed at once: the projections are single ``E -> E`` matrices whose
     outputs are viewed as ``(B, H, L, D)``. Subclasses decide where Q, K, V come from. A CPU
     training step on short rows (no cache, no weights asked for) hands the projections to the
-    compiled kernel ``fused_cpu.attention`` instead, which reads the heads in place.
+    compiled kernel ``fused_cpu.attention`` instead, which reads the heads in place. The other
+    paths run the projections through ``packed_linear.linear`` (the packed CPU kernel inside a
+    decoding scope, otherwise the layer itself).
     """
 
     def __init__(self, *, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
@@ -229,7 +232,7 @@ class MultiHeadAttention(nn.Module):
 
     def _merge_and_project(self, heads: Tensor) -> Tensor:
         B, _, T, _ = heads.shape
-        return self.out_proj(heads.transpose(1, 2).reshape(B, T, self.d_model))  # (B, T, E)
+        return linear(self.out_proj, heads.transpose(1, 2).reshape(B, T, self.d_model))  # (B, T, E)
 
     def _check_input(self, x: Tensor, name: str) -> None:
         if x.dim() != 3 or x.shape[-1] != self.d_model:
@@ -269,11 +272,13 @@ class SelfAttention(MultiHeadAttention):
         if cache is None and not need_weights and self._compiled_training(x, x.shape[1], mask):
             heads = fused_cpu.attention(self.qkv_proj(x), None, None, self.n_heads, mask, causal, self.dropout)
             return self.out_proj(heads), None  # heads: (B, T, E), head h in columns h * D .. h * D + D - 1
-        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # 3 x (B, T, E)
+        q, k, v = linear(self.qkv_proj, x).chunk(3, dim=-1)  # 3 x (B, T, E)
         q, k, v = self._split(q), self._split(k), self._split(v)  # (B, H, T, D)
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H, S, D)
         dropout_p = self.dropout if self.training else 0.0
+        if not need_weights and dropout_p == 0.0 and fused_cpu.can_decode_attention(q, k, v, mask):
+            return linear(self.out_proj, fused_cpu.decode_attention(q, k, v, mask, causal=causal)), None
         heads, weights = scaled_dot_product_attention(
             q, k, v, mask=mask, causal=causal, dropout_p=dropout_p, need_weights=need_weights
         )
@@ -291,7 +296,7 @@ class CrossAttention(MultiHeadAttention):
     def memory_kv(self, memory: Tensor) -> StaticKV:
         """Project the encoder output once into per-head keys and values ``(B, H, S, D)``."""
         self._check_input(memory, "encoder memory")
-        k, v = self.kv_proj(memory).chunk(2, dim=-1)
+        k, v = linear(self.kv_proj, memory).chunk(2, dim=-1)
         return StaticKV(self._split(k), self._split(v))
 
     def forward(
@@ -322,15 +327,17 @@ class CrossAttention(MultiHeadAttention):
             if memory is None:
                 raise ValueError("cross-attention needs the encoder memory or its cached keys/values")
             memory_kv = self.memory_kv(memory)
-        q = self._split(self.q_proj(x))  # (B, H, T, D)
+        q = self._split(linear(self.q_proj, x))  # (B, H, T, D)
         B, H, T, D = q.shape
         M = memory_kv.k.shape[0]
         if B % M != 0:
             raise ValueError(f"{B} query rows cannot share {M} memory rows (need a multiple)")
         G = B // M
+        dropout_p = self.dropout if self.training else 0.0
+        if not need_weights and dropout_p == 0.0 and fused_cpu.can_decode_attention(q, memory_kv.k, memory_kv.v, mask):
+            return linear(self.out_proj, fused_cpu.decode_attention(q, memory_kv.k, memory_kv.v, mask)), None
         if G > 1:  # (M * G, H, T, D) -> (M, H, G * T, D)
             q = q.view(M, G, H, T, D).transpose(1, 2).reshape(M, H, G * T, D)
-        dropout_p = self.dropout if self.training else 0.0
         heads, weights = scaled_dot_product_attention(
             q, memory_kv.k, memory_kv.v, mask=mask, dropout_p=dropout_p, need_weights=need_weights
         )

@@ -7,8 +7,8 @@
  *                                  gradient softmax(z) - (1 - eps) onehot(y) - eps / V
  *   attention over short rows:     O = dropout(softmax(Q K^T * scale + mask)) V, per (batch, head)
  *
- * each with its backward pass. keep is 0 with probability threshold / 32768, else 1, and
- * scale = 1 / (1 - p). The random bits are not stored: element i of a tensor uses the 16-bit lane
+ * each with its backward pass, and for inference attention over a few queries per row (decoding
+ * steps, attend_f32). keep is 0 with probability threshold / 32768, else 1, and scale = 1 / (1 - p). The random bits are not stored: element i of a tensor uses the 16-bit lane
  * i % 4 of the 64-bit word splitmix64(seed, i / 4), the (i / 4)-th output of a SplitMix64
  * generator started at `seed`, so the backward pass recomputes the mask from the seed, and any
  * thread can compute any part of it (PyTorch's CPU generator, a Mersenne twister, is serial).
@@ -495,3 +495,55 @@ DEFINE_ATTENTION_FORWARD(attention_forward_f32, float, load_rows_f32, store_rows
 DEFINE_ATTENTION_FORWARD(attention_forward_bf16, uint16_t, load_rows_bf16, store_rows_bf16)
 DEFINE_ATTENTION_BACKWARD(attention_backward_f32, float, load_rows_f32, store_rows_f32)
 DEFINE_ATTENTION_BACKWARD(attention_backward_bf16, uint16_t, load_rows_bf16, store_rows_bf16)
+
+/* Attention for inference with few queries per row (decoding steps), all heads at once, no
+ * dropout: out[b][t][h * D + d] = sum_j p_j v[m][h][j][d], p = softmax_j(q[b][h][t] . k[m][h][j] *
+ * scale) over the allowed keys (mask byte mask[m * m_sb + j * m_ss] set, or no mask; with
+ * `causal`, j <= S - T + t), m = b / G (G consecutive query rows share a key row: the beams of
+ * a sentence). A row with no allowed key gets zeros. q, k, v: float32 with unit stride along d;
+ * out: B x T x (H * D), contiguous, as the output projection reads it. */
+void attend_f32(const float *q, long q_sb, long q_sh, long q_st, const float *k, long k_sb, long k_sh,
+                long k_ss, const float *v, long v_sb, long v_sh, long v_ss, const uint8_t *mask, long m_sb,
+                long m_ss, int causal, float *out, long B, long H, long T, long S, long D, long G,
+                float scale) {
+    _Pragma("omp parallel")
+    {
+        float *row = malloc(sizeof(float) * (size_t)(2 * S + D + 1)), *bias = row + S, *acc = bias + S;
+        _Pragma("omp for schedule(static)")
+        for (long pair = 0; pair < B * H; pair++) {
+            long b = pair / H, h = pair % H, m = b / G;
+            const float *kp = k + m * k_sb + h * k_sh, *vp = v + m * v_sb + h * v_sh;
+            for (long t = 0; t < T; t++) {
+                const float *qp = q + b * q_sb + h * q_sh + t * q_st;
+                long j = 0;
+                for (; j + 4 <= S; j += 4) { /* four keys at a time: independent sums */
+                    const float *k0 = kp + j * k_ss, *k1 = k0 + k_ss, *k2 = k1 + k_ss, *k3 = k2 + k_ss;
+                    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+                    for (long d = 0; d < D; d++) {
+                        s0 += qp[d] * k0[d];
+                        s1 += qp[d] * k1[d];
+                        s2 += qp[d] * k2[d];
+                        s3 += qp[d] * k3[d];
+                    }
+                    row[j] = s0, row[j + 1] = s1, row[j + 2] = s2, row[j + 3] = s3;
+                }
+                for (; j < S; j++) {
+                    float s0 = 0.0f;
+                    for (long d = 0; d < D; d++) s0 += qp[d] * kp[j * k_ss + d];
+                    row[j] = s0;
+                }
+                mask_bias(bias, mask ? mask + m * m_sb : NULL, m_ss, S, causal ? S - T + t : S - 1);
+                softmax_row(row, bias, S, scale);
+                for (long d = 0; d < D; d++) acc[d] = 0.0f;
+                for (j = 0; j < S; j++) {
+                    const float *vr = vp + j * v_ss;
+                    float p = row[j];
+                    if (p != 0.0f)
+                        for (long d = 0; d < D; d++) acc[d] += p * vr[d];
+                }
+                memcpy(out + (b * T + t) * H * D + h * D, acc, sizeof(float) * (size_t)D);
+            }
+        }
+        free(row);
+    }
+}

@@ -20,8 +20,9 @@ projections wrote them and writing the output where the output projection reads 
 gradients likewise; the weights' dropout mask is the one the dropout kernel draws for the
 (B, H, T, S) weights, so the result equals the explicit composition with that mask.
 
-The C source is compiled once with the system's C compiler (``cc``, or ``$CC``) into
-``~/.cache/transformer/`` (or ``$TRANSFORMER_CACHE``), keyed by the source, the flags and the
+The C sources (this module's ``fused_cpu.c`` and the inference kernels of ``packed_linear.c``)
+are compiled once with the system's C compiler (``cc``, or ``$CC``) into one library in
+``~/.cache/transformer/`` (or ``$TRANSFORMER_CACHE``), keyed by the sources, the flags and the
 CPU's features, and loaded with ctypes into the process's OpenMP runtime (PyTorch's libgomp).
 Where that fails (no compiler, another platform), or with ``TRANSFORMER_FUSED_CPU=0``, or when
 ``set_enabled(False)`` was called, ``available()`` is False and the model uses its PyTorch code,
@@ -44,7 +45,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-_SOURCE = Path(__file__).with_name("fused_cpu.c")
+_SOURCES = (Path(__file__).with_name("fused_cpu.c"), Path(__file__).with_name("packed_linear.c"))
 # -O3 vectorises the loops for this CPU; the sums may be reassociated (vectorised reductions).
 _FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fassociative-math", "-fno-signed-zeros",
           "-fno-trapping-math", "-fopenmp", "-shared", "-fPIC"]
@@ -74,6 +75,11 @@ def available() -> bool:
     return _enabled and _load() is not None
 
 
+def library() -> ctypes.CDLL | None:
+    """The compiled kernels (None where ``available()`` is False)."""
+    return _load() if available() else None
+
+
 def _cpu_key() -> str:
     try:
         flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
@@ -100,8 +106,8 @@ def _build() -> Path:
     if not sys.platform.startswith("linux"):
         raise OSError(f"built and tested on Linux only, not {sys.platform}")
     compiler = os.environ.get("CC", "cc")
-    source = _SOURCE.read_bytes()
-    key = hashlib.sha256(source + " ".join([compiler, *_FLAGS, _cpu_key()]).encode()).hexdigest()[:16]
+    sources = b"".join(path.read_bytes() for path in _SOURCES)
+    key = hashlib.sha256(sources + " ".join([compiler, *_FLAGS, _cpu_key()]).encode()).hexdigest()[:16]
     cache = Path(os.environ.get("TRANSFORMER_CACHE", Path.home() / ".cache" / "transformer"))
     target = cache / f"fused_cpu-{key}.so"
     if target.exists():
@@ -109,7 +115,7 @@ def _build() -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:  # build beside it, then rename: atomic
         built = Path(tmp) / target.name
-        result = subprocess.run([compiler, *_FLAGS, str(_SOURCE), "-o", str(built)], capture_output=True, text=True,
+        result = subprocess.run([compiler, *_FLAGS, *map(str, _SOURCES), "-o", str(built)], capture_output=True, text=True,
                                 timeout=120)
         if result.returncode != 0:
             raise OSError(f"{compiler} failed: {result.stderr.strip()[:500]}")
@@ -131,6 +137,11 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         for name in ("dropout", "dropout_add_layer_norm", "dropout_add_layer_norm_backward", "smoothed_nll",
                      "attention_forward", "attention_backward"):
             getattr(lib, f"{name}_{kind}").restype = None
+    I = ctypes.c_int
+    lib.pack_f32.argtypes = [P, L, L, L, P, I]  # packed_linear.c
+    lib.linear_f32.argtypes = [P, L, L, L, P, P, L, P, L, I, I]
+    lib.attend_f32.argtypes = [P, L, L, L, P, L, L, L, P, L, L, L, P, L, L, I, P, L, L, L, L, L, L, F]
+    lib.pack_f32.restype = lib.linear_f32.restype = lib.attend_f32.restype = None
     return lib
 
 
@@ -351,3 +362,46 @@ class _CrossAttention(torch.autograd.Function):
         dq, dkv = torch.empty_like(q), torch.empty_like(kv)
         _attention_backward(ctx, grad, q, *kv.chunk(2, dim=-1), dq, *dkv.chunk(2, dim=-1))
         return dq, dkv, None, None, None, None
+
+
+# ----------------------------------------------------------- attention for decoding steps
+# Queries per row up to which inference takes ``decode_attention`` (decoding steps); more (an
+# encoder, a whole target sequence) go to PyTorch's fused kernel, which works in blocks.
+DECODE_ATTENTION_MAX_QUERIES = 16
+
+
+def can_decode_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> bool:
+    """Whether ``decode_attention`` applies: no autograd, float32 CPU ``q`` ``(B, H, T, D)`` with
+    T <= ``DECODE_ATTENTION_MAX_QUERIES``, ``k`` and ``v`` ``(M, H, S, D)`` with B a multiple of
+    M, unit stride along D, ``mask`` None or a bool key mask ``(M or 1, 1, 1, S)``, kernels available."""
+    if torch.is_grad_enabled() or not all(
+            t.dtype == torch.float32 and t.device.type == "cpu" and t.dim() == 4 and t.stride(-1) == 1
+            for t in (q, k, v)):
+        return False
+    B, H, T, D = q.shape
+    M, S = k.shape[0], k.shape[2]
+    if T > DECODE_ATTENTION_MAX_QUERIES or k.shape != v.shape or k.shape[1] != H or k.shape[3] != D or M == 0 or B % M:
+        return False
+    return (mask is None or (mask.dtype == torch.bool and mask.dim() == 4 and mask.shape[1:3] == (1, 1)
+                             and mask.shape[0] in (1, M) and mask.shape[3] == S)) and available()
+
+
+def decode_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, *, causal: bool = False) -> Tensor:
+    """softmax(Q K^T / sqrt(D)) V for every head, heads merged: ``(B, T, H * D)``, head h in
+    columns ``h * D .. h * D + D - 1`` (see ``can_decode_attention``).
+
+    Query row b attends over key row ``b // (B / M)`` (the beams of a sentence share its
+    cross-attention keys); masked keys, and with ``causal`` keys after position ``S - T + t``, get
+    weight 0; a row with no allowed key gets zeros. No dropout, no weights returned.
+    """
+    B, H, T, D = q.shape
+    M, S = k.shape[0], k.shape[2]
+    out = torch.empty(B, T, H * D, dtype=torch.float32)
+    m = mask.expand(M, 1, 1, S) if mask is not None else None
+    if out.numel():
+        _load().attend_f32(
+            q.data_ptr(), q.stride(0), q.stride(1), q.stride(2), k.data_ptr(), k.stride(0), k.stride(1), k.stride(2),
+            v.data_ptr(), v.stride(0), v.stride(1), v.stride(2), m.data_ptr() if m is not None else None,
+            m.stride(0) if m is not None else 0, m.stride(3) if m is not None else 0, int(causal), out.data_ptr(),
+            B, H, T, S, D, B // M, 1.0 / D**0.5)
+    return out

@@ -18,6 +18,7 @@ from transformer.model import fused_cpu
 from transformer.model.attention import CrossAttention, SelfAttention
 from transformer.model.cache import KVCache, StaticKV
 from transformer.model.dropout import Dropout
+from transformer.model.packed_linear import linear
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
 
@@ -35,7 +36,7 @@ class FeedForward(nn.Module):
         self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, L, E)
+        return linear(self.linear2, self.dropout(linear(self.linear1, x, self.activation)))  # (B, L, E)
 
 
 class _Residual(nn.Module):

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from transformer.config import ModelConfig
 from transformer.masks import key_mask_for_attention
+from transformer.model import packed_linear
 from transformer.model.cache import DecoderCache
 from transformer.model.embeddings import (
     InputEmbedding,
@@ -193,15 +194,17 @@ class Transformer(nn.Module):
         return self._logits(hidden)
 
     def _logits(self, hidden: Tensor) -> Tensor:
-        """The output layer. Decoding steps on CPU in float32 without autograd (a few rows each)
-        compute it as ``(W h^T)^T``: for up to ``SMALL_PRODUCT_ROWS`` rows PyTorch's CPU product
-        with the large weight on the left ran 1.3-4x faster than ``F.linear`` (16 rows of 256 by an
-        8,000-token vocabulary: 1.0-1.4 ms against 1.5-3.6 ms, 2-core AVX2)."""
+        """The output layer. Inside a decoding scope it runs the packed CPU kernel like every linear
+        layer (``packed_linear``). Elsewhere, decoding steps on CPU in float32 without autograd (a
+        few rows each) compute it as ``(W h^T)^T``: for up to ``SMALL_PRODUCT_ROWS`` rows PyTorch's
+        CPU product with the large weight on the left ran 1.3-4x faster than ``F.linear`` (16 rows
+        of 256 by an 8,000-token vocabulary: 1.0-1.4 ms against 1.5-3.6 ms, 2-core AVX2)."""
         rows = hidden.numel() // hidden.shape[-1]
-        if (type(self.output) is not nn.Linear  # e.g. a dynamically quantised int8 layer
+        if (packed_linear.applies(self.output, hidden)
+                or type(self.output) is not nn.Linear  # e.g. a dynamically quantised int8 layer
                 or rows > SMALL_PRODUCT_ROWS or torch.is_grad_enabled() or hidden.device.type != "cpu"
                 or hidden.dtype != torch.float32 or self.output.weight.dtype != torch.float32):
-            return self.output(hidden)
+            return packed_linear.linear(self.output, hidden)
         weight = self.output.weight
         logits = torch.mm(weight, hidden.reshape(rows, -1).t()).t().contiguous()  # (rows, V)
         if self.output.bias is not None:
