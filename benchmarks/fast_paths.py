@@ -4,18 +4,24 @@ Translates Multi30k test_2016_flickr (1,000 sentences; the run's language pair) 
 length penalty 0.6 (the paper's settings, as ``benchmarks/multi30k.py`` scores) using the
 weights of one trained run directory (``model.safetensors``) on each path:
 
-* fp32: the reference;
+* fp32: the reference, PyTorch's operators only (the compiled CPU kernels switched off,
+  ``fused_cpu.set_enabled(False)``);
+* kernels: fp32 with the compiled CPU kernels of decoding (the default for fp32 on CPU): linear
+  layers from packed weights (``model/packed_linear.py``) and attention for decoding steps
+  (``fused_cpu.decode_attention``);
 * bf16: a bfloat16 copy of the weights (``Translator(bf16=True)``); by default only where the CPU
   has bf16 matrix units (AVX-512 bf16 or AMX): elsewhere PyTorch emulates bf16 products, far
   slower than fp32, and the path runs only when asked for (``--paths bf16``);
 * int8: ``Translator(quantize="int8")`` (``transformer translate --int8``): a copy of the model
   whose ``nn.Linear`` layers are dynamically quantised to int8
   (``torch.ao.quantization.quantize_dynamic``: int8 weights, activations quantised per batch;
-  embeddings stay fp32; the tied output projection gets its own int8 copy);
+  embeddings stay fp32; the tied output projection gets its own int8 copy), with the compiled
+  attention kernel of decoding steps;
 * compile: a copy of the model whose encoder and decoder stacks go through
   ``torch.compile(dynamic=True)`` (inductor, fp32). Compile time is measured separately: the
   first translation of a few sentences, which triggers the compilation, minus the same
-  translation's fp32 time; the test-set time that follows is the steady state.
+  translation's fp32 time; the test-set time that follows is the steady state. The compiled CPU
+  kernels are off on this path (inductor traces PyTorch's operators, not ctypes calls).
 
 Each path first translates 16 sentences untimed (warm-up), then the paths take turns translating
 the test set (``--repeats`` passes, default 2; the fastest pass counts).
@@ -43,11 +49,13 @@ from torch import nn
 from transformer.corpus.registry import corpus_pairs, fetch
 from transformer.decoding import DecodeConfig
 from transformer.evaluation import score
+from transformer.model import fused_cpu
 from transformer.precision import bf16_left_out, fast_bf16
 from transformer.training.config import RunConfig
 from transformer.translator import Translator
 
-PATHS = ("fp32", "bf16", "int8", "compile")
+PATHS = ("fp32", "kernels", "bf16", "int8", "compile")
+WITHOUT_KERNELS = ("fp32", "compile")  # paths run with the compiled CPU kernels switched off
 MAX_BLEU_DROP = 0.3
 WARMUP_SENTENCES = 16  # translated once per path before timing (on the compiled path: the compilation)
 
@@ -105,12 +113,12 @@ def main() -> None:
     print(f"{run_dir} ({direction}, {model.num_parameters():,} parameters), {len(sources)} sentences of "
           f"multi30k {args.split}, beam 4, alpha 0.6; torch {torch.__version__}, {torch.get_num_threads()} threads")
     if leave_out_bf16:
-        print(bf16_left_out("name it in --paths to run it anyway (e.g. --paths bf16 int8 compile)"), flush=True)
+        print(bf16_left_out("name it in --paths to run it anyway (e.g. --paths bf16 kernels int8 compile)"), flush=True)
 
     def translator(path: str) -> tuple[Translator, float]:
         """The path's translator, warmed up, and its compile time (seconds; 0 for eager paths)."""
         warm = sources[:WARMUP_SENTENCES]
-        if path == "fp32":
+        if path in ("fp32", "kernels"):
             tr = reference
         elif path == "bf16":
             tr = Translator(model, vocab, decoding=beam, bf16=True)
@@ -119,13 +127,20 @@ def main() -> None:
         else:
             tr = Translator(compiled_model(model, args.compile_backend), vocab, decoding=beam)
         t0 = time.perf_counter()
-        tr.translate(warm)  # kernels chosen, libraries loaded; on the compiled path: the compilation
+        run(path, tr, warm)  # kernels chosen, libraries loaded; on the compiled path: the compilation
         first = time.perf_counter() - t0
         if path != "compile":
             return tr, 0.0
         t0 = time.perf_counter()
-        reference.translate(warm)
+        run("fp32", reference, warm)
         return tr, max(0.0, first - (time.perf_counter() - t0))
+
+    def run(path: str, tr: Translator, texts: list[str]) -> list[str]:
+        fused_cpu.set_enabled(path not in WITHOUT_KERNELS)
+        try:
+            return tr.translate(texts)
+        finally:
+            fused_cpu.set_enabled(True)
 
     rows: dict[str, dict] = {}
     translators: dict[str, Translator] = {}
@@ -146,7 +161,7 @@ def main() -> None:
         for path in [p for p in order if p in translators]:
             try:
                 t0 = time.perf_counter()
-                hyps = translators.get(path).translate(sources)
+                hyps = run(path, translators[path], sources)
                 seconds = time.perf_counter() - t0
             except Exception as err:
                 rows[path]["error"] = _error(err)
