@@ -508,7 +508,9 @@ void attend_f32(const float *q, long q_sb, long q_sh, long q_st, const float *k,
                 float scale) {
     _Pragma("omp parallel")
     {
-        float *row = malloc(sizeof(float) * (size_t)(2 * S + D + 1)), *bias = row + S, *acc = bias + S;
+        size_t floats = (size_t)(2 * S + D + 1);
+        float small[floats <= 8192 ? floats : 1]; /* on the stack up to 32 KiB */
+        float *row = floats <= 8192 ? small : malloc(sizeof(float) * floats), *bias = row + S, *acc = bias + S;
         _Pragma("omp for schedule(static)")
         for (long pair = 0; pair < B * H; pair++) {
             long b = pair / H, h = pair % H, m = b / G;
@@ -544,6 +546,6 @@ void attend_f32(const float *q, long q_sb, long q_sh, long q_st, const float *k,
                 memcpy(out + (b * T + t) * H * D + h * D, acc, sizeof(float) * (size_t)D);
             }
         }
-        free(row);
+        if (row != small) free(row);
     }
 }
