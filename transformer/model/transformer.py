@@ -30,6 +30,15 @@ from transformer.model.layers import DecoderLayer, EncoderLayer
 
 
 SMALL_PRODUCT_ROWS = 64  # see Transformer._logits
+# Transformer.encode without autograd on CPU: a batch with more than this share of padding is
+# encoded in groups of similar length; a group takes the next longer sentence while its padded
+# size stays within GROUP_PADDING x its real tokens, or while it holds fewer than
+# GROUP_MIN_TOKENS tokens (so that each group's matrix products stay large).
+# Grouping must save at least GROUP_MIN_SAVING padded positions (else one batch).
+PADDING_TO_GROUP = 0.25
+GROUP_PADDING = 1.15
+GROUP_MIN_TOKENS = 256
+GROUP_MIN_SAVING = 2048
 
 
 @dataclass
@@ -166,10 +175,58 @@ class Transformer(nn.Module):
 
     # ------------------------------------------------------------------------------------------
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """Source ids ``(B, S)`` and key-padding mask ``(B, S)`` (True = real token) -> memory ``(B, S, E)``."""
+        """Source ids ``(B, S)`` and key-padding mask ``(B, S)`` (True = real token) -> memory ``(B, S, E)``.
+
+        Without autograd on CPU, a right-padded batch with much padding is encoded in groups of
+        sentences of similar length (``_encode_by_length``); positions past a group's longest
+        sentence then hold zeros rather than what the encoder makes of padding (no one reads
+        them: padding is masked wherever the memory is attended to)."""
         self._check_ids(src, "src", self.config.src_vocab_size)
         self._check_mask(src_mask, src)
+        if src_mask is not None and src.shape[0] > 1 and src.device.type == "cpu" and not torch.is_grad_enabled():
+            grouped = self._encode_by_length(src, src_mask)
+            if grouped is not None:
+                return grouped
         return self.encoder(src, src_mask)[0]
+
+    def _encode_by_length(self, src: Tensor, src_mask: Tensor) -> Tensor | None:
+        """The memory of ``src``, encoded in groups of sentences of similar length, each group cut
+        to its longest sentence; None where there is little padding to save (at most
+        ``PADDING_TO_GROUP`` of the positions, one group, or fewer than ``GROUP_MIN_SAVING``
+        positions saved), or the padding is not at the ends.
+
+        Exact at the real positions: a sentence's tokens attend to its own tokens only, whatever
+        the width of its batch. Translating 256 Multi30k sentences in one batch pads them to the
+        longest (about 2.3x the real tokens), and the encoder was a quarter of greedy decoding's time.
+        """
+        B, S = src.shape
+        lengths = src_mask.sum(1)
+        if int(lengths.sum()) >= (1.0 - PADDING_TO_GROUP) * B * S:
+            return None
+        if not torch.equal(src_mask, torch.arange(S, device=src.device) < lengths[:, None]):
+            return None  # padding not (only) at the ends: encode as one batch
+        lens = lengths.tolist()
+        groups: list[list[int]] = [[]]
+        real = 0  # tokens in the last group
+        for i in lengths.argsort(stable=True).tolist():  # shortest first: a group's last is its longest
+            n = len(groups[-1])
+            if real >= GROUP_MIN_TOKENS and (n + 1) * lens[i] > GROUP_PADDING * (real + lens[i]):
+                groups.append([])
+                real = 0
+            groups[-1].append(i)
+            real += lens[i]
+        padded = sum(len(group) * lens[group[-1]] for group in groups)
+        if len(groups) == 1 or B * S - padded < GROUP_MIN_SAVING:
+            return None
+        memory: Tensor | None = None
+        for group in groups:
+            rows = torch.tensor(group, device=src.device)
+            width = max(1, max(lens[i] for i in group))
+            out = self.encoder(src[rows, :width], src_mask[rows, :width])[0]  # (n, width, E)
+            if memory is None:
+                memory = out.new_zeros(B, S, out.shape[-1])
+            memory[rows, :width] = out
+        return memory
 
     def decode(
         self,
