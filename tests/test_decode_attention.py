@@ -30,7 +30,8 @@ def _reference(q, k, v, mask, causal):
 
 
 @pytest.mark.parametrize("B,M,H,T,S,D", [(1, 1, 1, 1, 1, 8), (3, 3, 4, 1, 9, 16), (8, 2, 2, 1, 13, 5),
-                                         (6, 3, 4, 3, 20, 64), (2, 2, 2, 16, 16, 12), (4, 1, 3, 2, 70, 33)])
+                                         (6, 3, 4, 3, 20, 64), (2, 2, 2, 16, 16, 12), (4, 1, 3, 2, 70, 33),
+                                         (2, 2, 2, 3, 2, 8)])  # last: more queries than keys
 @pytest.mark.parametrize("masked,causal", [(False, False), (True, False), (False, True), (True, True)])
 def test_equals_float64_attention(B, M, H, T, S, D, masked, causal):
     torch.manual_seed(B * 100 + S)

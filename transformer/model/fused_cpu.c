@@ -515,10 +515,15 @@ void attend_f32(const float *q, long q_sb, long q_sh, long q_st, const float *k,
         for (long pair = 0; pair < B * H; pair++) {
             long b = pair / H, h = pair % H, m = b / G;
             const float *kp = k + m * k_sb + h * k_sh, *vp = v + m * v_sb + h * v_sh;
+            const uint8_t *mrow = mask ? mask + m * m_sb : NULL;
+            long end = S; /* keys from the last allowed one on are padding: not computed */
+            while (mrow && end > 0 && !mrow[(end - 1) * m_ss]) end--;
             for (long t = 0; t < T; t++) {
                 const float *qp = q + b * q_sb + h * q_sh + t * q_st;
+                long n = causal && S - T + t + 1 < end ? S - T + t + 1 : end; /* keys looked at */
+                if (n < 0) n = 0;
                 long j = 0;
-                for (; j + 4 <= S; j += 4) { /* four keys at a time: independent sums */
+                for (; j + 4 <= n; j += 4) { /* four keys at a time: independent sums */
                     const float *k0 = kp + j * k_ss, *k1 = k0 + k_ss, *k2 = k1 + k_ss, *k3 = k2 + k_ss;
                     float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
                     for (long d = 0; d < D; d++) {
@@ -529,15 +534,15 @@ void attend_f32(const float *q, long q_sb, long q_sh, long q_st, const float *k,
                     }
                     row[j] = s0, row[j + 1] = s1, row[j + 2] = s2, row[j + 3] = s3;
                 }
-                for (; j < S; j++) {
+                for (; j < n; j++) {
                     float s0 = 0.0f;
                     for (long d = 0; d < D; d++) s0 += qp[d] * kp[j * k_ss + d];
                     row[j] = s0;
                 }
-                mask_bias(bias, mask ? mask + m * m_sb : NULL, m_ss, S, causal ? S - T + t : S - 1);
-                softmax_row(row, bias, S, scale);
+                mask_bias(bias, mrow, m_ss, n, n - 1);
+                softmax_row(row, bias, n, scale);
                 for (long d = 0; d < D; d++) acc[d] = 0.0f;
-                for (j = 0; j < S; j++) {
+                for (j = 0; j < n; j++) {
                     const float *vr = vp + j * v_ss;
                     float p = row[j];
                     if (p != 0.0f)
