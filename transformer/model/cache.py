@@ -43,11 +43,23 @@ class KVCache:
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store the new positions ``k, v (B, H, T, D)``; return all keys/values so far ``(B, H, S, D)``."""
+        T = k.shape[2]
+        keys, values = self.reserve(k, v.shape[-1])
+        needed = self.length + T
+        keys[:, :, self.length : needed] = k
+        values[:, :, self.length : needed] = v
+        self.length = needed
+        return keys[:, :, :needed], values[:, :, :needed]
+
+    def reserve(self, k: Tensor, value_size: int) -> tuple[Tensor, Tensor]:
+        """Room for new positions shaped like ``k (B, H, T, D)`` (values of ``value_size``): the whole
+        key and value buffers ``(B, H, capacity, D)``. Whoever writes positions ``length .. length
+        + T - 1`` into them then adds T to ``length`` (``append`` does both)."""
         B, H, T, D = k.shape
         if self._k is None:
             capacity = max(self._capacity, T)
             self._k = k.new_empty(B, H, capacity, D)
-            self._v = v.new_empty(B, H, capacity, v.shape[-1])
+            self._v = k.new_empty(B, H, capacity, value_size)
         elif self._k.shape[0] != B:
             raise ValueError(f"cache holds {self._k.shape[0]} rows but the new keys have {B}; reorder() first")
         assert self._v is not None
@@ -55,10 +67,7 @@ class KVCache:
         if needed > self._k.shape[2]:
             self._k = _grow(self._k, needed, self.length)
             self._v = _grow(self._v, needed, self.length)
-        self._k[:, :, self.length : needed] = k
-        self._v[:, :, self.length : needed] = v
-        self.length = needed
-        return self._k[:, :, :needed], self._v[:, :, :needed]
+        return self._k, self._v
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (B',) in that order (rows may repeat)."""

@@ -141,7 +141,10 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.pack_f32.argtypes = [P, L, L, L, P, I]  # packed_linear.c
     lib.linear_f32.argtypes = [P, L, L, L, P, P, L, P, L, I, I]
     lib.attend_f32.argtypes = [P, L, L, L, P, L, L, L, P, L, L, L, P, L, L, I, P, L, L, L, L, L, L, F]
+    lib.decoder_layer_step_f32.argtypes = [P, L, L, L, L, P, P, P, L, L, L, L, P, P, L, L, L, L, L, L, L, L, P, L, L,
+                                           I, F, I]
     lib.pack_f32.restype = lib.linear_f32.restype = lib.attend_f32.restype = None
+    lib.decoder_layer_step_f32.restype = None
     return lib
 
 

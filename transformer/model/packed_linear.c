@@ -11,6 +11,8 @@
  *
  * Sums run over k in order in float32, with fused multiply-adds where the machine has them.
  */
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define PANEL 16
@@ -148,3 +150,76 @@ void linear_f32(const float *x, long M, long K, long xs, const float *packed, co
         }
 }
 
+
+/* ------------------------------------------------------------------ one decoder layer, one step
+ * A decoder layer (paper 3.1) for one new position of each of B rows, without dropout:
+ * self-attention over the cached positions and the new one, encoder-decoder attention, ReLU
+ * feed-forward, each sub-layer in "Add & Norm" (post-LN, or pre-LN with norm_first). The
+ * residual stream x (B x E) is updated in place; the new keys and values are written into the
+ * self-attention cache at position `pos` (rows b, heads at strides c_sb, c_sh, positions at
+ * c_ss). w holds 18 pointers: packed W_qkv, b_qkv, packed W_o, b_o, LayerNorm gamma, beta
+ * (self-attention); packed W_q, b_q, packed W_o, b_o, gamma, beta (encoder-decoder); packed
+ * W_1, b_1, packed W_2, b_2, gamma, beta (feed-forward); biases may be NULL. Encoder-decoder
+ * attention reads memory row b / G with the key mask (or none), as attend_f32. */
+void attend_f32(const float *q, long q_sb, long q_sh, long q_st, const float *k, long k_sb, long k_sh,
+                long k_ss, const float *v, long v_sb, long v_sh, long v_ss, const unsigned char *mask, long m_sb,
+                long m_ss, int causal, float *out, long B, long H, long T, long S, long D, long G,
+                float scale); /* fused_cpu.c */
+
+/* x = LayerNorm(x + y) (y may be NULL: x = LayerNorm(x)), or with out != NULL: out = LayerNorm(x) */
+static void add_layer_norm(float *x, const float *y, float *out, long B, long E, const float *gamma,
+                           const float *beta, float eps) {
+    for (long b = 0; b < B; b++) {
+        float *r = x + b * E, *o = out ? out + b * E : r;
+        if (y)
+            for (long e = 0; e < E; e++) r[e] += y[b * E + e];
+        float mean = 0.0f, var = 0.0f;
+        for (long e = 0; e < E; e++) mean += r[e];
+        mean /= (float)E;
+        for (long e = 0; e < E; e++) var += (r[e] - mean) * (r[e] - mean);
+        float rstd = 1.0f / sqrtf(var / (float)E + eps);
+        for (long e = 0; e < E; e++) o[e] = (r[e] - mean) * rstd * gamma[e] + beta[e];
+    }
+}
+
+static void add_rows(float *x, const float *y, long n) {
+    for (long i = 0; i < n; i++) x[i] += y[i];
+}
+
+/* one sub-layer's "Add & Norm" around out = f(in): in = norm_first ? LN(x) : x, then
+ * x = norm_first ? x + out : LN(x + out) */
+#define PRE(ln) (norm_first ? (add_layer_norm(x, NULL, h, B, E, w[ln], w[(ln) + 1], eps), h) : x)
+#define POST(ln, out) (norm_first ? add_rows(x, out, B * E) : add_layer_norm(x, out, NULL, B, E, w[ln], w[(ln) + 1], eps))
+
+void decoder_layer_step_f32(float *x, long B, long E, long H, long F, const float *const *w, float *cache_k,
+                            float *cache_v, long c_sb, long c_sh, long c_ss, long pos, const float *mem_k,
+                            const float *mem_v, long k_sb, long k_sh, long k_ss, long v_sb, long v_sh, long v_ss,
+                            long S, long G, const unsigned char *mask, long m_sb, long m_ss, int norm_first,
+                            float eps, int threads) {
+    long D = E / H;
+    float scale = 1.0f / sqrtf((float)D);
+    float *buf = malloc(sizeof(float) * (size_t)(B * (3 * E + E + E + (F > E ? F : E)))), *qkv = buf,
+          *att = qkv + 3 * B * E, *h = att + B * E, *f = h + B * E;
+    /* self-attention */
+    linear_f32(PRE(4), B, E, E, w[0], w[1], 3 * E, qkv, 3 * E, 0, threads);
+    for (long b = 0; b < B; b++)
+        for (long hd = 0; hd < H; hd++) {
+            memcpy(cache_k + b * c_sb + hd * c_sh + pos * c_ss, qkv + b * 3 * E + E + hd * D, sizeof(float) * D);
+            memcpy(cache_v + b * c_sb + hd * c_sh + pos * c_ss, qkv + b * 3 * E + 2 * E + hd * D, sizeof(float) * D);
+        }
+    attend_f32(qkv, 3 * E, D, 0, cache_k, c_sb, c_sh, c_ss, cache_v, c_sb, c_sh, c_ss, NULL, 0, 0, 0, att, B, H, 1,
+               pos + 1, D, 1, scale);
+    linear_f32(att, B, E, E, w[2], w[3], E, f, E, 0, threads);
+    POST(4, f);
+    /* encoder-decoder attention */
+    linear_f32(PRE(10), B, E, E, w[6], w[7], E, qkv, E, 0, threads);
+    attend_f32(qkv, E, D, 0, mem_k, k_sb, k_sh, k_ss, mem_v, v_sb, v_sh, v_ss, mask, m_sb, m_ss, 0, att, B, H, 1, S,
+               D, G, scale);
+    linear_f32(att, B, E, E, w[8], w[9], E, f, E, 0, threads);
+    POST(10, f);
+    /* feed-forward */
+    linear_f32(PRE(16), B, E, E, w[12], w[13], F, f, F, 1, threads);
+    linear_f32(f, B, F, F, w[14], w[15], E, att, E, 0, threads);
+    POST(16, att);
+    free(buf);
+}

@@ -26,6 +26,7 @@ e.g. to compare; where the kernels cannot be compiled it is off.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import threading
 from typing import Callable, Iterator
 
@@ -38,7 +39,8 @@ from transformer.model import fused_cpu
 PANEL = 16  # output features per packed panel (packed_linear.c)
 
 _enabled = True
-_scopes = threading.local()  # .packs: {id(weight): (weight, packed)} while a scope is open
+_scopes = threading.local()  # .packs while a scope is open: {id(weight): (weight, packed copy),
+#                               ("step", id(layer)): (layer, decoder_layer_step's pointers, what they point to)}
 
 
 def set_enabled(enabled: bool) -> None:
@@ -117,3 +119,82 @@ def _linear(x: Tensor, packed: Tensor, bias: Tensor | None, N: int, *, relu: boo
                                        torch.get_num_threads())
     return y.view(*x.shape[:-1], N)
 
+
+
+# ------------------------------------------------------------------------ a decoder layer's step
+def can_step(layer: nn.Module, x: Tensor, self_cache, memory_kv, memory_mask: Tensor | None) -> bool:
+    """Whether ``decoder_layer_step`` applies to ``layer`` (a ``DecoderLayer``) for ``x`` ``(B, 1, E)``:
+    inside ``packing()``, no autograd, evaluation mode, float32 on CPU, plain ``nn.Linear`` layers,
+    LayerNorms with weight and bias, a ReLU feed-forward, a self-attention cache and the memory's
+    keys/values (``StaticKV``) with a key mask ``(M or 1, 1, 1, S)`` or none; kernels enabled."""
+    if (getattr(_scopes, "packs", None) is None or torch.is_grad_enabled() or layer.training
+            or self_cache is None or memory_kv is None or not enabled()):
+        return False
+    if not (x.dim() == 3 and x.shape[1] == 1 and x.dtype == torch.float32 and x.device.type == "cpu"
+            and x.is_contiguous() and layer.ffn.activation is F.relu):
+        return False
+    E = x.shape[-1]
+    for lin in _step_linears(layer):
+        if not (type(lin) is nn.Linear and lin.weight.dtype == torch.float32 and lin.weight.device.type == "cpu"
+                and (lin.bias is None or lin.bias.dtype == torch.float32)):
+            return False
+    for norm in (layer.self_block.norm, layer.cross_block.norm, layer.ffn_block.norm):
+        if norm.weight is None or norm.bias is None or tuple(norm.normalized_shape) != (E,) \
+                or norm.weight.dtype != torch.float32:
+            return False
+    k, v = memory_kv.k, memory_kv.v
+    B, M, S = x.shape[0], k.shape[0], k.shape[2]
+    if not (k.dtype == v.dtype == torch.float32 and k.shape == v.shape and k.stride(-1) == v.stride(-1) == 1
+            and M > 0 and B % M == 0 and k.shape[1] * k.shape[3] == E):
+        return False
+    return memory_mask is None or (memory_mask.dtype == torch.bool and memory_mask.dim() == 4
+                                   and memory_mask.shape[1:3] == (1, 1) and memory_mask.shape[0] in (1, M)
+                                   and memory_mask.shape[3] == S)
+
+
+def decoder_layer_step(layer: nn.Module, x: Tensor, self_cache, memory_kv, memory_mask: Tensor | None) -> Tensor:
+    """``layer(x, ...)``'s output for one new position per row (see ``can_step``), in one call of the
+    compiled ``decoder_layer_step_f32``: the same sub-layers, products from the packed weights,
+    attention by ``attend_f32``; the new keys and values go into ``self_cache``."""
+    B, _, E = x.shape
+    H = layer.self_attn.n_heads
+    out = x.clone()  # updated in place by the kernel
+    keys, values = self_cache.reserve(x.new_empty(B, H, 1, E // H), E // H)
+    k, v = memory_kv.k, memory_kv.v
+    M, S = k.shape[0], k.shape[2]
+    mask = memory_mask.expand(M, 1, 1, S) if memory_mask is not None else None
+    fused_cpu.library().decoder_layer_step_f32(
+        out.data_ptr(), B, E, H, layer.ffn.linear1.out_features, _step_weights(layer), keys.data_ptr(),
+        values.data_ptr(), keys.stride(0), keys.stride(1), keys.stride(2), self_cache.length, k.data_ptr(),
+        v.data_ptr(), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2), S, B // M,
+        mask.data_ptr() if mask is not None else None, mask.stride(0) if mask is not None else 0,
+        mask.stride(3) if mask is not None else 0, int(layer.self_block.norm_first), layer.self_block.norm.eps,
+        torch.get_num_threads())
+    self_cache.length += 1
+    return out
+
+
+def _step_linears(layer: nn.Module) -> tuple[nn.Linear, ...]:
+    return (layer.self_attn.qkv_proj, layer.self_attn.out_proj, layer.cross_attn.q_proj, layer.cross_attn.out_proj,
+            layer.ffn.linear1, layer.ffn.linear2)
+
+
+def _step_weights(layer: nn.Module):
+    """The 18 pointers ``decoder_layer_step_f32`` reads, kept in the scope with the packed copies."""
+    packs = _scopes.packs
+    entry = packs.get(("step", id(layer)))
+    if entry is None or entry[0] is not layer:
+        pointers, keep = [], []
+        lin = _step_linears(layer)
+        norms = (layer.self_block.norm, layer.cross_block.norm, layer.ffn_block.norm)
+        for pair, norm in zip(((lin[0], lin[1]), (lin[2], lin[3]), (lin[4], lin[5])), norms):
+            for linear_layer in pair:
+                packed = _packed(linear_layer.weight)
+                bias = linear_layer.bias.contiguous() if linear_layer.bias is not None else None
+                keep += [packed, bias]
+                pointers += [packed.data_ptr(), bias.data_ptr() if bias is not None else None]
+            gamma, beta = norm.weight.contiguous(), norm.bias.contiguous()
+            keep += [gamma, beta]
+            pointers += [gamma.data_ptr(), beta.data_ptr()]
+        entry = packs[("step", id(layer))] = (layer, (ctypes.c_void_p * 18)(*pointers), keep)
+    return entry[1]

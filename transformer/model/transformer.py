@@ -129,6 +129,9 @@ class Decoder(nn.Module):
                 if cache.cross_attn[i] is None:
                     cache.cross_attn[i] = layer.cross_attn.memory_kv(memory)
                 self_cache, memory_kv = cache.self_attn[i], cache.cross_attn[i]
+                if not need_weights and packed_linear.can_step(layer, x, self_cache, memory_kv, memory_mask):
+                    x = packed_linear.decoder_layer_step(layer, x, self_cache, memory_kv, memory_mask)  # one call
+                    continue
             x, self_w, cross_w = layer(
                 x, memory, memory_mask=memory_mask, self_cache=self_cache, memory_kv=memory_kv,
                 need_weights=need_weights,
