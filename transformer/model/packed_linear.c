@@ -1,5 +1,6 @@
 /* Linear layers for inference on CPU: y = x W^T + b (optionally ReLU'd), float32, from a weight
- * packed once (see packed_linear.py, which calls this through ctypes; fused_cpu.py compiles it).
+ * packed once, and a decoder layer's decoding step built on them (see packed_linear.py, which
+ * calls this through ctypes; fused_cpu.py compiles it).
  *
  * W (N x K, rows at a stride) is packed into panels of 16 output features: panel p holds
  * W[16p .. 16p + 15][k] for k = 0 .. K-1, 16 consecutive floats per k, zero past N. A block of
