@@ -148,7 +148,11 @@ def test_packs_live_in_the_outermost_scope(monkeypatch):
     assert getattr(packed_linear._scopes, "packs", None) is None
     with torch.no_grad(), packed_linear.packing():
         packed_linear.linear(a, x)
-    assert rec.packs == 3  # a new scope packs again
+        first = packed_linear._scopes.packs[id(a.weight)][1]
+    with torch.no_grad(), packed_linear.packing():
+        packed_linear.linear(a, x)
+        assert packed_linear._scopes.packs[id(a.weight)][1].data_ptr() == first.data_ptr()  # same memory
+    assert rec.packs == 4  # each new scope packs again
 
 
 def test_a_training_step_between_two_decodes_is_seen():
