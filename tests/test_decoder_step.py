@@ -107,3 +107,35 @@ def test_decoding_with_and_without_the_step(norm_first, monkeypatch):
         if fused:
             assert calls, "decoding did not take the one-call step"
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("k", [1, 3, 8, 50])
+def test_best_tokens_equal_log_softmax_and_topk(k):
+    from transformer.model import fused_cpu
+
+    torch.manual_seed(k)
+    logits = torch.randn(70, 50) * 4
+    logits[3, 10] = logits[3, 20] = 30.0  # a tie at the top: the smaller id first, as argmax
+    with torch.no_grad():
+        values, ids = fused_cpu.best_tokens(logits, k)
+        expected = logits.double().log_softmax(-1)
+    top = expected.topk(k, dim=-1)
+    torch.testing.assert_close(values.double(), top.values, rtol=2e-7, atol=2e-6)
+    assert ids[3, 0] == 10 and (k == 1 or ids[3, 1] == 20)
+    assert torch.equal(expected.gather(1, ids), top.values)  # ids give the values (ties aside)
+    if k == 1:
+        assert torch.equal(ids[:, 0], logits.argmax(-1))
+
+
+def test_best_tokens_rows_at_a_stride_and_where_not_used():
+    from transformer.model import fused_cpu
+
+    logits = torch.randn(4, 3, 30)[:, -1]  # the decoder's last position: rows at a stride
+    with torch.no_grad():
+        assert fused_cpu.can_best_tokens(logits, 2)
+        values, ids = fused_cpu.best_tokens(logits, 2)
+        assert fused_cpu.best_tokens(torch.empty(0, 30), 2)[0].shape == (0, 2)
+        assert not fused_cpu.can_best_tokens(logits.double(), 2)
+        assert not fused_cpu.can_best_tokens(logits, 31)
+    assert not fused_cpu.can_best_tokens(logits, 2)  # autograd on
+    torch.testing.assert_close(values, logits.log_softmax(-1).topk(2).values, rtol=0, atol=2e-6)

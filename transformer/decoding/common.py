@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from transformer.model import Transformer, packed_linear
+from transformer.model import Transformer, fused_cpu, packed_linear
 
 STRATEGIES = ("greedy", "beam", "sample")
 LENGTH_PENALTIES = ("gnmt", "exponent", "none")
@@ -172,8 +172,11 @@ _ROWS_PER_CHUNK = 64
 def _best_tokens(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """The ``k`` most probable tokens of each row of ``(N, V)`` logits: ``(log-probs (N, k), ids (N, k))``.
 
-    ``k == 1`` takes ``argmax`` (the first of equal maxima). Computed a few rows at a time.
+    ``k == 1`` takes ``argmax`` (the first of equal maxima). Computed a few rows at a time, or on
+    CPU in float32 in one compiled pass per row (``fused_cpu.best_tokens``).
     """
+    if fused_cpu.can_best_tokens(logits, k):
+        return fused_cpu.best_tokens(logits, k)
     values, ids = [], []
     for chunk in logits.split(_ROWS_PER_CHUNK):
         log_probs = _log_probs(chunk)

@@ -554,3 +554,32 @@ void attend_f32(const float *q, long q_sb, long q_sh, long q_st, const float *k,
         if (row != small) free(row);
     }
 }
+
+/* Decoding's choice of tokens: for each of N rows of logits (V each, rows at stride `stride`),
+ * the k largest log-probabilities log_softmax(z)_j and their token ids j, best first (equal
+ * values: the smaller id first), into values (N x k) and ids (N x k, int64). */
+void best_tokens_f32(const float *logits, long N, long V, long stride, long k, float *values, int64_t *ids) {
+    _Pragma("omp parallel for schedule(static)")
+    for (long r = 0; r < N; r++) {
+        const float *z = logits + r * stride;
+        float m = row_max_f32(z, V), sum = 0.0f;
+        for (long j = 0; j < V; j++) sum += exp_nonpositive(z[j] - m);
+        float lse = m + logf(sum);
+        float *val = values + r * k;
+        int64_t *id = ids + r * k;
+        long n = 0; /* kept so far, sorted best first */
+        for (long j = 0; j < V; j++) {
+            float x = z[j];
+            if (n == k && !(x > val[k - 1])) continue; /* the usual case: not among the k best */
+            long i = n < k ? n++ : k - 1;
+            while (i > 0 && x > val[i - 1]) { /* insertion: move worse ones down */
+                val[i] = val[i - 1];
+                id[i] = id[i - 1];
+                i--;
+            }
+            val[i] = x;
+            id[i] = j;
+        }
+        for (long i = 0; i < n; i++) val[i] -= lse;
+    }
+}

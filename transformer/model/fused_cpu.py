@@ -145,6 +145,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
                                            I, F, I]
     lib.pack_f32.restype = lib.linear_f32.restype = lib.attend_f32.restype = None
     lib.decoder_layer_step_f32.restype = None
+    lib.best_tokens_f32.argtypes = [P, L, L, L, L, P, P]
+    lib.best_tokens_f32.restype = None
     return lib
 
 
@@ -408,3 +410,23 @@ def decode_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, *, ca
             m.stride(0) if m is not None else 0, m.stride(3) if m is not None else 0, int(causal), out.data_ptr(),
             B, H, T, S, D, B // M, 1.0 / D**0.5)
     return out
+
+
+# ------------------------------------------------------------------ choosing tokens in decoding
+def can_best_tokens(logits: Tensor, k: int) -> bool:
+    """Whether ``best_tokens`` applies: float32 CPU logits ``(N, V)`` with unit stride along V,
+    0 < k <= V, no autograd, kernels available."""
+    return (logits.dtype == torch.float32 and logits.device.type == "cpu" and logits.dim() == 2
+            and logits.stride(-1) == 1 and 0 < k <= logits.shape[1] and not torch.is_grad_enabled() and available())
+
+
+def best_tokens(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The k largest log-probabilities of each row, ``log_softmax(logits)``, and their ids, best
+    first (equal values: the smaller id first): ``(values (N, k) float32, ids (N, k) int64)``, in
+    one pass over each row without the ``(N, V)`` log-probabilities."""
+    N, V = logits.shape
+    values = torch.empty(N, k, dtype=torch.float32)
+    ids = torch.empty(N, k, dtype=torch.long)
+    if N:
+        _load().best_tokens_f32(logits.data_ptr(), N, V, logits.stride(0), k, values.data_ptr(), ids.data_ptr())
+    return values, ids
