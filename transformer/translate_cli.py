@@ -33,7 +33,9 @@ def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold (default: 1.0 = off)")
     g.add_argument("--seed", type=int, default=None, help="sampling seed (same seed, same samples)")
     g.add_argument("--bf16", action="store_true", help="decode with a bfloat16 copy of the weights (fast on CPUs with AVX-512 bf16 or AMX)")
-    g.add_argument("--int8", action="store_true", help="decode with linear layers dynamically quantised to int8 (CPU)")
+    g.add_argument("--int8", action="store_true",
+                   help="decode with linear layers dynamically quantised to int8 (CPU; PyTorch's int8 layers, "
+                   "not the packed float32 kernels, so float32 can be as fast: README, Performance)")
     g.add_argument("--batch-tokens", type=int, default=12000, help="source tokens x beams per batch (default: 12000)")
 
 
