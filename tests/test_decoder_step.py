@@ -139,3 +139,15 @@ def test_best_tokens_rows_at_a_stride_and_where_not_used():
         assert not fused_cpu.can_best_tokens(logits, 31)
     assert not fused_cpu.can_best_tokens(logits, 2)  # autograd on
     torch.testing.assert_close(values, logits.log_softmax(-1).topk(2).values, rtol=0, atol=2e-6)
+
+
+def test_step_aside_for_autocast_and_caches_of_another_dtype():
+    layer = _layer(False)
+    x = torch.randn(2, 1, 32)
+    kv = layer.cross_attn.memory_kv(torch.randn(2, 5, 32))
+    bf16_cache = KVCache()
+    bf16_cache.append(torch.randn(2, 4, 1, 8, dtype=torch.bfloat16), torch.randn(2, 4, 1, 8, dtype=torch.bfloat16))
+    with torch.no_grad(), packed_linear.packing():
+        assert not packed_linear.can_step(layer, x, bf16_cache, kv, None)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert not packed_linear.can_step(layer, x, KVCache(), kv, None)

@@ -255,3 +255,12 @@ def test_decode_config_entry_point_unchanged():
         finally:
             packed_linear.set_enabled(True)
     assert outputs[0] == outputs[1]
+
+
+def test_rows_wider_than_a_row_block():
+    layer = _layer(40000, 3)  # 160 KB a row: more than the kernel's row block
+    for rows in (1, 2):
+        x = torch.randn(rows, 40000)
+        with torch.no_grad(), packed_linear.packing():
+            got = packed_linear.linear(layer, x)
+        torch.testing.assert_close(got, _reference(layer, x), rtol=1e-4, atol=1e-4)

@@ -51,6 +51,11 @@ class KVCache:
         self.length = needed
         return keys[:, :, :needed], values[:, :, :needed]
 
+    @property
+    def key_buffer(self) -> Tensor | None:
+        """The key buffer ``(B, H, capacity, D)`` (None before the first position)."""
+        return self._k
+
     def reserve(self, k: Tensor, value_size: int) -> tuple[Tensor, Tensor]:
         """Room for new positions shaped like ``k (B, H, T, D)`` (values of ``value_size``): the whole
         key and value buffers ``(B, H, capacity, D)``. Whoever writes positions ``length .. length

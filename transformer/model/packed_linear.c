@@ -10,7 +10,8 @@
  * block stays in the core's cache while the panels stream past it. (Row block, panel) pairs are
  * split across `threads` OpenMP threads (PyTorch's count; the process's one libgomp).
  *
- * Sums run over k in order in float32, with fused multiply-adds where the machine has them.
+ * Sums run over k in float32 (one row alone: even and odd k in two sums), with fused multiply-adds
+ * where the machine has them.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -139,7 +140,8 @@ void linear_f32(const float *x, long M, long K, long xs, const float *packed, co
     if (M <= 0 || N <= 0 || K <= 0) return; /* the callers pass none of these */
     long panels = (N + PANEL - 1) / PANEL;
     long most = ROW_BLOCK_BYTES / (K * (long)sizeof(float)); /* rows per block at most */
-    long row_blocks = (M + most - 1) / (most > 0 ? most : 1);
+    if (most < 1) most = 1;                                  /* rows wider than a block */
+    long row_blocks = (M + most - 1) / most;
     long block = (M + row_blocks - 1) / row_blocks; /* blocks of (nearly) equal size */
     block = (block + 5) / 6 * 6;
     row_blocks = (M + block - 1) / block;
@@ -151,17 +153,7 @@ void linear_f32(const float *x, long M, long K, long xs, const float *packed, co
         }
 }
 
-
-/* ------------------------------------------------------------------ one decoder layer, one step
- * A decoder layer (paper 3.1) for one new position of each of B rows, without dropout:
- * self-attention over the cached positions and the new one, encoder-decoder attention, ReLU
- * feed-forward, each sub-layer in "Add & Norm" (post-LN, or pre-LN with norm_first). The
- * residual stream x (B x E) is updated in place; the new keys and values are written into the
- * self-attention cache at position `pos` (rows b, heads at strides c_sb, c_sh, positions at
- * c_ss). w holds 18 pointers: packed W_qkv, b_qkv, packed W_o, b_o, LayerNorm gamma, beta
- * (self-attention); packed W_q, b_q, packed W_o, b_o, gamma, beta (encoder-decoder); packed
- * W_1, b_1, packed W_2, b_2, gamma, beta (feed-forward); biases may be NULL. Encoder-decoder
- * attention reads memory row b / G with the key mask (or none), as attend_f32. */
+/* ------------------------------------------------------------------ one decoder layer, one step */
 void attend_f32(const float *q, long q_sb, long q_sh, long q_st, const float *k, long k_sb, long k_sh,
                 long k_ss, const float *v, long v_sb, long v_sh, long v_ss, const unsigned char *mask, long m_sb,
                 long m_ss, int causal, float *out, long B, long H, long T, long S, long D, long G,
@@ -192,6 +184,15 @@ static void add_rows(float *x, const float *y, long n) {
 #define PRE(ln) (norm_first ? (add_layer_norm(x, NULL, h, B, E, w[ln], w[(ln) + 1], eps), h) : x)
 #define POST(ln, out) (norm_first ? add_rows(x, out, B * E) : add_layer_norm(x, out, NULL, B, E, w[ln], w[(ln) + 1], eps))
 
+/* A decoder layer (paper 3.1) for one new position of each of B rows, without dropout:
+ * self-attention over the cached positions and the new one, encoder-decoder attention, ReLU
+ * feed-forward, each sub-layer in "Add & Norm" (post-LN, or pre-LN with norm_first). The
+ * residual stream x (B x E) is updated in place; the new keys and values are written into the
+ * self-attention cache at position `pos` (rows b, heads at strides c_sb, c_sh, positions at
+ * c_ss). w holds 18 pointers: packed W_qkv, b_qkv, packed W_o, b_o, LayerNorm gamma, beta
+ * (self-attention); packed W_q, b_q, packed W_o, b_o, gamma, beta (encoder-decoder); packed
+ * W_1, b_1, packed W_2, b_2, gamma, beta (feed-forward); biases may be NULL. Encoder-decoder
+ * attention reads memory row b / G with the key mask (or none), as attend_f32. */
 void decoder_layer_step_f32(float *x, long B, long E, long H, long F, const float *const *w, float *cache_k,
                             float *cache_v, long c_sb, long c_sh, long c_ss, long pos, const float *mem_k,
                             const float *mem_v, long k_sb, long k_sh, long k_ss, long v_sb, long v_sh, long v_ss,

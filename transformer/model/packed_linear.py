@@ -16,18 +16,19 @@ decoder layer for one new position per row in one call (``decoder_layer_step_f32
 products, the cache write, attention by ``fused_cpu``'s ``attend_f32``, Add & Norm), the same
 computation as ``DecoderLayer.forward``; a step of that model at 1 row took 1.6 ms against 2.5.
 
-The packed copies live only inside ``packing()``, a scope the decoding functions open
+The packed copies are valid only inside ``packing()``, a scope the decoding functions open
 (``transformer/decoding``) for the length of one call and the ``Translator`` for one
 ``translate``. Inside it ``linear(layer, x)`` packs each weight on its first use and reuses the
 copy; outside it, or for anything but a plain ``nn.Linear`` in float32 on CPU without autograd
-(quantised int8 layers, bf16 copies, training), ``linear`` is ``layer(x)``. A scope, not a
-cache keyed by the weights' version: optimizers such as fused Adam update parameters in place
-without bumping their version counter, so a copy kept between calls could go stale after a
-training step (validation decodes in the middle of training). Inside a scope the model's
-weights must not change.
+or CPU autocast (quantised int8 layers, bf16 copies, training steps), ``linear`` is
+``layer(x)``. A scope, not a cache keyed by the weights' version: optimizers such as fused Adam
+update parameters in place without bumping their version counter, so a copy kept between calls
+could go stale after a training step (validation decodes in the middle of training). Inside a
+scope the model's weights must not change.
 
-The memory of the copies is kept with the weights (and packed again in each scope), about the
-size of the model's float32 linear weights.
+The memory of the copies stays with the weights (about the size of the model's float32 linear
+weights) and is packed again in each scope; scopes in two threads at once write the same bytes
+into it.
 
 ``set_enabled(False)`` (or ``TRANSFORMER_FUSED_CPU=0`` for all compiled kernels) turns it off,
 e.g. to compare; where the kernels cannot be compiled it is off.
@@ -142,12 +143,16 @@ def _linear(x: Tensor, packed: Tensor, bias: Tensor | None, N: int, *, relu: boo
 # ------------------------------------------------------------------------ a decoder layer's step
 def can_step(layer: nn.Module, x: Tensor, self_cache, memory_kv, memory_mask: Tensor | None) -> bool:
     """Whether ``decoder_layer_step`` applies to ``layer`` (a ``DecoderLayer``) for ``x`` ``(B, 1, E)``:
-    inside ``packing()``, no autograd, evaluation mode, float32 on CPU, plain ``nn.Linear`` layers,
+    inside ``packing()``, no autograd or CPU autocast, evaluation mode, float32 on CPU (the cache's
+    buffers too, if it has them), plain ``nn.Linear`` layers,
     LayerNorms with weight and bias, a ReLU feed-forward, a self-attention cache and the memory's
     keys/values (``StaticKV``) with a key mask ``(M or 1, 1, 1, S)`` or none; kernels enabled."""
-    if (getattr(_scopes, "packs", None) is None or torch.is_grad_enabled() or layer.training
-            or self_cache is None or memory_kv is None or not enabled()):
+    if (getattr(_scopes, "packs", None) is None or torch.is_grad_enabled() or torch.is_autocast_enabled("cpu")
+            or layer.training or self_cache is None or memory_kv is None or not enabled()):
         return False
+    keys = getattr(self_cache, "key_buffer", None)
+    if keys is not None and not (keys.dtype == torch.float32 and keys.is_contiguous()):
+        return False  # the kernel writes float32 rows into a contiguous buffer
     if not (x.dim() == 3 and x.shape[1] == 1 and x.dtype == torch.float32 and x.device.type == "cpu"
             and x.is_contiguous() and layer.ffn.activation is F.relu):
         return False
