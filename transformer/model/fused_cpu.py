@@ -377,18 +377,27 @@ DECODE_ATTENTION_MAX_QUERIES = 16
 
 def can_decode_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> bool:
     """Whether ``decode_attention`` applies: no autograd, float32 CPU ``q`` ``(B, H, T, D)`` with
-    T <= ``DECODE_ATTENTION_MAX_QUERIES``, ``k`` and ``v`` ``(M, H, S, D)`` with B a multiple of
-    M, unit stride along D, ``mask`` None or a bool key mask ``(M or 1, 1, 1, S)``, kernels available."""
-    if torch.is_grad_enabled() or not all(
-            t.dtype == torch.float32 and t.device.type == "cpu" and t.dim() == 4 and t.stride(-1) == 1
-            for t in (q, k, v)):
+    T <= ``DECODE_ATTENTION_MAX_QUERIES`` and unit stride along D, keys that ``keys_fit``, kernels
+    available."""
+    if torch.is_grad_enabled() or not (q.dtype == torch.float32 and q.device.type == "cpu" and q.dim() == 4
+                                       and q.stride(-1) == 1 and q.shape[2] <= DECODE_ATTENTION_MAX_QUERIES):
         return False
-    B, H, T, D = q.shape
+    B, H, _, D = q.shape
+    return keys_fit(B, H, D, k, v, mask) and available()
+
+
+def keys_fit(B: int, H: int, D: int, k: Tensor, v: Tensor, mask: Tensor | None) -> bool:
+    """Whether B query rows of H heads of size D can attend over ``k`` and ``v`` in the compiled
+    kernels: float32 CPU ``(M, H, S, D)`` with unit stride along D, B a multiple of M, and ``mask``
+    None or a bool key mask ``(M or 1, 1, 1, S)``."""
+    if not all(t.dtype == torch.float32 and t.device.type == "cpu" and t.dim() == 4 and t.stride(-1) == 1
+               for t in (k, v)):
+        return False
     M, S = k.shape[0], k.shape[2]
-    if T > DECODE_ATTENTION_MAX_QUERIES or k.shape != v.shape or k.shape[1] != H or k.shape[3] != D or M == 0 or B % M:
+    if k.shape != v.shape or k.shape[1] != H or k.shape[3] != D or M == 0 or B % M:
         return False
-    return (mask is None or (mask.dtype == torch.bool and mask.dim() == 4 and mask.shape[1:3] == (1, 1)
-                             and mask.shape[0] in (1, M) and mask.shape[3] == S)) and available()
+    return mask is None or (mask.dtype == torch.bool and mask.dim() == 4 and mask.shape[1:3] == (1, 1)
+                            and mask.shape[0] in (1, M) and mask.shape[3] == S)
 
 
 def decode_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, *, causal: bool = False) -> Tensor:

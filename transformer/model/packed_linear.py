@@ -89,12 +89,20 @@ def applies(layer: nn.Module, x: Tensor) -> bool:
     """Whether ``linear(layer, x)`` runs the packed kernel: inside ``packing()``, no autograd, no
     CPU autocast, a plain ``nn.Linear`` with float32 weights on CPU, float32 input of its width,
     kernels enabled."""
-    return (getattr(_scopes, "packs", None) is not None and not torch.is_grad_enabled()
-            and not torch.is_autocast_enabled("cpu")
-            and type(layer) is nn.Linear and x.dtype == torch.float32 and x.device.type == "cpu"
-            and layer.weight.dtype == torch.float32 and layer.weight.device.type == "cpu"
-            and (layer.bias is None or layer.bias.dtype == torch.float32)
+    return (_kernel_time() and _packable(layer) and x.dtype == torch.float32 and x.device.type == "cpu"
             and x.dim() >= 1 and x.shape[-1] == layer.in_features > 0 and enabled())
+
+
+def _kernel_time() -> bool:
+    """Inside ``packing()``, without autograd or CPU autocast (which would pick another dtype)."""
+    return (getattr(_scopes, "packs", None) is not None and not torch.is_grad_enabled()
+            and not torch.is_autocast_enabled("cpu"))
+
+
+def _packable(layer: nn.Module) -> bool:
+    """A plain ``nn.Linear`` (not a quantised one) with float32 weights (and bias) on CPU."""
+    return (type(layer) is nn.Linear and layer.weight.dtype == torch.float32 and layer.weight.device.type == "cpu"
+            and (layer.bias is None or layer.bias.dtype == torch.float32))
 
 
 def linear(layer: nn.Module, x: Tensor, activation: Callable[[Tensor], Tensor] | None = None) -> Tensor:
@@ -147,32 +155,22 @@ def can_step(layer: nn.Module, x: Tensor, self_cache, memory_kv, memory_mask: Te
     buffers too, if it has them), plain ``nn.Linear`` layers,
     LayerNorms with weight and bias, a ReLU feed-forward, a self-attention cache and the memory's
     keys/values (``StaticKV``) with a key mask ``(M or 1, 1, 1, S)`` or none; kernels enabled."""
-    if (getattr(_scopes, "packs", None) is None or torch.is_grad_enabled() or torch.is_autocast_enabled("cpu")
-            or layer.training or self_cache is None or memory_kv is None or not enabled()):
+    if not _kernel_time() or layer.training or self_cache is None or memory_kv is None or not enabled():
         return False
     keys = getattr(self_cache, "key_buffer", None)
     if keys is not None and not (keys.dtype == torch.float32 and keys.is_contiguous()):
         return False  # the kernel writes float32 rows into a contiguous buffer
     if not (x.dim() == 3 and x.shape[1] == 1 and x.dtype == torch.float32 and x.device.type == "cpu"
-            and x.is_contiguous() and layer.ffn.activation is F.relu):
+            and x.is_contiguous() and layer.ffn.activation is F.relu
+            and all(_packable(lin) for lin in _step_linears(layer))):
         return False
-    E = x.shape[-1]
-    for lin in _step_linears(layer):
-        if not (type(lin) is nn.Linear and lin.weight.dtype == torch.float32 and lin.weight.device.type == "cpu"
-                and (lin.bias is None or lin.bias.dtype == torch.float32)):
-            return False
+    B, _, E = x.shape
     for norm in (layer.self_block.norm, layer.cross_block.norm, layer.ffn_block.norm):
         if norm.weight is None or norm.bias is None or tuple(norm.normalized_shape) != (E,) \
                 or norm.weight.dtype != torch.float32:
             return False
-    k, v = memory_kv.k, memory_kv.v
-    B, M, S = x.shape[0], k.shape[0], k.shape[2]
-    if not (k.dtype == v.dtype == torch.float32 and k.shape == v.shape and k.stride(-1) == v.stride(-1) == 1
-            and M > 0 and B % M == 0 and k.shape[1] * k.shape[3] == E):
-        return False
-    return memory_mask is None or (memory_mask.dtype == torch.bool and memory_mask.dim() == 4
-                                   and memory_mask.shape[1:3] == (1, 1) and memory_mask.shape[0] in (1, M)
-                                   and memory_mask.shape[3] == S)
+    H = layer.cross_attn.n_heads
+    return fused_cpu.keys_fit(B, H, E // H, memory_kv.k, memory_kv.v, memory_mask)
 
 
 def decoder_layer_step(layer: nn.Module, x: Tensor, self_cache, memory_kv, memory_mask: Tensor | None) -> Tensor:
