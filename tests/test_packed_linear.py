@@ -113,11 +113,9 @@ def test_where_it_applies_and_where_the_layer_runs(monkeypatch):
                 packed_linear.linear(layer, x.unsqueeze(0).expand(2, 4, 16))  # (a kernel call: views are fine)
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 packed_linear.linear(layer, x)  # autocast decides the dtype: the layer
-            packed_linear.set_enabled(False)
-            try:
-                packed_linear.linear(layer, x)  # switched off
-            finally:
-                packed_linear.set_enabled(True)
+            monkeypatch.setattr(packed_linear, "_enabled", False)
+            packed_linear.linear(layer, x)  # switched off
+            monkeypatch.setattr(packed_linear, "_enabled", True)
             assert len(calls) == 4
             packed_linear.linear(layer, x)  # the kernel
             assert len(calls) == 4
@@ -155,7 +153,7 @@ def test_packs_live_in_the_outermost_scope(monkeypatch):
     assert rec.packs == 4  # each new scope packs again
 
 
-def test_a_training_step_between_two_decodes_is_seen():
+def test_a_training_step_between_two_decodes_is_seen(monkeypatch):
     """Fused Adam updates weights in place without bumping their version counters: the copies
     must not outlive the decoding call that made them."""
     cfg = ModelConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=1,
@@ -173,11 +171,8 @@ def test_a_training_step_between_two_decodes_is_seen():
     assert model.output.weight._version == version  # the case this guards against
     model.eval()
     after = greedy_search(model, src, mask, bos_id=1, eos_id=2, max_len_a=0, max_len_b=6)
-    packed_linear.set_enabled(False)
-    try:
-        expected = greedy_search(model, src, mask, bos_id=1, eos_id=2, max_len_a=0, max_len_b=6)
-    finally:
-        packed_linear.set_enabled(True)
+    monkeypatch.setattr(packed_linear, "_enabled", False)
+    expected = greedy_search(model, src, mask, bos_id=1, eos_id=2, max_len_a=0, max_len_b=6)
     assert [h.tokens for h in after] == [h.tokens for h in expected]
 
 
@@ -199,12 +194,9 @@ def test_decoding_uses_it_and_is_unchanged(monkeypatch):
     monkeypatch.setattr(packed_linear, "_linear", lambda *a, **k: used.append(1) or original(*a, **k))
     results = {}
     for on in (True, False):
-        packed_linear.set_enabled(on)
-        try:
-            greedy = greedy_search(model, src, mask, bos_id=1, eos_id=2, max_len_a=0, max_len_b=10)
-            beam = beam_search(model, src, mask, bos_id=1, eos_id=2, beam_size=3, max_len_a=0, max_len_b=10)
-        finally:
-            packed_linear.set_enabled(True)
+        monkeypatch.setattr(packed_linear, "_enabled", on)
+        greedy = greedy_search(model, src, mask, bos_id=1, eos_id=2, max_len_a=0, max_len_b=10)
+        beam = beam_search(model, src, mask, bos_id=1, eos_id=2, beam_size=3, max_len_a=0, max_len_b=10)
         results[on] = ([h.tokens for h in greedy], [[h.tokens for h in hs] for hs in beam])
         if on:
             assert used, "decoding did not run the packed kernel"
@@ -244,16 +236,13 @@ def test_translator_packs_once_for_all_batches(monkeypatch):
     assert rec.packs == n_weights  # each weight once, not once per batch
 
 
-def test_decode_config_entry_point_unchanged():
+def test_decode_config_entry_point_unchanged(monkeypatch):
     model, src, mask = _model()
     cfg = DecodeConfig(strategy="beam", beam_size=2, max_len_a=0, max_len_b=8)
     outputs = []
     for on in (True, False):
-        packed_linear.set_enabled(on)
-        try:
-            outputs.append([[h.tokens for h in hs] for hs in decode(model, src, mask, cfg, bos_id=1, eos_id=2)])
-        finally:
-            packed_linear.set_enabled(True)
+        monkeypatch.setattr(packed_linear, "_enabled", on)
+        outputs.append([[h.tokens for h in hs] for hs in decode(model, src, mask, cfg, bos_id=1, eos_id=2)])
     assert outputs[0] == outputs[1]
 
 
