@@ -1,4 +1,4 @@
-"""Fused CPU kernels for training: dropout, dropout + residual add + LayerNorm, the
+"""Fused CPU kernels, mostly for training: dropout, dropout + residual add + LayerNorm, the
 label-smoothed NLL with its gradient, and attention over short rows (``fused_cpu.c``).
 
 In a CPU training step the matrix products run near the machine's peak; much of the rest is
@@ -19,6 +19,10 @@ each (batch, head) pair in a thread's own float32 buffers, reading the heads whe
 projections wrote them and writing the output where the output projection reads it, and the
 gradients likewise; the weights' dropout mask is the one the dropout kernel draws for the
 (B, H, T, S) weights, so the result equals the explicit composition with that mask.
+
+Two kernels serve decoding instead (float32, no autograd): ``decode_attention``, attention for a
+few queries per row with the heads merged and the beams of a sentence reading its keys in
+place, and ``best_tokens``, log-softmax with the k best tokens of each row in one pass.
 
 The C sources (this module's ``fused_cpu.c`` and the inference kernels of ``packed_linear.c``)
 are compiled once with the system's C compiler (``cc``, or ``$CC``) into one library in
