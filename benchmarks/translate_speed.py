@@ -6,7 +6,9 @@ One trained run directory (default ``runs/multi30k-de-en``: d_model 256, 3 + 3 l
 sentences of Multi30k ``test_2016_flickr`` are translated greedily and with beam 4 by:
 
 * ours fp32: ``Translator`` (length-sorted batches of at most ``max_tokens`` padded source
-  tokens x beam, decoder cache, rows of finished sentences dropped);
+  tokens x beam, decoder cache, rows of finished sentences dropped; on CPU the compiled decoding
+  kernels: packed linear layers, one call per decoder layer and step, decoding attention,
+  log-softmax with top-k; ``TRANSFORMER_FUSED_CPU=0`` runs PyTorch's operators instead);
 * ours bf16: the same ``Translator`` with ``bf16=True`` (a bfloat16 copy of the model), only
   where the CPU has bf16 matrix units (AVX-512 bf16 or AMX) or with ``--bf16``: elsewhere PyTorch
   emulates bf16 products, far slower than float32, and the contender is left out;
