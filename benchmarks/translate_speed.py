@@ -8,7 +8,9 @@ sentences of Multi30k ``test_2016_flickr`` are translated greedily and with beam
 * ours fp32: ``Translator`` (length-sorted batches of at most ``max_tokens`` padded source
   tokens x beam, decoder cache, rows of finished sentences dropped; on CPU the compiled decoding
   kernels: packed linear layers, one call per decoder layer and step, decoding attention,
-  log-softmax with top-k; ``TRANSFORMER_FUSED_CPU=0`` runs PyTorch's operators instead);
+  log-softmax with top-k; ``TRANSFORMER_FUSED_CPU=0`` runs PyTorch's operators instead). The
+  model is loaded frozen, as ``Translator.from_run_dir`` (the CLI, the server) loads it, so the
+  weights are packed for the kernels once, not in every call;
 * ours bf16: the same ``Translator`` with ``bf16=True`` (a bfloat16 copy of the model), only
   where the CPU has bf16 matrix units (AVX-512 bf16 or AMX) or with ``--bf16``: elsewhere PyTorch
   emulates bf16 products, far slower than float32, and the contender is left out;
@@ -128,7 +130,7 @@ def export_engines(run_dir: Path, tmp: Path) -> None:
 def load_engines(family: str, run_dir: Path, tmp: Path) -> dict:
     """One family's engines: our model, the ``MarianMTModel``, or the two CTranslate2 translators."""
     if family == "ours":
-        return {"ours": load_model(run_dir)}
+        return {"ours": load_model(run_dir).requires_grad_(False)}  # frozen, as Translator.from_run_dir loads it
     if family == "hf":
         import transformers
 

@@ -176,6 +176,73 @@ def test_a_training_step_between_two_decodes_is_seen(monkeypatch):
     assert [h.tokens for h in after] == [h.tokens for h in expected]
 
 
+def _count_packing(monkeypatch) -> list[int]:
+    """Counts the weights packed (``pack_f32`` calls), whether into new or kept copies."""
+    calls = []
+    lib = fused_cpu.library()
+    original = lib.pack_f32
+    monkeypatch.setattr(lib, "pack_f32", lambda *args: calls.append(args[1]) or original(*args))
+    return calls
+
+
+def _kernel_output(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad(), packed_linear.packing():
+        assert packed_linear.applies(layer, x)
+        return packed_linear.linear(layer, x)
+
+
+def test_frozen_weights_keep_their_copies_until_they_change(monkeypatch):
+    calls = _count_packing(monkeypatch)
+    layer = _layer(24, 20).requires_grad_(False)
+    x = torch.randn(5, 24)
+    for _ in range(3):
+        torch.testing.assert_close(_kernel_output(layer, x), _reference(layer, x), rtol=1e-5, atol=1e-5)
+    assert len(calls) == 1  # packed once for three scopes
+
+    with torch.no_grad():
+        layer.weight.mul_(-2.0)  # an in-place write bumps the version counter
+    torch.testing.assert_close(_kernel_output(layer, x), _reference(layer, x), rtol=1e-5, atol=1e-5)
+    assert len(calls) == 2
+
+    layer.weight.data = torch.randn(20, 24)  # other memory
+    torch.testing.assert_close(_kernel_output(layer, x), _reference(layer, x), rtol=1e-5, atol=1e-5)
+    assert len(calls) == 3
+
+    layer.weight.data.add_(1.0)  # not seen by the version counter: forget() says so
+    packed_linear.forget()
+    torch.testing.assert_close(_kernel_output(layer, x), _reference(layer, x), rtol=1e-5, atol=1e-5)
+    assert len(calls) == 4
+    _kernel_output(layer, x)
+    assert len(calls) == 4
+
+
+def test_an_optimizer_step_makes_kept_copies_stale(monkeypatch):
+    """Fine-tuning a frozen layer: unfrozen, a fused-Adam step (which leaves the version counter
+    as it was), frozen again. The step of any torch.optim optimizer drops every kept copy."""
+    calls = _count_packing(monkeypatch)
+    layer = _layer(16, 8).requires_grad_(False)
+    x = torch.randn(3, 16)
+    _kernel_output(layer, x)
+    layer.requires_grad_(True)
+    optimizer = torch.optim.Adam(layer.parameters(), lr=0.5, fused=True)
+    version = layer.weight._version
+    layer(x).square().sum().backward()
+    optimizer.step()
+    assert layer.weight._version == version
+    layer.requires_grad_(False)
+    torch.testing.assert_close(_kernel_output(layer, x), _reference(layer, x), rtol=1e-5, atol=1e-5)
+    assert len(calls) == 2
+
+
+def test_trainable_weights_are_packed_in_every_scope(monkeypatch):
+    calls = _count_packing(monkeypatch)
+    layer = _layer(16, 8)
+    assert layer.weight.requires_grad
+    for _ in range(2):
+        _kernel_output(layer, torch.randn(2, 16))
+    assert len(calls) == 2
+
+
 def _model() -> tuple[Transformer, torch.Tensor, torch.Tensor]:
     cfg = ModelConfig(src_vocab_size=80, tgt_vocab_size=80, d_model=48, n_heads=4, d_ff=96, n_encoder_layers=2,
                       n_decoder_layers=2)

@@ -44,6 +44,28 @@ def test_translations_come_back_in_input_order_whatever_the_batching(run_dir):
     assert one_big_batch.translate(sentences) == together
 
 
+def test_a_loaded_translator_freezes_its_model_and_packs_it_once(run_dir, monkeypatch):
+    """from_run_dir owns the model it loads: frozen, so the CPU kernels pack its weights in the
+    first call only; the translations stay those of PyTorch's operators."""
+    from transformer.model import fused_cpu, packed_linear
+
+    translator = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
+    assert not any(p.requires_grad for p in translator.model.parameters())
+    sentences = [f for f, _ in generate_pairs(6, seed=4)]
+    if not packed_linear.enabled():
+        pytest.skip("compiled CPU kernels unavailable (no C compiler)")
+    calls = []
+    lib = fused_cpu.library()
+    original = lib.pack_f32
+    monkeypatch.setattr(lib, "pack_f32", lambda *args: calls.append(1) or original(*args))
+    first = translator.translate(sentences)
+    packed = len(calls)
+    assert packed > 0
+    assert translator.translate(sentences) == first and len(calls) == packed
+    monkeypatch.setattr(packed_linear, "_enabled", False)
+    assert translator.translate(sentences) == first
+
+
 def test_empty_and_too_long_inputs_never_lose_other_translations(run_dir):
     translator = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
     good = "je suis étudiant"

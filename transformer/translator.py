@@ -81,9 +81,13 @@ class Translator:
 
     @classmethod
     def from_run_dir(cls, run_dir: str | os.PathLike[str], **kwargs) -> Translator:
-        """Load ``config.json``, ``model.safetensors`` and the tokenizer files of a run directory."""
+        """Load ``config.json``, ``model.safetensors`` and the tokenizer files of a run directory.
+
+        The translator owns the model it loads: its weights are frozen (``requires_grad`` False),
+        so the CPU kernels' packed copies of them are made once, not in every call (see
+        ``transformer.model.packed_linear``)."""
         run_dir = Path(run_dir)
-        model = load_model(run_dir)
+        model = load_model(run_dir).requires_grad_(False)
         try:
             vocab = Vocabularies.load(run_dir)
         except (FileNotFoundError, ValueError) as err:

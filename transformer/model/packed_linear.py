@@ -16,19 +16,24 @@ decoder layer for one new position per row in one call (``decoder_layer_step_f32
 products, the cache write, attention by ``fused_cpu``'s ``attend_f32``, Add & Norm), the same
 computation as ``DecoderLayer.forward``; a step of that model at 1 row took 1.6 ms against 2.5.
 
-The packed copies are valid only inside ``packing()``, a scope the decoding functions open
+The packed copies are used only inside ``packing()``, a scope the decoding functions open
 (``transformer/decoding``) for the length of one call and the ``Translator`` for one
 ``translate``. Inside it ``linear(layer, x)`` packs each weight on its first use and reuses the
 copy; outside it, or for anything but a plain ``nn.Linear`` in float32 on CPU without autograd
 or CPU autocast (quantised int8 layers, bf16 copies, training steps), ``linear`` is
-``layer(x)``. A scope, not a cache keyed by the weights' version: optimizers such as fused Adam
-update parameters in place without bumping their version counter, so a copy kept between calls
-could go stale after a training step (validation decodes in the middle of training). Inside a
-scope the model's weights must not change.
+``layer(x)``. Inside a scope the model's weights must not change.
 
 The memory of the copies stays with the weights (about the size of the model's float32 linear
-weights) and is packed again in each scope; scopes in two threads at once write the same bytes
-into it.
+weights). A weight that requires gradients is packed again in each scope: optimizers such as
+fused Adam update parameters in place without bumping their version counter, so a copy kept
+between scopes could go stale after a training step (validation decodes in the middle of
+training). A frozen weight (``requires_grad`` False, as ``Translator.from_run_dir`` leaves the
+model it loads) keeps its copy between scopes for as long as its memory, shape, strides and
+version counter stay the same and no ``torch.optim`` optimizer has taken a step in the process
+(a copy for a translation server made once, not per request: 7-8 ms per ``translate`` call for
+the Multi30k model). Writes through ``.data`` do not bump the version counter: after
+``w.data.copy_(...)`` on a frozen weight, call ``forget()``. Scopes in two threads at once write
+the same bytes into a copy that must be packed again.
 
 ``set_enabled(False)`` (or ``TRANSFORMER_FUSED_CPU=0`` for all compiled kernels) turns it off,
 e.g. to compare; where the kernels cannot be compiled it is off.
@@ -43,6 +48,7 @@ from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
+from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch import Tensor, nn
 from torch.utils.weak import WeakIdKeyDictionary
 
@@ -55,6 +61,8 @@ _enabled = True
 # lives: allocating ~30 MB afresh (page faults, zeroing) cost more than packing it (17 against 7
 # ms per Translator.translate call for the Multi30k model).
 _buffers: WeakIdKeyDictionary = WeakIdKeyDictionary()
+# Frozen weights (requires_grad False) whose copy in _buffers is still good: weight -> _stamp(weight).
+_frozen: WeakIdKeyDictionary = WeakIdKeyDictionary()
 _scopes = threading.local()  # .packs while a scope is open: {id(weight): (weight, packed copy),
 #                               ("step", id(layer)): (layer, decoder_layer_step's pointers, what they point to)}
 
@@ -83,6 +91,12 @@ def packing() -> Iterator[None]:
         yield
     finally:
         _scopes.packs = None
+
+
+def forget() -> None:
+    """Pack every frozen weight again in the next scope (after writes the version counters do
+    not see, such as ``weight.data.copy_(...)``)."""
+    _frozen.clear()
 
 
 def applies(layer: nn.Module, x: Tensor) -> bool:
@@ -122,14 +136,41 @@ def _packed(weight: Tensor) -> Tensor:
     entry = packs.get(id(weight))
     if entry is None or entry[0] is not weight:
         N, K = weight.shape
-        w = weight if weight.stride(1) == 1 else weight.contiguous()
         size = (N + PANEL - 1) // PANEL * PANEL * K
         packed = _buffers.get(weight)
         if packed is None or packed.numel() != size:  # packed again into the same memory in each scope
             packed = _buffers[weight] = torch.empty(size, dtype=torch.float32)
-        fused_cpu.library().pack_f32(w.data_ptr(), N, K, w.stride(0), packed.data_ptr(), torch.get_num_threads())
+            _frozen.pop(weight, None)
+        stamp = _stamp(weight)
+        if stamp is None or _frozen.get(weight) != stamp:
+            w = weight if weight.stride(1) == 1 else weight.contiguous()
+            fused_cpu.library().pack_f32(w.data_ptr(), N, K, w.stride(0), packed.data_ptr(), torch.get_num_threads())
+            if stamp is not None:
+                _frozen[weight] = stamp  # recorded once the copy is complete
         entry = packs[id(weight)] = (weight, packed)  # the weight is kept, so its id stays its own
     return entry[1]
+
+
+def _stamp(weight: Tensor) -> tuple[int, ...] | None:
+    """What a frozen weight's packed copy was made from: its memory, its version counter (bumped
+    by every in-place write except through ``.data``), shape, strides and the number of optimizer
+    steps taken in this process so far. None for a weight that requires gradients: a copy of it is
+    not kept between scopes."""
+    if weight.requires_grad:
+        return None
+    return weight.data_ptr(), weight._version, *weight.shape, *weight.stride(), _optimizer_steps
+
+
+def _count_step(optimizer, args, kwargs) -> None:
+    global _optimizer_steps
+    _optimizer_steps += 1
+
+
+# Optimizers may update weights in place without bumping their version counters (fused Adam does
+# not): a step of any torch.optim optimizer makes every kept copy stale, e.g. of a weight frozen
+# again after a fine-tuning step.
+_optimizer_steps = 0
+register_optimizer_step_post_hook(_count_step)
 
 
 def _linear(x: Tensor, packed: Tensor, bias: Tensor | None, N: int, *, relu: bool) -> Tensor:
