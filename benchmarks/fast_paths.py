@@ -12,8 +12,11 @@ weights of one trained run directory (``model.safetensors``) on each path:
 * bf16: a bfloat16 copy of the weights (``Translator(bf16=True)``); by default only where the CPU
   has bf16 matrix units (AVX-512 bf16 or AMX): elsewhere PyTorch emulates bf16 products, far
   slower than fp32, and the path runs only when asked for (``--paths bf16``);
-* int8: ``Translator(quantize="int8")`` (``transformer translate --int8``): a copy of the model
-  whose ``nn.Linear`` layers are dynamically quantised to int8
+* int8-weights: ``Translator(quantize="int8-weights")`` (what ``transformer translate --int8``
+  picks on CPUs without VNNI or AMX): the compiled decoding kernels with int8 copies of the
+  linear layers' weights (one scale per output feature; activations and sums in float32);
+* int8-dynamic: ``Translator(quantize="int8-dynamic")`` (``--int8`` on CPUs with VNNI or AMX): a
+  copy of the model whose ``nn.Linear`` layers are dynamically quantised to int8
   (``torch.ao.quantization.quantize_dynamic``: int8 weights, activations quantised per batch;
   embeddings stay fp32; the tied output projection gets its own int8 copy), with the compiled
   attention kernel of decoding steps;
@@ -54,7 +57,7 @@ from transformer.precision import bf16_left_out, fast_bf16
 from transformer.training.config import RunConfig
 from transformer.translator import Translator
 
-PATHS = ("fp32", "kernels", "bf16", "int8", "compile")
+PATHS = ("fp32", "kernels", "bf16", "int8-weights", "int8-dynamic", "compile")
 WITHOUT_KERNELS = ("fp32", "compile")  # paths run with the compiled CPU kernels switched off
 MAX_BLEU_DROP = 0.3
 WARMUP_SENTENCES = 16  # translated once per path before timing (on the compiled path: the compilation)
@@ -113,7 +116,7 @@ def main() -> None:
     print(f"{run_dir} ({direction}, {model.num_parameters():,} parameters), {len(sources)} sentences of "
           f"multi30k {args.split}, beam 4, alpha 0.6; torch {torch.__version__}, {torch.get_num_threads()} threads")
     if leave_out_bf16:
-        print(bf16_left_out("name it in --paths to run it anyway (e.g. --paths bf16 kernels int8 compile)"), flush=True)
+        print(bf16_left_out("name it in --paths to run it anyway (e.g. --paths bf16 kernels int8-weights compile)"), flush=True)
 
     def translator(path: str) -> tuple[Translator, float]:
         """The path's translator, warmed up, and its compile time (seconds; 0 for eager paths)."""
@@ -122,8 +125,8 @@ def main() -> None:
             tr = reference
         elif path == "bf16":
             tr = Translator(model, vocab, decoding=beam, bf16=True)
-        elif path == "int8":
-            tr = Translator(model, vocab, decoding=beam, quantize="int8")
+        elif path.startswith("int8"):
+            tr = Translator(model, vocab, decoding=beam, quantize=path)
         else:
             tr = Translator(compiled_model(model, args.compile_backend), vocab, decoding=beam)
         t0 = time.perf_counter()

@@ -14,8 +14,10 @@ sentences of Multi30k ``test_2016_flickr`` are translated greedily and with beam
 * ours bf16: the same ``Translator`` with ``bf16=True`` (a bfloat16 copy of the model), only
   where the CPU has bf16 matrix units (AVX-512 bf16 or AMX) or with ``--bf16``: elsewhere PyTorch
   emulates bf16 products, far slower than float32, and the contender is left out;
-* ours int8: the same ``Translator`` with ``quantize="int8"`` (dynamic int8 linear layers, the
-  counterpart of CTranslate2 int8);
+* ours int8: the same ``Translator`` with ``quantize="int8"`` (``translate --int8``; the
+  counterpart of CTranslate2 int8): on CPUs without VNNI or AMX int8 copies of the weights in the
+  compiled decoding kernels (``int8-weights``), elsewhere PyTorch's dynamically quantised int8
+  linear layers (``int8-dynamic``); the header says which;
 * generate fp32: ``MarianMTModel.generate()`` on all sentences as one padded batch, ``num_beams``,
   ``length_penalty``, ``early_stopping`` (see below);
 * CTranslate2 float32 and int8: ``translate_batch`` (``beam_size``, ``length_penalty``,
@@ -72,7 +74,7 @@ from transformer.corpus.registry import corpus_pairs, fetch
 from transformer.decoding import DecodeConfig
 from transformer.precision import bf16_left_out, fast_bf16
 from transformer.tokenizer import Vocabularies
-from transformer.translator import Translator
+from transformer.translator import Translator, int8_kind
 
 SPLIT = "test_2016_flickr"
 
@@ -106,7 +108,7 @@ def machine() -> dict:
 
     return {"cpu": cpu, "logical_cpus": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "cpu_bf16_units": fast_bf16("cpu"),
+            "cpu_bf16_units": fast_bf16("cpu"), "ours_int8": int8_kind(),
             "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
             "ctranslate2": ctranslate2.__version__}
 
@@ -390,7 +392,8 @@ def main() -> None:
     m = info["machine"]
     print(f"{m['cpu']}; {m['torch_threads']} threads ({m['logical_cpus']} logical CPUs); torch {m['torch']}, "
           f"transformers {m['transformers']}, ctranslate2 {m['ctranslate2']}")
-    print(f"{run_dir}, multi30k {SPLIT} {src}->{tgt}; median of {args.rounds} round(s), contenders alternating")
+    print(f"{run_dir}, multi30k {SPLIT} {src}->{tgt}; median of {args.rounds} round(s), contenders alternating; "
+          f"ours int8: {m['ours_int8']}")
     if not args.bf16:
         print(bf16_left_out("pass --bf16 to run it anyway", what="ours bf16"))
 

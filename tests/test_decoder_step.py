@@ -62,6 +62,33 @@ def test_step_equals_the_layer(norm_first, beams, d_ff):
         torch.testing.assert_close(a[:, :, :T], b[:, :, :T], rtol=1e-5, atol=1e-5)  # the same keys and values cached
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_step_with_int8_weights_equals_the_layer_with_those_weights(norm_first):
+    import copy
+
+    from tests.test_packed_linear import dequantized
+
+    layer = _layer(norm_first)
+    reference = copy.deepcopy(layer)
+    with torch.no_grad():
+        for module in reference.modules():
+            if isinstance(module, nn.Linear):
+                module.weight.copy_(dequantized(module.weight))
+    torch.manual_seed(2)
+    M, beams, S, T = 2, 2, 7, 5
+    memory = torch.randn(M, S, 32)
+    src_mask = torch.ones(M, S, dtype=torch.bool)
+    src_mask[0, 4:] = False
+    xs = torch.randn(M * beams, T, 32)
+    with torch.no_grad(), packed_linear.packing(int8=True):
+        fused, _ = _run(layer, xs, memory, src_mask, fused=True)
+    with torch.no_grad():
+        expected, _ = _run(reference, xs, memory, src_mask, fused=False)
+        float32, _ = _run(layer, xs, memory, src_mask, fused=False)
+    torch.testing.assert_close(fused, expected, rtol=1e-4, atol=1e-4)
+    assert (fused - float32).abs().max() > 1e-6  # the int8 weights were used
+
+
 def test_where_it_steps_aside():
     x = torch.randn(2, 1, 32)
     memory = torch.randn(2, 5, 32)

@@ -146,10 +146,10 @@ def test_packs_live_in_the_outermost_scope(monkeypatch):
     assert getattr(packed_linear._scopes, "packs", None) is None
     with torch.no_grad(), packed_linear.packing():
         packed_linear.linear(a, x)
-        first = packed_linear._scopes.packs[id(a.weight)][1]
+        first = packed_linear._scopes.packs[id(a.weight)][1].packed
     with torch.no_grad(), packed_linear.packing():
         packed_linear.linear(a, x)
-        assert packed_linear._scopes.packs[id(a.weight)][1].data_ptr() == first.data_ptr()  # same memory
+        assert packed_linear._scopes.packs[id(a.weight)][1].packed.data_ptr() == first.data_ptr()  # same memory
     assert rec.packs == 4  # each new scope packs again
 
 
@@ -174,6 +174,55 @@ def test_a_training_step_between_two_decodes_is_seen(monkeypatch):
     monkeypatch.setattr(packed_linear, "_enabled", False)
     expected = greedy_search(model, src, mask, bos_id=1, eos_id=2, max_len_a=0, max_len_b=6)
     assert [h.tokens for h in after] == [h.tokens for h in expected]
+
+
+def dequantized(weight: torch.Tensor) -> torch.Tensor:
+    """The float32 weights an int8 copy stands for: per output feature, scale = max |w| / 127 and
+    w ~ round(w * 127 / max |w|) * scale (the same float32 arithmetic as pack_s8)."""
+    most = weight.abs().amax(dim=1, keepdim=True)
+    inv = torch.where(most > 0, 127.0 / most, torch.zeros_like(most))
+    return torch.round(weight * inv).clamp(-127, 127) * (most / 127.0)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 6, 13, 64])
+@pytest.mark.parametrize("K,N", [(1, 1), (3, 15), (33, 17), (256, 100)])
+def test_int8_weights_equal_float64_with_the_quantised_weights(rows, K, N):
+    for bias in (True, False):
+        layer = _layer(K, N, bias)
+        with torch.no_grad():
+            layer.weight[0] = 0.0  # a feature with no weight: scale 0
+        x = torch.randn(rows, K)
+        with torch.no_grad(), packed_linear.packing(int8=True):
+            got = packed_linear.linear(layer, x)
+            relu = packed_linear.linear(layer, x, F.relu)
+        reference = nn.Linear(K, N, bias=bias)
+        with torch.no_grad():
+            reference.weight.copy_(dequantized(layer.weight))
+            if bias:
+                reference.bias.copy_(layer.bias)
+        expected = _reference(reference, x)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(relu, expected.clamp_min(0.0), rtol=1e-5, atol=1e-5)
+        # and close to the float32 layer: each weight off by at most half a step
+        step = layer.weight.abs().amax(dim=1) / 127.0
+        bound = 0.5 * x.abs().sum(dim=1, keepdim=True) * step + 1e-5
+        assert ((got - _reference(layer, x)).abs() <= bound).all()
+
+
+def test_int8_and_float32_copies_are_kept_apart(monkeypatch):
+    layer = _layer(40, 24).requires_grad_(False)
+    x = torch.randn(4, 40)
+    with torch.no_grad():
+        for _ in range(2):
+            with packed_linear.packing(int8=True):
+                int8 = packed_linear.linear(layer, x)
+                with packed_linear.packing():  # nested: the outer scope's format
+                    torch.testing.assert_close(packed_linear.linear(layer, x), int8, rtol=0, atol=0)
+            with packed_linear.packing():
+                f32 = packed_linear.linear(layer, x)
+    torch.testing.assert_close(f32, _reference(layer, x), rtol=1e-5, atol=1e-5)
+    assert (int8 - f32).abs().max() > 0
+    assert set(packed_linear._copies[layer.weight]) == {"f32", "int8"}
 
 
 def _count_packing(monkeypatch) -> list[int]:

@@ -39,6 +39,10 @@ def test_train_model_rnn_writes_a_run_directory_of_the_rnn(run_dir):
     translator = Translator.from_run_dir(run_dir)  # beam search, the paper's settings
     out = translator.translate([SENTENCE, "", "nous mangeons"])
     assert len(out) == 3 and out[1] == "" and all(isinstance(t, str) for t in out)
+    int8 = Translator(translator.model, translator.vocab, quantize="int8")  # the kernels' int8 copies are
+    assert int8.quantize == "int8-dynamic"  # for Transformers: the recurrent baseline takes PyTorch's layers
+    with pytest.raises(ValueError, match="for Transformer models"):
+        Translator(translator.model, translator.vocab, quantize="int8-weights")
 
 
 def test_resuming_a_finished_rnn_run_changes_nothing(run_dir):

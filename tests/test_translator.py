@@ -117,7 +117,7 @@ def test_int8_translator_quantises_a_copy_and_stays_close_to_fp32(run_dir):
     from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
     fp32 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
-    int8 = Translator(fp32.model, fp32.vocab, decoding=DecodeConfig(strategy="greedy"), quantize="int8")
+    int8 = Translator(fp32.model, fp32.vocab, decoding=DecodeConfig(strategy="greedy"), quantize="int8-dynamic")
     assert int8.model is not fp32.model
     assert any(isinstance(m, DynamicQuantizedLinear) for m in int8.model.modules())
     assert not any(isinstance(m, DynamicQuantizedLinear) for m in fp32.model.modules())  # the original is untouched
@@ -132,6 +132,34 @@ def test_int8_translator_quantises_a_copy_and_stays_close_to_fp32(run_dir):
         Translator(fp32.model, fp32.vocab, quantize="int4")
     with pytest.raises(ValueError, match="fp32 CPU inference"):
         Translator(fp32.model, fp32.vocab, quantize="int8", bf16=True)
+
+
+def test_int8_weights_translator_packs_int8_copies_and_stays_close_to_fp32(run_dir, monkeypatch):
+    from transformer.model import fused_cpu, packed_linear
+    from transformer.precision import cpu_int8_units
+
+    fp32 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
+    auto = Translator(fp32.model, fp32.vocab, quantize="int8")
+    expected = "int8-dynamic" if cpu_int8_units() or not packed_linear.enabled() else "int8-weights"
+    assert auto.quantize == expected
+    if not packed_linear.enabled():
+        with pytest.raises(ValueError, match="needs the compiled CPU kernels"):
+            Translator(fp32.model, fp32.vocab, quantize="int8-weights")
+        pytest.skip("compiled CPU kernels unavailable (no C compiler)")
+    int8 = Translator(fp32.model, fp32.vocab, decoding=DecodeConfig(strategy="greedy"), quantize="int8-weights")
+    assert int8.model is fp32.model  # no copy of the model: only the packed copies are int8
+    calls = []
+    lib = fused_cpu.library()
+    original = lib.pack_s8
+    monkeypatch.setattr(lib, "pack_s8", lambda *args: calls.append(1) or original(*args))
+    sentences = [f for f, _ in generate_pairs(10, seed=3)]
+    got = int8.translate(sentences)
+    assert calls and all(isinstance(t, str) for t in got)
+    same = sum(a == b for a, b in zip(got, fp32.translate(sentences)))
+    assert same >= 8, f"only {same} of 10 translations as in float32"
+    monkeypatch.setattr(fused_cpu, "_enabled", False)
+    with pytest.raises(ValueError, match="needs the compiled CPU kernels"):
+        Translator(fp32.model, fp32.vocab, quantize="int8-weights")
 
 
 def test_bf16_translator_decodes_with_a_bf16_copy(run_dir):

@@ -23,6 +23,15 @@ def cpu_bf16_units() -> bool:
     return any(check is not None and bool(check()) for check in checks)
 
 
+def cpu_int8_units() -> bool:
+    """Whether this CPU has int8 dot-product instructions (VNNI or AMX), which PyTorch's
+    dynamically quantised int8 layers use; without them those layers are slower than float32
+    products on small batches."""
+    cpu = getattr(torch, "cpu", None)
+    checks = (getattr(cpu, "_is_vnni_supported", None), getattr(cpu, "_is_amx_tile_supported", None))
+    return any(check is not None and bool(check()) for check in checks)
+
+
 def fast_bf16(device: torch.device | str) -> bool:
     """Whether bf16 matrix products on ``device`` run in hardware (faster than float32)."""
     device = torch.device(device)

@@ -34,8 +34,9 @@ def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=None, help="sampling seed (same seed, same samples)")
     g.add_argument("--bf16", action="store_true", help="decode with a bfloat16 copy of the weights (fast on CPUs with AVX-512 bf16 or AMX)")
     g.add_argument("--int8", action="store_true",
-                   help="decode with linear layers dynamically quantised to int8 (CPU; PyTorch's int8 layers, "
-                   "not the packed float32 kernels, so float32 can be as fast: README, Performance)")
+                   help="decode with int8 weights (CPU): on CPUs without VNNI or AMX, int8 copies of the weights "
+                   "in the compiled kernels (activations float32); elsewhere PyTorch's dynamically quantised "
+                   "int8 layers (README, Performance)")
     g.add_argument("--batch-tokens", type=int, default=12000, help="source tokens x beams per batch (default: 12000)")
 
 

@@ -10,9 +10,20 @@ length with a warning (``TranslationWarning``).
 
 ``bf16=True`` translates with a bfloat16 copy of the model (weights and activations in bf16,
 log-probabilities and beam scores in float32): no weight is cast again during decoding.
-``quantize="int8"`` translates with a copy of the model whose linear layers are dynamically
-quantised to int8 (CPU only). ``benchmarks/fast_paths.py`` measures the speed and the BLEU of
-both against fp32 on the same checkpoint.
+``quantize`` translates with int8 weights (CPU only), in one of two ways:
+
+* ``"int8-weights"``: the compiled CPU kernels (``transformer.model.packed_linear``) multiply
+  float32 activations by int8 copies of the linear layers' weights (one scale per output
+  feature), summing in float32: a quarter of the weights' memory traffic, nothing else changed.
+  It needs the compiled kernels and a Transformer.
+* ``"int8-dynamic"``: a copy of the model whose linear layers are PyTorch's dynamically quantised
+  int8 layers (activations quantised per batch too; int8 products where the CPU has VNNI or AMX).
+* ``"int8"`` picks ``"int8-dynamic"`` where the CPU has int8 dot-product instructions (VNNI or
+  AMX), the kernels are unavailable or the model is the recurrent baseline, ``"int8-weights"``
+  elsewhere (``Translator.quantize`` says which was taken).
+
+``benchmarks/fast_paths.py`` measures the speed and the BLEU of each against fp32 on the same
+checkpoint.
 """
 
 from __future__ import annotations
@@ -29,10 +40,11 @@ import torch
 from transformer.checkpoint import CheckpointError, load_model
 from transformer.decoding import DecodeConfig, Hypothesis, decode
 from transformer.model import RNNSeq2Seq, Transformer, packed_linear
-from transformer.precision import slow_bf16_warning
+from transformer.precision import cpu_int8_units, slow_bf16_warning
 from transformer.tokenizer import Vocabularies
 
 DEFAULT_MAX_INPUT_TOKENS = 1024
+QUANTIZE = (None, "int8", "int8-weights", "int8-dynamic")
 
 
 class TranslationWarning(UserWarning):
@@ -60,12 +72,20 @@ class Translator:
                 f"the tokenizer's ({vocab.src.vocab_size}, {vocab.tgt.vocab_size})"
             )
         self.device = torch.device(device)
-        if quantize not in (None, "int8"):
-            raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
+        if quantize not in QUANTIZE:
+            raise ValueError(f"quantize must be one of {QUANTIZE}, got {quantize!r}")
         if quantize and (self.device.type != "cpu" or bf16):
             raise ValueError("int8 quantisation is for fp32 CPU inference: use device='cpu' and bf16=False")
-        self.model = model.to(self.device).eval()
         if quantize == "int8":
+            quantize = int8_kind(model)
+        if quantize == "int8-weights" and not isinstance(model, Transformer):
+            raise ValueError("quantize='int8-weights' is for Transformer models (the recurrent baseline's "
+                             "layers do not run the compiled kernels); use 'int8-dynamic'")
+        if quantize == "int8-weights" and not packed_linear.enabled():
+            raise ValueError("quantize='int8-weights' needs the compiled CPU kernels (a C compiler, and "
+                             "TRANSFORMER_FUSED_CPU not 0); use 'int8-dynamic'")
+        self.model = model.to(self.device).eval()
+        if quantize == "int8-dynamic":
             self.model = quantize_int8(self.model)
         elif bf16:
             if warning := slow_bf16_warning(self.device):
@@ -116,7 +136,8 @@ class Translator:
         src_ids = self.encode_sources(texts)
         results: list[list[Hypothesis]] = [[] for _ in texts]
         todo = [i for i, ids in enumerate(src_ids) if ids]
-        with packed_linear.packing():  # the batches share one packed copy of the weights
+        # the batches share one packed copy of the weights (int8 with quantize="int8-weights")
+        with packed_linear.packing(int8=self.quantize == "int8-weights"):
             for batch in self._length_sorted_batches(todo, src_ids):
                 for i, hyps in zip(batch, self._decode_batch([src_ids[i] for i in batch])):
                     results[i] = hyps
@@ -162,6 +183,15 @@ class Translator:
             mask[row, : len(s)] = True
         src, mask = src.to(self.device), mask.to(self.device)
         return decode(self.model, src, mask, self.decoding, bos_id=self.vocab.tgt.bos_id, eos_id=self.vocab.tgt.eos_id)
+
+
+def int8_kind(model: Transformer | RNNSeq2Seq | None = None) -> str:
+    """What ``quantize="int8"`` takes here for ``model`` (a Transformer if None): ``"int8-dynamic"``
+    where the CPU has int8 dot-product instructions (VNNI or AMX), the compiled kernels are
+    unavailable or the model is the recurrent baseline, else ``"int8-weights"``."""
+    if cpu_int8_units() or not packed_linear.enabled() or (model is not None and not isinstance(model, Transformer)):
+        return "int8-dynamic"
+    return "int8-weights"
 
 
 def to_bf16(model: Transformer | RNNSeq2Seq) -> Transformer | RNNSeq2Seq:

@@ -143,11 +143,12 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
             getattr(lib, f"{name}_{kind}").restype = None
     I = ctypes.c_int
     lib.pack_f32.argtypes = [P, L, L, L, P, I]  # packed_linear.c
-    lib.linear_f32.argtypes = [P, L, L, L, P, P, L, P, L, I, I]
+    lib.pack_s8.argtypes = [P, L, L, L, P, P, I]
+    lib.linear_f32.argtypes = [P, L, L, L, P, P, P, L, P, L, I, I]
     lib.attend_f32.argtypes = [P, L, L, L, P, L, L, L, P, L, L, L, P, L, L, I, P, L, L, L, L, L, L, F]
     lib.decoder_layer_step_f32.argtypes = [P, L, L, L, L, P, P, P, L, L, L, L, P, P, L, L, L, L, L, L, L, L, P, L, L,
                                            I, F, I]
-    lib.pack_f32.restype = lib.linear_f32.restype = lib.attend_f32.restype = None
+    lib.pack_f32.restype = lib.pack_s8.restype = lib.linear_f32.restype = lib.attend_f32.restype = None
     lib.decoder_layer_step_f32.restype = None
     lib.best_tokens_f32.argtypes = [P, L, L, L, L, P, P]
     lib.best_tokens_f32.restype = None
