@@ -12,11 +12,13 @@ weights of one trained run directory (``model.safetensors``) on each path:
 * bf16: a bfloat16 copy of the weights (``Translator(bf16=True)``); by default only where the CPU
   has bf16 matrix units (AVX-512 bf16 or AMX): elsewhere PyTorch emulates bf16 products, far
   slower than fp32, and the path runs only when asked for (``--paths bf16``);
-* int8-weights: ``Translator(quantize="int8-weights")`` (what ``transformer translate --int8``
-  picks on CPUs without VNNI or AMX): the compiled decoding kernels with int8 copies of the
-  linear layers' weights (one scale per output feature; activations and sums in float32);
-* int8-dynamic: ``Translator(quantize="int8-dynamic")`` (``--int8`` on CPUs with VNNI or AMX): a
-  copy of the model whose ``nn.Linear`` layers are dynamically quantised to int8
+* int8: ``Translator(quantize="int8")`` (``transformer translate --int8``): on CPUs without VNNI or
+  AMX int8-weights for batches of up to 384 decoder rows (sentences x beams) and int8-dynamic
+  for larger ones (``int8-mixed``), elsewhere int8-dynamic; the row says which;
+* int8-weights: ``Translator(quantize="int8-weights")``: the compiled decoding kernels with int8
+  copies of the linear layers' weights (one scale per output feature; activations and sums in
+  float32);
+* int8-dynamic: ``Translator(quantize="int8-dynamic")``: a copy of the model whose ``nn.Linear`` layers are dynamically quantised to int8
   (``torch.ao.quantization.quantize_dynamic``: int8 weights, activations quantised per batch;
   embeddings stay fp32; the tied output projection gets its own int8 copy), with the compiled
   attention kernel of decoding steps;
@@ -57,7 +59,7 @@ from transformer.precision import bf16_left_out, fast_bf16
 from transformer.training.config import RunConfig
 from transformer.translator import Translator
 
-PATHS = ("fp32", "kernels", "bf16", "int8-weights", "int8-dynamic", "compile")
+PATHS = ("fp32", "kernels", "bf16", "int8", "int8-weights", "int8-dynamic", "compile")
 WITHOUT_KERNELS = ("fp32", "compile")  # paths run with the compiled CPU kernels switched off
 MAX_BLEU_DROP = 0.3
 WARMUP_SENTENCES = 16  # translated once per path before timing (on the compiled path: the compilation)
@@ -157,6 +159,8 @@ def main() -> None:
             rows[path]["setup_seconds"] = round(time.perf_counter() - t0, 2)
             if path == "compile":
                 rows[path]["compile_seconds"] = round(compile_s, 2)
+            if path == "int8":
+                rows[path]["takes"] = translators[path].quantize
         except Exception as err:  # a path this torch build cannot run is reported, not fatal
             rows[path]["error"] = _error(err)
             print(f"  {path}: error: {rows[path]['error']}", flush=True)
@@ -193,17 +197,19 @@ def main() -> None:
         row["identical_to_fp32"] = round(same / len(sources), 4)
         row["verdict"] = "FAIL" if row["bleu_vs_fp32"] < -MAX_BLEU_DROP else "ok"
 
-    print(f"\n{'path':<8} {'BLEU':>6} {'chrF':>6} {'vs fp32':>8} {'decode s':>9} {'speed':>6} "
+    print(f"\n{'path':<12} {'BLEU':>6} {'chrF':>6} {'vs fp32':>8} {'decode s':>9} {'speed':>6} "
           f"{'same as fp32':>12} {'compile s':>9}  verdict (FAIL: BLEU drop > {MAX_BLEU_DROP})")
     for row in rows:
         if "bleu" not in row:
-            print(f"{row['path']:<8} did not run: {row['error']}")
+            print(f"{row['path']:<12} did not run: {row['error']}")
             continue
         compile_s = f"{row['compile_seconds']:9.1f}" if "compile_seconds" in row else f"{'-':>9}"
-        print(f"{row['path']:<8} {row['bleu']:>6.2f} {row['chrf']:>6.2f} {row['bleu_vs_fp32']:>+8.2f} "
+        print(f"{row['path']:<12} {row['bleu']:>6.2f} {row['chrf']:>6.2f} {row['bleu_vs_fp32']:>+8.2f} "
               f"{row['decode_seconds']:>9.2f} {row['speedup_vs_fp32']:>5.2f}x {row['identical_to_fp32']:>12.1%} "
               f"{compile_s}  {row['verdict']}")
     print(f"signature: {fp32.get('signature')}")
+    if any(row["path"] == "int8" and "takes" in row for row in rows):
+        print(f"int8 (translate --int8) takes {next(row['takes'] for row in rows if row['path'] == 'int8')} here")
 
     if args.out:
         summary = {"run_dir": str(run_dir), "direction": direction, "split": args.split, "sentences": len(sources),

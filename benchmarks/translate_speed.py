@@ -14,10 +14,11 @@ sentences of Multi30k ``test_2016_flickr`` are translated greedily and with beam
 * ours bf16: the same ``Translator`` with ``bf16=True`` (a bfloat16 copy of the model), only
   where the CPU has bf16 matrix units (AVX-512 bf16 or AMX) or with ``--bf16``: elsewhere PyTorch
   emulates bf16 products, far slower than float32, and the contender is left out;
-* ours int8: the same ``Translator`` with ``quantize="int8"`` (``translate --int8``; the
-  counterpart of CTranslate2 int8): on CPUs without VNNI or AMX int8 copies of the weights in the
-  compiled decoding kernels (``int8-weights``), elsewhere PyTorch's dynamically quantised int8
-  linear layers (``int8-dynamic``); the header says which;
+* ours int8: the same ``Translator`` with ``quantize="int8"`` (``translate --int8``, the
+  counterpart of CTranslate2 int8; the header says what it takes on this machine: int8 copies of
+  the weights in the compiled decoding kernels for batches of up to 384 decoder rows and PyTorch's
+  dynamically quantised int8 layers for larger ones, or the latter alone on CPUs with VNNI or
+  AMX); ``--int8 int8-weights,int8-dynamic`` runs each kind as a contender of its own;
 * generate fp32: ``MarianMTModel.generate()`` on all sentences as one padded batch, ``num_beams``,
   ``length_penalty``, ``early_stopping`` (see below);
 * CTranslate2 float32 and int8: ``translate_batch`` (``beam_size``, ``length_penalty``,
@@ -72,6 +73,7 @@ from transformer.allocator import retain_freed_memory
 from transformer.checkpoint import load_config, load_model
 from transformer.corpus.registry import corpus_pairs, fetch
 from transformer.decoding import DecodeConfig
+from transformer.model import packed_linear
 from transformer.precision import bf16_left_out, fast_bf16
 from transformer.tokenizer import Vocabularies
 from transformer.translator import Translator, int8_kind
@@ -155,11 +157,14 @@ def build_contenders(engines: dict, vocab: Vocabularies, decoding: DecodeConfig,
         return min(int(max(map(len, ids)) * decoding.max_len_a + decoding.max_len_b), cap)
 
     contenders = []
-    for name, options in (("ours fp32", {}), ("ours bf16", {"bf16": True}), ("ours int8", {"quantize": "int8"})):
+    int8 = [("ours " + kind, {"quantize": kind}) for kind in args.int8.split(",") if kind]
+    for name, options in [("ours fp32", {}), ("ours bf16", {"bf16": True}), *int8]:
         if "ours" not in engines:
             break
         if options.get("bf16") and not args.bf16:  # left out where bf16 is emulated, unless --bf16 (main())
             continue
+        if options.get("quantize") in ("int8-weights", "int8-mixed") and not packed_linear.enabled():
+            continue  # needs the compiled kernels
         model = engines["ours"]
         translator = Translator(model, vocab, decoding=decoding, max_tokens=args.max_tokens, **options)
         contenders.append(Contender(
@@ -334,9 +339,9 @@ def measure(workers: Workers, strategy: str, texts: list[str], *, rounds: int, w
 
 def print_table(title: str, rows: dict, n: int) -> None:
     print(f"\n{title}")
-    print(f"{'contender':<15} {'seconds':>9} {'sent/s':>9} {'identical':>10} {'vs generate':>12} {'/ CT2 fp32':>11}")
+    print(f"{'contender':<17} {'seconds':>9} {'sent/s':>9} {'identical':>10} {'vs generate':>12} {'/ CT2 fp32':>11}")
     for name, r in rows.items():
-        print(f"{name:<15} {r['seconds']:>9.3f} {r['sentences_per_s']:>9.1f} "
+        print(f"{name:<17} {r['seconds']:>9.3f} {r['sentences_per_s']:>9.1f} "
               f"{r['identical_to_ours_fp32']:>6}/{n:<3} {r['speedup_vs_generate']:>11.2f}x {r['time_over_ct2_float32']:>11.2f}")
 
 
@@ -366,6 +371,9 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true",
                         help="run 'ours bf16' even where the CPU has no bf16 matrix units (AVX-512 bf16 or AMX); "
                         "by default it runs only where it has them (elsewhere PyTorch emulates bf16, far slower)")
+    parser.add_argument("--int8", default="int8",
+                        help="ours' int8 contenders: Translator quantize values, comma-separated (default int8, "
+                             "what translate --int8 takes; also int8-weights, int8-dynamic, int8-mixed; '' for none)")
     parser.add_argument("--quick", action="store_true", help="a check: 4 sentences, one round")
     args = parser.parse_args()
     retain_freed_memory()  # for every contender alike: they share this process (transformer/allocator.py)
@@ -393,7 +401,7 @@ def main() -> None:
     print(f"{m['cpu']}; {m['torch_threads']} threads ({m['logical_cpus']} logical CPUs); torch {m['torch']}, "
           f"transformers {m['transformers']}, ctranslate2 {m['ctranslate2']}")
     print(f"{run_dir}, multi30k {SPLIT} {src}->{tgt}; median of {args.rounds} round(s), contenders alternating; "
-          f"ours int8: {m['ours_int8']}")
+          f"translate --int8 takes {m['ours_int8']} here")
     if not args.bf16:
         print(bf16_left_out("pass --bf16 to run it anyway", what="ours bf16"))
 

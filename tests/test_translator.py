@@ -140,7 +140,7 @@ def test_int8_weights_translator_packs_int8_copies_and_stays_close_to_fp32(run_d
 
     fp32 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
     auto = Translator(fp32.model, fp32.vocab, quantize="int8")
-    expected = "int8-dynamic" if cpu_int8_units() or not packed_linear.enabled() else "int8-weights"
+    expected = "int8-dynamic" if cpu_int8_units() or not packed_linear.enabled() else "int8-mixed"
     assert auto.quantize == expected
     if not packed_linear.enabled():
         with pytest.raises(ValueError, match="needs the compiled CPU kernels"):
@@ -160,6 +160,31 @@ def test_int8_weights_translator_packs_int8_copies_and_stays_close_to_fp32(run_d
     monkeypatch.setattr(fused_cpu, "_enabled", False)
     with pytest.raises(ValueError, match="needs the compiled CPU kernels"):
         Translator(fp32.model, fp32.vocab, quantize="int8-weights")
+
+
+def test_int8_mixed_takes_the_dynamic_layers_for_large_batches_only(run_dir, monkeypatch):
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
+
+    import transformer.translator as translator_module
+    from transformer.model import packed_linear
+
+    if not packed_linear.enabled():
+        pytest.skip("compiled CPU kernels unavailable (no C compiler)")
+    fp32 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="beam", beam_size=2))
+    mixed = Translator(fp32.model, fp32.vocab, decoding=fp32.decoding, quantize="int8-mixed", max_tokens=10**6)
+    assert mixed.model is fp32.model
+    used = []
+    original = translator_module.decode
+    monkeypatch.setattr(translator_module, "decode", lambda model, *a, **k: used.append(
+        any(isinstance(m, DynamicQuantizedLinear) for m in model.modules())) or original(model, *a, **k))
+    monkeypatch.setattr(translator_module, "INT8_WEIGHTS_MAX_ROWS", 6)
+    sentences = [f for f, _ in generate_pairs(5, seed=5)]
+    small = mixed.translate(sentences[:3])  # 3 sentences x 2 beams: the int8 weights
+    large = mixed.translate(sentences)  # 10 rows: the dynamic layers
+    assert used == [False, True]
+    assert small == Translator(fp32.model, fp32.vocab, decoding=fp32.decoding, quantize="int8-weights").translate(sentences[:3])
+    assert large == Translator(fp32.model, fp32.vocab, decoding=fp32.decoding, quantize="int8-dynamic",
+                               max_tokens=10**6).translate(sentences)
 
 
 def test_bf16_translator_decodes_with_a_bf16_copy(run_dir):

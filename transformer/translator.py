@@ -18,8 +18,11 @@ log-probabilities and beam scores in float32): no weight is cast again during de
   It needs the compiled kernels and a Transformer.
 * ``"int8-dynamic"``: a copy of the model whose linear layers are PyTorch's dynamically quantised
   int8 layers (activations quantised per batch too; int8 products where the CPU has VNNI or AMX).
+* ``"int8-mixed"``: ``"int8-weights"`` for batches of up to ``INT8_WEIGHTS_MAX_ROWS`` decoder rows
+  (sentences x beams), ``"int8-dynamic"`` for larger ones (without int8 dot-product
+  instructions the int8 weights are faster on small batches, the dynamic layers on large ones).
 * ``"int8"`` picks ``"int8-dynamic"`` where the CPU has int8 dot-product instructions (VNNI or
-  AMX), the kernels are unavailable or the model is the recurrent baseline, ``"int8-weights"``
+  AMX), the kernels are unavailable or the model is the recurrent baseline, ``"int8-mixed"``
   elsewhere (``Translator.quantize`` says which was taken).
 
 ``benchmarks/fast_paths.py`` measures the speed and the BLEU of each against fp32 on the same
@@ -44,7 +47,13 @@ from transformer.precision import cpu_int8_units, slow_bf16_warning
 from transformer.tokenizer import Vocabularies
 
 DEFAULT_MAX_INPUT_TOKENS = 1024
-QUANTIZE = (None, "int8", "int8-weights", "int8-dynamic")
+QUANTIZE = (None, "int8", "int8-weights", "int8-dynamic", "int8-mixed")
+# "int8-mixed": batches of up to this many decoder rows (sentences x beams) use the kernels' int8
+# weights, larger ones PyTorch's dynamically quantised layers. On a 2-core AVX2 CPU (Multi30k
+# model, one batch) the int8 weights took 0.66-0.83 of the dynamic layers' time at 32-128 rows,
+# 0.91-1.00 at 256 and 1.01-1.13 at 512 (the dynamic layers' int8 products win once the products
+# are large).
+INT8_WEIGHTS_MAX_ROWS = 384
 
 
 class TranslationWarning(UserWarning):
@@ -78,15 +87,19 @@ class Translator:
             raise ValueError("int8 quantisation is for fp32 CPU inference: use device='cpu' and bf16=False")
         if quantize == "int8":
             quantize = int8_kind(model)
-        if quantize == "int8-weights" and not isinstance(model, Transformer):
-            raise ValueError("quantize='int8-weights' is for Transformer models (the recurrent baseline's "
+        if quantize in ("int8-weights", "int8-mixed") and not isinstance(model, Transformer):
+            raise ValueError(f"quantize={quantize!r} is for Transformer models (the recurrent baseline's "
                              "layers do not run the compiled kernels); use 'int8-dynamic'")
-        if quantize == "int8-weights" and not packed_linear.enabled():
-            raise ValueError("quantize='int8-weights' needs the compiled CPU kernels (a C compiler, and "
+        if quantize in ("int8-weights", "int8-mixed") and not packed_linear.enabled():
+            raise ValueError(f"quantize={quantize!r} needs the compiled CPU kernels (a C compiler, and "
                              "TRANSFORMER_FUSED_CPU not 0); use 'int8-dynamic'")
         self.model = model.to(self.device).eval()
+        # "int8-mixed": batches of more than INT8_WEIGHTS_MAX_ROWS rows decode with this copy instead
+        self._large_batch_model: Transformer | RNNSeq2Seq | None = None
         if quantize == "int8-dynamic":
             self.model = quantize_int8(self.model)
+        elif quantize == "int8-mixed":
+            self._large_batch_model = quantize_int8(self.model)
         elif bf16:
             if warning := slow_bf16_warning(self.device):
                 warnings.warn(f"{warning}; translate in float32 (without bf16) on this device", stacklevel=2)
@@ -136,8 +149,8 @@ class Translator:
         src_ids = self.encode_sources(texts)
         results: list[list[Hypothesis]] = [[] for _ in texts]
         todo = [i for i, ids in enumerate(src_ids) if ids]
-        # the batches share one packed copy of the weights (int8 with quantize="int8-weights")
-        with packed_linear.packing(int8=self.quantize == "int8-weights"):
+        # the batches share one packed copy of the weights (int8 with quantize="int8-weights" / "int8-mixed")
+        with packed_linear.packing(int8=self.quantize in ("int8-weights", "int8-mixed")):
             for batch in self._length_sorted_batches(todo, src_ids):
                 for i, hyps in zip(batch, self._decode_batch([src_ids[i] for i in batch])):
                     results[i] = hyps
@@ -161,7 +174,7 @@ class Translator:
     # ------------------------------------------------------------------------------------------
     def _length_sorted_batches(self, todo: list[int], src_ids: list[list[int]]) -> list[list[int]]:
         """Group sentence indices of similar length; a batch's padded source size stays under ``max_tokens``."""
-        width = max(self.decoding.beam_size if self.decoding.strategy == "beam" else 1, self.decoding.n_best)
+        width = self._width()
         order = sorted(todo, key=lambda i: len(src_ids[i]))
         batches: list[list[int]] = []
         current: list[int] = []
@@ -182,16 +195,23 @@ class Translator:
             src[row, : len(s)] = torch.tensor(s, dtype=torch.long)
             mask[row, : len(s)] = True
         src, mask = src.to(self.device), mask.to(self.device)
-        return decode(self.model, src, mask, self.decoding, bos_id=self.vocab.tgt.bos_id, eos_id=self.vocab.tgt.eos_id)
+        model = self.model
+        if self._large_batch_model is not None and len(seqs) * self._width() > INT8_WEIGHTS_MAX_ROWS:
+            model = self._large_batch_model
+        return decode(model, src, mask, self.decoding, bos_id=self.vocab.tgt.bos_id, eos_id=self.vocab.tgt.eos_id)
+
+    def _width(self) -> int:
+        """Decoder rows per sentence: beams (or n-best samples)."""
+        return max(self.decoding.beam_size if self.decoding.strategy == "beam" else 1, self.decoding.n_best)
 
 
 def int8_kind(model: Transformer | RNNSeq2Seq | None = None) -> str:
     """What ``quantize="int8"`` takes here for ``model`` (a Transformer if None): ``"int8-dynamic"``
     where the CPU has int8 dot-product instructions (VNNI or AMX), the compiled kernels are
-    unavailable or the model is the recurrent baseline, else ``"int8-weights"``."""
+    unavailable or the model is the recurrent baseline, else ``"int8-mixed"``."""
     if cpu_int8_units() or not packed_linear.enabled() or (model is not None and not isinstance(model, Transformer)):
         return "int8-dynamic"
-    return "int8-weights"
+    return "int8-mixed"
 
 
 def to_bf16(model: Transformer | RNNSeq2Seq) -> Transformer | RNNSeq2Seq:
