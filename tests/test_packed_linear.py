@@ -180,7 +180,8 @@ def dequantized(weight: torch.Tensor) -> torch.Tensor:
     """The float32 weights an int8 copy stands for: per output feature, scale = max |w| / 127 and
     w ~ round(w * 127 / max |w|) * scale (the same float32 arithmetic as pack_s8)."""
     most = weight.abs().amax(dim=1, keepdim=True)
-    inv = torch.where(most > 0, 127.0 / most, torch.zeros_like(most))
+    inv = torch.where(most > 0, torch.full_like(most, 127.0) / most, torch.zeros_like(most))  # 127 / most, not
+    # most.reciprocal() * 127 (what 127.0 / most computes): 1 ulp apart, now and then another rounding
     return torch.round(weight * inv).clamp(-127, 127) * (most / 127.0)
 
 
@@ -263,6 +264,29 @@ def test_frozen_weights_keep_their_copies_until_they_change(monkeypatch):
     assert len(calls) == 4
     _kernel_output(layer, x)
     assert len(calls) == 4
+
+
+def test_frozen_inference_tensors_are_packed_in_every_scope(monkeypatch):
+    """Weights made under inference_mode have no version counter: not kept, not an error."""
+    calls = _count_packing(monkeypatch)
+    with torch.inference_mode():
+        layer = _layer(16, 8).requires_grad_(False)
+        x = torch.randn(3, 16)
+        for _ in range(2):
+            torch.testing.assert_close(_kernel_output(layer, x), _reference(layer, x), rtol=1e-5, atol=1e-5)
+    assert len(calls) == 2
+
+
+def test_int8_copies_of_odd_weights():
+    layer = _layer(20, 3, bias=False)
+    x = torch.randn(2, 20)
+    with torch.no_grad():
+        layer.weight[0] = 1e-39  # too small for 127 / max |w|: quantised to 0, no undefined conversion
+        layer.weight[1, 5] = float("nan")  # a NaN weight gives NaN outputs, as in float32
+    with torch.no_grad(), packed_linear.packing(int8=True):
+        got = packed_linear.linear(layer, x)
+    assert (got[:, 0] == 0).all() and got[:, 1].isnan().all()
+    torch.testing.assert_close(got[:, 2], _reference(layer, x)[:, 2], rtol=1e-2, atol=1e-2)
 
 
 def test_an_optimizer_step_makes_kept_copies_stale(monkeypatch):

@@ -24,7 +24,7 @@ def cpu_bf16_units() -> bool:
 
 
 def cpu_int8_units() -> bool:
-    """Whether this CPU has int8 dot-product instructions (VNNI or AMX), which PyTorch's
+    """Whether this CPU has int8 dot-product instructions (AVX-512 VNNI or AMX), which PyTorch's
     dynamically quantised int8 layers use; without them those layers are slower than float32
     products on small batches."""
     cpu = getattr(torch, "cpu", None)

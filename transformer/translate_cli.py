@@ -36,8 +36,8 @@ def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--int8", action="store_true",
                    help="decode with int8 weights (CPU): on CPUs without VNNI or AMX, int8 copies of the weights "
                    "in the compiled kernels (activations float32) for batches of up to 384 sentences x beams and "
-                   "PyTorch's dynamically quantised int8 layers for larger ones; elsewhere the latter "
-                   "(README, Performance)")
+                   "PyTorch's dynamically quantised int8 layers for larger ones; elsewhere, and for the "
+                   "recurrent baseline, the latter (README, Performance)")
     g.add_argument("--batch-tokens", type=int, default=12000, help="source tokens x beams per batch (default: 12000)")
 
 

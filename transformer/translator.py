@@ -10,7 +10,7 @@ length with a warning (``TranslationWarning``).
 
 ``bf16=True`` translates with a bfloat16 copy of the model (weights and activations in bf16,
 log-probabilities and beam scores in float32): no weight is cast again during decoding.
-``quantize`` translates with int8 weights (CPU only), in one of two ways:
+``quantize`` translates with int8 weights (CPU only), in one of these ways:
 
 * ``"int8-weights"``: the compiled CPU kernels (``transformer.model.packed_linear``) multiply
   float32 activations by int8 copies of the linear layers' weights (one scale per output
@@ -21,8 +21,11 @@ log-probabilities and beam scores in float32): no weight is cast again during de
 * ``"int8-mixed"``: ``"int8-weights"`` for batches of up to ``INT8_WEIGHTS_MAX_ROWS`` decoder rows
   (sentences x beams), ``"int8-dynamic"`` for larger ones (without int8 dot-product
   instructions the int8 weights are faster on small batches, the dynamic layers on large ones).
-* ``"int8"`` picks ``"int8-dynamic"`` where the CPU has int8 dot-product instructions (VNNI or
-  AMX), the kernels are unavailable or the model is the recurrent baseline, ``"int8-mixed"``
+  It keeps the dynamically quantised copy beside the float32 model, and a sentence's translation
+  may depend on the batch it lands in (as with ``"int8-dynamic"`` alone, whose activations are
+  quantised per batch).
+* ``"int8"`` picks ``"int8-dynamic"`` where the CPU has int8 dot-product instructions (AVX-512
+  VNNI or AMX), the kernels are unavailable or the model is the recurrent baseline, ``"int8-mixed"``
   elsewhere (``Translator.quantize`` says which was taken).
 
 ``benchmarks/fast_paths.py`` measures the speed and the BLEU of each against fp32 on the same

@@ -71,14 +71,20 @@ void pack_s8(const float *W, long N, long K, long w_stride, signed char *packed,
         for (long j = 0; j < PANEL; j++) {
             long n = p * PANEL + j;
             float most = 0.0f;
-            for (long k = 0; n < N && k < K; k++) most = fmaxf(most, fabsf(W[n * w_stride + k]));
-            if (n < N) scale[n] = most / 127.0f;
-            inv[j] = most > 0.0f ? 127.0f / most : 0.0f;
+            int nan = 0;
+            for (long k = 0; n < N && k < K; k++) {
+                float w = W[n * w_stride + k];
+                nan |= isnan(w);
+                most = fmaxf(most, fabsf(w));
+            }
+            if (n < N) scale[n] = nan ? NAN : most / 127.0f; /* a NaN weight: NaN outputs, as in float32 */
+            inv[j] = most > 0.0f && isfinite(127.0f / most) ? 127.0f / most : 0.0f; /* rows below ~1e-37: 0 */
         }
         for (long k = 0; k < K; k++)
             for (long j = 0; j < PANEL; j++) {
                 long n = p * PANEL + j;
-                packed[(p * K + k) * PANEL + j] = n < N ? (signed char)lrintf(W[n * w_stride + k] * inv[j]) : 0;
+                float q = n < N ? W[n * w_stride + k] * inv[j] : 0.0f;
+                packed[(p * K + k) * PANEL + j] = isfinite(q) ? (signed char)lrintf(q) : 0;
             }
     }
 }

@@ -1,5 +1,5 @@
-"""Linear layers, and whole decoder-layer steps, for inference on CPU from packed float32
-weights (``packed_linear.c``).
+"""Linear layers, and whole decoder-layer steps, for inference on CPU from packed float32 (or
+int8) weights (``packed_linear.c``).
 
 A decoding step runs every linear layer of the decoder on a few rows (one per sentence and
 beam) and the weights stream from memory each time. PyTorch's CPU product (MKL's sgemm) is slow
@@ -31,15 +31,19 @@ training). A frozen weight (``requires_grad`` False, as ``Translator.from_run_di
 model it loads) keeps its copy between scopes for as long as its memory, shape, strides and
 version counter stay the same and no ``torch.optim`` optimizer has taken a step in the process
 (a copy for a translation server made once, not per request: 7-8 ms per ``translate`` call for
-the Multi30k model). Writes through ``.data`` do not bump the version counter: after
-``w.data.copy_(...)`` on a frozen weight, call ``forget()``. Scopes in two threads at once write
-the same bytes into a copy that must be packed again.
+the Multi30k model). Only in-place writes through the parameter itself or its views are seen
+(and ``load_state_dict``, which makes them). Call ``forget()`` after any other change to a frozen
+weight: writes through ``.data``, ``.numpy()`` or another alias of its memory, ``w.data =
+other`` (the allocator may hand the old address back), ``Module.to()`` and the like (which
+assign ``.data``), or weights in shared memory changed by another process. Scopes in two threads
+at once write the same bytes into a copy that must be packed again; a nested scope takes the
+outermost scope's format (float32 or int8).
 
 ``packing(int8=True)`` packs int8 copies instead (``packed_linear.c``'s ``pack_s8``: one scale
 per output feature, max |w| / 127; the kernel converts the bytes to float32 as it loads them, so
 activations and sums stay float32): a quarter of the weights' memory traffic. On the AVX2 CPU
-above, whole translations with the Multi30k model ran 1.2-1.7x faster than from float32 copies
-(``Translator(quantize="int8-weights")``).
+above, whole translations with the Multi30k model ran 1.1-1.7x faster than from float32 copies
+(1 to 256 sentences; ``Translator(quantize="int8-weights")``).
 
 ``set_enabled(False)`` (or ``TRANSFORMER_FUSED_CPU=0`` for all compiled kernels) turns it off,
 e.g. to compare; where the kernels cannot be compiled it is off.
@@ -115,8 +119,8 @@ def packing(*, int8: bool = False) -> Iterator[None]:
 def forget() -> None:
     """Pack every frozen weight again in the next scope (after writes the version counters do
     not see, such as ``weight.data.copy_(...)``)."""
-    for copies in _copies.values():
-        for copy in copies.values():
+    for copies in list(_copies.values()):
+        for copy in list(copies.values()):
             copy.stamp = None
 
 
@@ -189,9 +193,9 @@ def _pack(weight: Tensor, kind: str) -> _Copy:
 def _stamp(weight: Tensor) -> tuple[int, ...] | None:
     """What a frozen weight's packed copy was made from: its memory, its version counter (bumped
     by every in-place write except through ``.data``), shape, strides and the number of optimizer
-    steps taken in this process so far. None for a weight that requires gradients: a copy of it is
-    not kept between scopes."""
-    if weight.requires_grad:
+    steps taken in this process so far. None for a weight that requires gradients or an inference
+    tensor (which has no version counter): a copy of it is not kept between scopes."""
+    if weight.requires_grad or weight.is_inference():  # inference tensors have no version counter
         return None
     return weight.data_ptr(), weight._version, *weight.shape, *weight.stride(), _optimizer_steps
 
