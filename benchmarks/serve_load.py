@@ -1,6 +1,6 @@
 """Load on ``transformer serve``: throughput and latency with dynamic batching against batch size 1.
 
-    python benchmarks/serve_load.py RUN_DIR [--clients 64] [--seconds 60] [--sentences FILE]
+    python benchmarks/serve_load.py RUN_DIR [--clients 64] [--seconds 60] [--sentences FILE] [--int8]
 
 For each mode (``dynamic``: the server's dynamic batching, up to --max-batch-size texts per model
 call; ``batch1``: --max-batch-size 1) the script starts ``transformer serve RUN_DIR`` on 127.0.0.1
@@ -168,6 +168,7 @@ def main() -> int:
     parser.add_argument("--max-batch-size", type=int, default=32, help="texts per model call in dynamic mode (default: 32)")
     parser.add_argument("--batch-wait-ms", type=float, default=5.0, help="the batching window (default: 5)")
     parser.add_argument("--beam-size", type=int, default=4, help="beam size of every request (default: 4)")
+    parser.add_argument("--int8", action="store_true", help="serve with --int8 (int8 weights)")
     parser.add_argument("--sentences", help="one source sentence per line (plain or .gz; default: built-in French)")
     parser.add_argument("--overload-queue", type=int, default=16, help="--max-queue of the overload check (default: 16)")
     parser.add_argument("--overload-requests", type=int, default=200,
@@ -179,9 +180,9 @@ def main() -> int:
     if any(m not in ("dynamic", "batch1") for m in modes):
         parser.error(f"--modes takes dynamic and/or batch1 (or none), got {args.modes!r}")
     sentences = read_sentences(args.sentences)
-    common = ["--beam-size", str(args.beam_size), "--batch-wait-ms", str(args.batch_wait_ms)]
+    common = ["--beam-size", str(args.beam_size), "--batch-wait-ms", str(args.batch_wait_ms), *(["--int8"] * args.int8)]
     summary: dict = {"run_dir": str(Path(args.run_dir)), "clients": args.clients, "seconds": args.seconds,
-                     "beam_size": args.beam_size, "cpus": os.cpu_count(),
+                     "beam_size": args.beam_size, "int8": args.int8, "cpus": os.cpu_count(),
                      "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "modes": {}}
 
     for mode in modes:

@@ -272,6 +272,22 @@ def test_serve_command_errors_are_one_line(tmp_path, capsys, run_dir):
     assert "--port" in capsys.readouterr().err
     assert main(["serve", str(run_dir), "--beam-size", "20"]) == 2
     assert "--beam-size must be in 1..16" in capsys.readouterr().err
+    assert main(["serve", str(run_dir), "--int8", "--bf16"]) == 2
+    assert "int8 quantisation is for fp32 CPU inference" in capsys.readouterr().err
+
+
+def test_serve_int8_loads_an_int8_translator(run_dir, monkeypatch, capsys):
+    import transformer.visualize.cli as visualize_cli
+
+    seen = {}
+
+    def loaded(directory, **options):
+        seen.update(options)
+        raise ValueError("stopped before serving")
+
+    monkeypatch.setattr(visualize_cli, "load_translator", loaded)
+    assert main(["serve", str(run_dir), "--int8"]) == 2
+    assert seen["quantize"] == "int8" and "stopped before serving" in capsys.readouterr().err
 
 
 def test_languages_come_from_the_run_config(run_dir, tmp_path):

@@ -15,6 +15,11 @@ from transformer.evaluation import score
 from transformer.translator import TranslationWarning, Translator
 
 
+INT8_HELP = ("decode with int8 weights (CPU): on CPUs without VNNI or AMX, int8 copies of the weights in the compiled "
+             "kernels (activations float32) for batches of up to 384 sentences x beams and PyTorch's dynamically "
+             "quantised int8 layers for larger ones; elsewhere, and for the recurrent baseline, the latter "
+             "(README, Performance)")
+
 def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("decoding (defaults: the paper's beam 4, length penalty 0.6, max length source + 50)")
     g.add_argument("--beam", type=int, default=4, help="beam size (default: 4; 1 = greedy)")
@@ -33,11 +38,7 @@ def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold (default: 1.0 = off)")
     g.add_argument("--seed", type=int, default=None, help="sampling seed (same seed, same samples)")
     g.add_argument("--bf16", action="store_true", help="decode with a bfloat16 copy of the weights (fast on CPUs with AVX-512 bf16 or AMX)")
-    g.add_argument("--int8", action="store_true",
-                   help="decode with int8 weights (CPU): on CPUs without VNNI or AMX, int8 copies of the weights "
-                   "in the compiled kernels (activations float32) for batches of up to 384 sentences x beams and "
-                   "PyTorch's dynamically quantised int8 layers for larger ones; elsewhere, and for the "
-                   "recurrent baseline, the latter (README, Performance)")
+    g.add_argument("--int8", action="store_true", help=INT8_HELP)
     g.add_argument("--batch-tokens", type=int, default=12000, help="source tokens x beams per batch (default: 12000)")
 
 

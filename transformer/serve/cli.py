@@ -16,6 +16,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from transformer.serve.limits import ServeLimits
+from transformer.translate_cli import INT8_HELP
 
 _DEFAULTS = ServeLimits()
 _OPTIONS = {  # field -> (option, type, help)
@@ -48,6 +49,7 @@ def register_serve_command(subparsers: argparse._SubParsersAction) -> argparse.A
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
     p.add_argument("--beam-size", type=int, default=4, help="default beam size of requests (default: 4, the paper's)")
     p.add_argument("--bf16", action="store_true", help="decode with a bfloat16 copy of the weights")
+    p.add_argument("--int8", action="store_true", help=INT8_HELP)
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default: info)")
     for name, (option, kind, what) in _OPTIONS.items():
@@ -83,7 +85,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if not 1 <= args.beam_size <= limits.max_beam_size:
         raise ValueError(f"--beam-size must be in 1..{limits.max_beam_size} (--max-beam-size), got {args.beam_size}")
     run_dir = Path(args.run_dir)
-    translator = load_translator(run_dir, greedy=False, bf16=args.bf16)
+    translator = load_translator(run_dir, greedy=False, bf16=args.bf16, quantize="int8" if args.int8 else None)
     translator = translator.with_decoding(beam_size=args.beam_size)
     src_lang, tgt_lang = languages(run_dir)
     app = create_app(translator, limits, src_lang=src_lang, tgt_lang=tgt_lang)
