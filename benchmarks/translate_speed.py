@@ -76,7 +76,7 @@ from transformer.decoding import DecodeConfig
 from transformer.model import packed_linear
 from transformer.precision import bf16_left_out, fast_bf16
 from transformer.tokenizer import Vocabularies
-from transformer.translator import Translator, int8_kind
+from transformer.translator import KERNEL_INT8, Translator, int8_kind
 
 SPLIT = "test_2016_flickr"
 
@@ -163,7 +163,7 @@ def build_contenders(engines: dict, vocab: Vocabularies, decoding: DecodeConfig,
             break
         if options.get("bf16") and not args.bf16:  # left out where bf16 is emulated, unless --bf16 (main())
             continue
-        if options.get("quantize") in ("int8-weights", "int8-mixed") and not packed_linear.enabled():
+        if options.get("quantize") in KERNEL_INT8 and not packed_linear.enabled():
             continue  # needs the compiled kernels
         model = engines["ours"]
         translator = Translator(model, vocab, decoding=decoding, max_tokens=args.max_tokens, **options)

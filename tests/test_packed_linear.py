@@ -1,6 +1,6 @@
-"""The packed float32 CPU kernel for linear layers in inference (model/packed_linear.py): its
-products against float64, where it applies and where it steps aside, the scope its packed copies
-live in, and decoding unchanged by it."""
+"""The packed CPU kernel for linear layers in inference (model/packed_linear.py), float32 and int8
+copies: its products against float64, where it applies and where it steps aside, the scope its
+packed copies live in, frozen weights' copies kept until they change, and decoding unchanged by it."""
 
 import pytest
 import torch
@@ -226,12 +226,13 @@ def test_int8_and_float32_copies_are_kept_apart(monkeypatch):
     assert set(packed_linear._copies[layer.weight]) == {"f32", "int8"}
 
 
-def _count_packing(monkeypatch) -> list[int]:
-    """Counts the weights packed (``pack_f32`` calls), whether into new or kept copies."""
+def count_packing(monkeypatch, function: str = "pack_f32") -> list[int]:
+    """Counts the weights packed (``pack_f32`` or ``pack_s8`` calls; their N), whether into new or
+    kept copies."""
     calls = []
     lib = fused_cpu.library()
-    original = lib.pack_f32
-    monkeypatch.setattr(lib, "pack_f32", lambda *args: calls.append(args[1]) or original(*args))
+    original = getattr(lib, function)
+    monkeypatch.setattr(lib, function, lambda *args: calls.append(args[1]) or original(*args))
     return calls
 
 
@@ -242,7 +243,7 @@ def _kernel_output(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
 
 def test_frozen_weights_keep_their_copies_until_they_change(monkeypatch):
-    calls = _count_packing(monkeypatch)
+    calls = count_packing(monkeypatch)
     layer = _layer(24, 20).requires_grad_(False)
     x = torch.randn(5, 24)
     for _ in range(3):
@@ -268,7 +269,7 @@ def test_frozen_weights_keep_their_copies_until_they_change(monkeypatch):
 
 def test_frozen_inference_tensors_are_packed_in_every_scope(monkeypatch):
     """Weights made under inference_mode have no version counter: not kept, not an error."""
-    calls = _count_packing(monkeypatch)
+    calls = count_packing(monkeypatch)
     with torch.inference_mode():
         layer = _layer(16, 8).requires_grad_(False)
         x = torch.randn(3, 16)
@@ -292,7 +293,7 @@ def test_int8_copies_of_odd_weights():
 def test_an_optimizer_step_makes_kept_copies_stale(monkeypatch):
     """Fine-tuning a frozen layer: unfrozen, a fused-Adam step (which leaves the version counter
     as it was), frozen again. The step of any torch.optim optimizer drops every kept copy."""
-    calls = _count_packing(monkeypatch)
+    calls = count_packing(monkeypatch)
     layer = _layer(16, 8).requires_grad_(False)
     x = torch.randn(3, 16)
     _kernel_output(layer, x)
@@ -308,7 +309,7 @@ def test_an_optimizer_step_makes_kept_copies_stale(monkeypatch):
 
 
 def test_trainable_weights_are_packed_in_every_scope(monkeypatch):
-    calls = _count_packing(monkeypatch)
+    calls = count_packing(monkeypatch)
     layer = _layer(16, 8)
     assert layer.weight.requires_grad
     for _ in range(2):

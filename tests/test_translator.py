@@ -11,7 +11,7 @@ from transformer.checkpoint import save_model
 from transformer.config import preset
 from transformer.corpus.builtin import generate_pairs
 from transformer.decoding import DecodeConfig
-from transformer.model import Transformer
+from transformer.model import Transformer, packed_linear
 from transformer.tokenizer import Vocabularies
 from transformer.translator import TranslationWarning, Translator
 
@@ -47,17 +47,14 @@ def test_translations_come_back_in_input_order_whatever_the_batching(run_dir):
 def test_a_loaded_translator_freezes_its_model_and_packs_it_once(run_dir, monkeypatch):
     """from_run_dir owns the model it loads: frozen, so the CPU kernels pack its weights in the
     first call only; the translations stay those of PyTorch's operators."""
-    from transformer.model import fused_cpu, packed_linear
+    from tests.test_packed_linear import count_packing
 
     translator = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
     assert not any(p.requires_grad for p in translator.model.parameters())
     sentences = [f for f, _ in generate_pairs(6, seed=4)]
     if not packed_linear.enabled():
         pytest.skip("compiled CPU kernels unavailable (no C compiler)")
-    calls = []
-    lib = fused_cpu.library()
-    original = lib.pack_f32
-    monkeypatch.setattr(lib, "pack_f32", lambda *args: calls.append(1) or original(*args))
+    calls = count_packing(monkeypatch)
     first = translator.translate(sentences)
     packed = len(calls)
     assert packed > 0
@@ -135,7 +132,8 @@ def test_int8_translator_quantises_a_copy_and_stays_close_to_fp32(run_dir):
 
 
 def test_int8_weights_translator_packs_int8_copies_and_stays_close_to_fp32(run_dir, monkeypatch):
-    from transformer.model import fused_cpu, packed_linear
+    from tests.test_packed_linear import count_packing
+    from transformer.model import fused_cpu
     from transformer.precision import cpu_int8_units
 
     fp32 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
@@ -148,10 +146,7 @@ def test_int8_weights_translator_packs_int8_copies_and_stays_close_to_fp32(run_d
         pytest.skip("compiled CPU kernels unavailable (no C compiler)")
     int8 = Translator(fp32.model, fp32.vocab, decoding=DecodeConfig(strategy="greedy"), quantize="int8-weights")
     assert int8.model is fp32.model  # no copy of the model: only the packed copies are int8
-    calls = []
-    lib = fused_cpu.library()
-    original = lib.pack_s8
-    monkeypatch.setattr(lib, "pack_s8", lambda *args: calls.append(1) or original(*args))
+    calls = count_packing(monkeypatch, "pack_s8")
     sentences = [f for f, _ in generate_pairs(10, seed=3)]
     got = int8.translate(sentences)
     assert calls and all(isinstance(t, str) for t in got)
@@ -162,14 +157,12 @@ def test_int8_weights_translator_packs_int8_copies_and_stays_close_to_fp32(run_d
         Translator(fp32.model, fp32.vocab, quantize="int8-weights")
 
 
+@pytest.mark.skipif(not packed_linear.enabled(), reason="compiled CPU kernels unavailable (no C compiler)")
 def test_int8_mixed_takes_the_dynamic_layers_for_large_batches_only(run_dir, monkeypatch):
     from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
     import transformer.translator as translator_module
-    from transformer.model import packed_linear
 
-    if not packed_linear.enabled():
-        pytest.skip("compiled CPU kernels unavailable (no C compiler)")
     fp32 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="beam", beam_size=2))
     mixed = Translator(fp32.model, fp32.vocab, decoding=fp32.decoding, quantize="int8-mixed", max_tokens=10**6)
     assert mixed.model is fp32.model

@@ -57,6 +57,7 @@ QUANTIZE = (None, "int8", "int8-weights", "int8-dynamic", "int8-mixed")
 # 0.91-1.00 at 256 and 1.01-1.13 at 512 (the dynamic layers' int8 products win once the products
 # are large).
 INT8_WEIGHTS_MAX_ROWS = 384
+KERNEL_INT8 = ("int8-weights", "int8-mixed")  # the kinds that pack int8 copies for the compiled kernels
 
 
 class TranslationWarning(UserWarning):
@@ -90,10 +91,10 @@ class Translator:
             raise ValueError("int8 quantisation is for fp32 CPU inference: use device='cpu' and bf16=False")
         if quantize == "int8":
             quantize = int8_kind(model)
-        if quantize in ("int8-weights", "int8-mixed") and not isinstance(model, Transformer):
+        if quantize in KERNEL_INT8 and not isinstance(model, Transformer):
             raise ValueError(f"quantize={quantize!r} is for Transformer models (the recurrent baseline's "
                              "layers do not run the compiled kernels); use 'int8-dynamic'")
-        if quantize in ("int8-weights", "int8-mixed") and not packed_linear.enabled():
+        if quantize in KERNEL_INT8 and not packed_linear.enabled():
             raise ValueError(f"quantize={quantize!r} needs the compiled CPU kernels (a C compiler, and "
                              "TRANSFORMER_FUSED_CPU not 0); use 'int8-dynamic'")
         self.model = model.to(self.device).eval()
@@ -153,7 +154,7 @@ class Translator:
         results: list[list[Hypothesis]] = [[] for _ in texts]
         todo = [i for i, ids in enumerate(src_ids) if ids]
         # the batches share one packed copy of the weights (int8 with quantize="int8-weights" / "int8-mixed")
-        with packed_linear.packing(int8=self.quantize in ("int8-weights", "int8-mixed")):
+        with packed_linear.packing(int8=self.quantize in KERNEL_INT8):
             for batch in self._length_sorted_batches(todo, src_ids):
                 for i, hyps in zip(batch, self._decode_batch([src_ids[i] for i in batch])):
                     results[i] = hyps
