@@ -27,8 +27,9 @@ def _reference(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return (y + layer.bias.double() if layer.bias is not None else y).float()
 
 
+# N covers whole and partial panels of both widths (16 columns; 32 with AVX-512)
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 6, 7, 13, 64, 301])
-@pytest.mark.parametrize("K,N", [(1, 1), (3, 15), (16, 16), (33, 17), (64, 40), (256, 100)])
+@pytest.mark.parametrize("K,N", [(1, 1), (3, 15), (16, 16), (33, 17), (24, 32), (64, 40), (40, 65), (256, 100)])
 def test_products_equal_float64(rows, K, N):
     for bias in (True, False):
         layer = _layer(K, N, bias)
@@ -186,7 +187,7 @@ def dequantized(weight: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("rows", [1, 2, 5, 6, 13, 64])
-@pytest.mark.parametrize("K,N", [(1, 1), (3, 15), (33, 17), (256, 100)])
+@pytest.mark.parametrize("K,N", [(1, 1), (3, 15), (33, 17), (40, 65), (256, 100)])
 def test_int8_weights_equal_float64_with_the_quantised_weights(rows, K, N):
     for bias in (True, False):
         layer = _layer(K, N, bias)

@@ -150,6 +150,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
                                            I, F, I]
     lib.pack_f32.restype = lib.pack_s8.restype = lib.linear_f32.restype = lib.attend_f32.restype = None
     lib.decoder_layer_step_f32.restype = None
+    lib.panel_width.argtypes, lib.panel_width.restype = [], I
     lib.best_tokens_f32.argtypes = [P, L, L, L, L, P, P]
     lib.best_tokens_f32.restype = None
     return lib

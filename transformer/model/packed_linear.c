@@ -2,10 +2,11 @@
  * packed once, and a decoder layer's decoding step built on them (see packed_linear.py, which
  * calls this through ctypes; fused_cpu.py compiles it).
  *
- * W (N x K, rows at a stride) is packed into panels of 16 output features: panel p holds
- * W[16p .. 16p + 15][k] for k = 0 .. K-1, 16 consecutive floats per k, zero past N. A block of
- * up to 6 rows of x times one panel is summed in 12 vector registers of 8 floats (x's element
- * broadcast, the panel's 16 floats loaded once per k for all rows), the usual register-blocked
+ * W (N x K, rows at a stride) is packed into panels of PANEL output features (16, or 32 with
+ * AVX-512: panel_width()): panel p holds W[PANEL p .. PANEL p + PANEL - 1][k] for k = 0 .. K-1,
+ * PANEL consecutive floats per k, zero past N. A block of up to 6 rows of x times one panel is
+ * summed in 12 vector registers (of 8 floats, or 16 with AVX-512; x's element broadcast, the
+ * panel's floats loaded once per k for all rows), the usual register-blocked
  * outer product of GEMM kernels. Rows of x are taken in blocks of at most ROW_BLOCK_BYTES, so a
  * block stays in the core's cache while the panels stream past it. (Row block, panel) pairs are
  * split across `threads` OpenMP threads (PyTorch's count; the process's one libgomp).
@@ -25,32 +26,43 @@
 #include <immintrin.h>
 #endif
 
-#define PANEL 16
+/* The vector width: 16 floats (one 512-bit register) with AVX-512, else 8. A panel is two vectors
+ * wide, so a block of 6 rows keeps 12 sums in registers either way. */
+#ifdef __AVX512F__
+#define VW 16
+#else
+#define VW 8
+#endif
+#define PANEL (2 * VW)
 #define ROW_BLOCK_BYTES (128 * 1024)
 
-typedef float v8f __attribute__((vector_size(32)));
-typedef int v8i __attribute__((vector_size(32)));
+typedef float vf __attribute__((vector_size(VW * 4)));
+typedef int vi __attribute__((vector_size(VW * 4)));
 
-static inline v8f load8(const float *p) {
-    v8f v;
+static inline vf loadv(const float *p) {
+    vf v;
     memcpy(&v, p, sizeof(v));
     return v;
 }
 
-static inline void store8(float *p, v8f v) { memcpy(p, &v, sizeof(v)); }
+static inline void storev(float *p, vf v) { memcpy(p, &v, sizeof(v)); }
 
-/* 8 int8 weights as floats */
-static inline v8f load8_s8(const signed char *p) {
-#ifdef __AVX2__
-    return (v8f)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+/* VW int8 weights as floats */
+static inline vf loadv_s8(const signed char *p) {
+#if defined(__AVX512F__)
+    return (vf)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+#elif defined(__AVX2__)
+    return (vf)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 #else
-    v8f v;
-    for (int j = 0; j < 8; j++) v[j] = (float)p[j];
+    vf v;
+    for (int j = 0; j < VW; j++) v[j] = (float)p[j];
     return v;
 #endif
 }
 
-/* W (N x K, rows at stride w_stride) -> `packed`, ceil(N / 16) * 16 * K floats */
+int panel_width(void) { return PANEL; }
+
+/* W (N x K, rows at stride w_stride) -> `packed`, ceil(N / PANEL) * PANEL * K floats */
 void pack_f32(const float *W, long N, long K, long w_stride, float *packed, int threads) {
     long panels = (N + PANEL - 1) / PANEL;
 #pragma omp parallel for schedule(static) num_threads(threads)
@@ -89,8 +101,8 @@ void pack_s8(const float *W, long N, long K, long w_stride, signed char *packed,
     }
 }
 
-/* R rows of x (at stride xs) times one panel -> out[2r], out[2r + 1]: row r's 16 sums */
-#define DECLARE(r) v8f lo##r = {0}, hi##r = {0};
+/* R rows of x (at stride xs) times one panel -> out[2r], out[2r + 1]: row r's PANEL sums */
+#define DECLARE(r) vf lo##r = {0}, hi##r = {0};
 #define MULTIPLY_ADD(r)                                                                          \
     {                                                                                            \
         float s = x[(r) * xs + k];                                                               \
@@ -103,10 +115,10 @@ void pack_s8(const float *W, long N, long K, long w_stride, signed char *packed,
 
 /* blockR_f32 / blockR_s8: float32 or int8 panels (T, loaded by LOAD) */
 #define DEFINE_BLOCK(R, T, LOAD)                                                                 \
-    static inline void block##R##_##T(const float *x, long xs, const T *panel, long K, v8f *out) { \
+    static inline void block##R##_##T(const float *x, long xs, const T *panel, long K, vf *out) { \
         FOR_ROWS##R(DECLARE)                                                                     \
         for (long k = 0; k < K; k++) {                                                           \
-            v8f w_lo = LOAD(panel + k * PANEL), w_hi = LOAD(panel + k * PANEL + 8);              \
+            vf w_lo = LOAD(panel + k * PANEL), w_hi = LOAD(panel + k * PANEL + VW);              \
             FOR_ROWS##R(MULTIPLY_ADD)                                                            \
         }                                                                                        \
         FOR_ROWS##R(STORE)                                                                       \
@@ -114,20 +126,20 @@ void pack_s8(const float *W, long N, long K, long w_stride, signed char *packed,
 
 /* one row: even and odd k in separate sums (two dependency chains instead of one) */
 #define DEFINE_BLOCK1(T, LOAD)                                                                   \
-    static inline void block1_##T(const float *x, long xs, const T *panel, long K, v8f *out) {   \
+    static inline void block1_##T(const float *x, long xs, const T *panel, long K, vf *out) {   \
         (void)xs;                                                                                \
-        v8f lo0 = {0}, hi0 = {0}, lo1 = {0}, hi1 = {0};                                          \
+        vf lo0 = {0}, hi0 = {0}, lo1 = {0}, hi1 = {0};                                          \
         long k = 0;                                                                              \
         for (; k + 2 <= K; k += 2) {                                                             \
             const T *w = panel + k * PANEL;                                                      \
             lo0 += x[k] * LOAD(w);                                                               \
-            hi0 += x[k] * LOAD(w + 8);                                                           \
+            hi0 += x[k] * LOAD(w + VW);                                                           \
             lo1 += x[k + 1] * LOAD(w + PANEL);                                                   \
-            hi1 += x[k + 1] * LOAD(w + PANEL + 8);                                               \
+            hi1 += x[k + 1] * LOAD(w + PANEL + VW);                                               \
         }                                                                                        \
         if (k < K) {                                                                             \
             lo0 += x[k] * LOAD(panel + k * PANEL);                                               \
-            hi0 += x[k] * LOAD(panel + k * PANEL + 8);                                           \
+            hi0 += x[k] * LOAD(panel + k * PANEL + VW);                                           \
         }                                                                                        \
         out[0] = lo0 + lo1;                                                                      \
         out[1] = hi0 + hi1;                                                                      \
@@ -137,18 +149,18 @@ void pack_s8(const float *W, long N, long K, long w_stride, signed char *packed,
 #define FOR_ROWS6(F) F(0) F(1) F(2) F(3) F(4) F(5)
 typedef float f32;
 typedef signed char s8;
-DEFINE_BLOCK(2, f32, load8)
-DEFINE_BLOCK(4, f32, load8)
-DEFINE_BLOCK(6, f32, load8)
-DEFINE_BLOCK1(f32, load8)
-DEFINE_BLOCK(2, s8, load8_s8)
-DEFINE_BLOCK(4, s8, load8_s8)
-DEFINE_BLOCK(6, s8, load8_s8)
-DEFINE_BLOCK1(s8, load8_s8)
+DEFINE_BLOCK(2, f32, loadv)
+DEFINE_BLOCK(4, f32, loadv)
+DEFINE_BLOCK(6, f32, loadv)
+DEFINE_BLOCK1(f32, loadv)
+DEFINE_BLOCK(2, s8, loadv_s8)
+DEFINE_BLOCK(4, s8, loadv_s8)
+DEFINE_BLOCK(6, s8, loadv_s8)
+DEFINE_BLOCK1(s8, loadv_s8)
 
 /* R rows (6, 4, 2 or 1) of x times panel p of float32 weights, or of int8 weights if scale */
 static inline void block(const float *x, long xs, long R, const void *packed, const float *scale, long p, long K,
-                         v8f *out) {
+                         vf *out) {
     if (scale) {
         const s8 *panel = (const s8 *)packed + p * K * PANEL;
         if (R == 6) block6_s8(x, xs, panel, K, out);
@@ -173,13 +185,13 @@ static void panel_rows(const float *x, long xs, long i0, long i1, const void *pa
         b[j] = bias ? bias[n0 + j] : 0.0f;
         c[j] = scale ? scale[n0 + j] : 1.0f;
     }
-    v8f b_lo = load8(b), b_hi = load8(b + 8), c_lo = load8(c), c_hi = load8(c + 8), zero = {0};
+    vf b_lo = loadv(b), b_hi = loadv(b + VW), c_lo = loadv(c), c_hi = loadv(c + VW), zero = {0};
     for (long i = i0; i < i1;) {
-        v8f out[12];
+        vf out[12];
         long left = i1 - i, rows = left >= 6 ? 6 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
         block(x + i * xs, xs, rows, packed, scale, p, K, out);
         for (long r = 0; r < rows; r++) {
-            v8f lo = out[2 * r], hi = out[2 * r + 1];
+            vf lo = out[2 * r], hi = out[2 * r + 1];
             if (scale) {
                 lo *= c_lo;
                 hi *= c_hi;
@@ -187,17 +199,17 @@ static void panel_rows(const float *x, long xs, long i0, long i1, const void *pa
             lo += b_lo;
             hi += b_hi;
             if (relu) { /* max(v, 0), NaN kept */
-                lo = (v8f)((v8i)lo & ~(lo < zero));
-                hi = (v8f)((v8i)hi & ~(hi < zero));
+                lo = (vf)((vi)lo & ~(lo < zero));
+                hi = (vf)((vi)hi & ~(hi < zero));
             }
             float *yr = y + (i + r) * ys + n0;
             if (width == PANEL) {
-                store8(yr, lo);
-                store8(yr + 8, hi);
+                storev(yr, lo);
+                storev(yr + VW, hi);
             } else {
                 float t[PANEL];
-                store8(t, lo);
-                store8(t + 8, hi);
+                storev(t, lo);
+                storev(t + VW, hi);
                 memcpy(yr, t, width * sizeof(float));
             }
         }

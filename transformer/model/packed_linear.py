@@ -65,7 +65,6 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from transformer.model import fused_cpu
 
-PANEL = 16  # output features per packed panel (packed_linear.c)
 
 _enabled = True
 
@@ -167,7 +166,8 @@ def _packed(weight: Tensor) -> _Copy:
 
 def _pack(weight: Tensor, kind: str) -> _Copy:
     N, K = weight.shape
-    size = (N + PANEL - 1) // PANEL * PANEL * K
+    panel = fused_cpu.library().panel_width()  # output features per packed panel: 16, 32 with AVX-512
+    size = (N + panel - 1) // panel * panel * K
     copies = _copies.get(weight)
     if copies is None:
         copies = _copies[weight] = {}
