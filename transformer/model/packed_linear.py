@@ -11,7 +11,7 @@ kernel multiplies blocks of up to 6 rows by panels of 16 output features of a co
 laid out panel by panel (``pack_f32``); it kept up with MKL for up to 12,000 rows as well. Where
 the CPU has AVX-512 the panels are 32 features wide and the sums 512-bit vectors: on a 2-core AMD
 EPYC with AVX-512, where PyTorch's float32 products ran at 110-225 GFLOP/s, the kernel ran at
-220-530 (2.0-3.5x faster than 16-column panels from 16 to 4,096 rows).
+220-530 from 16 to 4,096 rows: 2.0-3.5x PyTorch's speed, and 1.4-2.2x that of 16-column panels.
 
 With a few rows the rest of a step is overhead: about 220 PyTorch operators and the Python
 around them, 1.2 ms per step of that model at 1 row. ``decoder_layer_step`` runs a whole
