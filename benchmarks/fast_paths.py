@@ -12,9 +12,10 @@ weights of one trained run directory (``model.safetensors``) on each path:
 * bf16: a bfloat16 copy of the weights (``Translator(bf16=True)``); by default only where the CPU
   has bf16 matrix units (AVX-512 bf16 or AMX): elsewhere PyTorch emulates bf16 products, far
   slower than fp32, and the path runs only when asked for (``--paths bf16``);
-* int8: ``Translator(quantize="int8")`` (``transformer translate --int8``): on CPUs without VNNI or
-  AMX int8-weights for batches of up to 384 decoder rows (sentences x beams) and int8-dynamic
-  for larger ones (``int8-mixed``), elsewhere int8-dynamic; the row says which;
+* int8: ``Translator(quantize="int8")`` (``transformer translate --int8``): int8-weights for
+  batches of up to 384 decoder rows (sentences x beams; 32 on CPUs with VNNI or AMX) and
+  int8-dynamic for larger ones (``int8-mixed``), int8-dynamic alone without the compiled
+  kernels; the row says which;
 * int8-weights: ``Translator(quantize="int8-weights")``: the compiled decoding kernels with int8
   copies of the linear layers' weights (one scale per output feature; activations and sums in
   float32);

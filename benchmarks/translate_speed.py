@@ -16,9 +16,10 @@ sentences of Multi30k ``test_2016_flickr`` are translated greedily and with beam
   emulates bf16 products, far slower than float32, and the contender is left out;
 * ours int8: the same ``Translator`` with ``quantize="int8"`` (``translate --int8``, the
   counterpart of CTranslate2 int8; the header says what it takes on this machine: int8 copies of
-  the weights in the compiled decoding kernels for batches of up to 384 decoder rows and PyTorch's
-  dynamically quantised int8 layers for larger ones, or the latter alone on CPUs with VNNI or
-  AMX); ``--int8 int8-weights,int8-dynamic`` runs each kind as a contender of its own;
+  the weights in the compiled decoding kernels for batches of up to 384 decoder rows, 32 on CPUs
+  with VNNI or AMX, and PyTorch's dynamically quantised int8 layers for larger ones, or the latter
+  alone without the kernels); ``--int8 int8-weights,int8-dynamic`` runs each kind as a contender
+  of its own;
 * generate fp32: ``MarianMTModel.generate()`` on all sentences as one padded batch, ``num_beams``,
   ``length_penalty``, ``early_stopping`` (see below);
 * CTranslate2 float32 and int8: ``translate_batch`` (``beam_size``, ``length_penalty``,
@@ -76,7 +77,7 @@ from transformer.decoding import DecodeConfig
 from transformer.model import packed_linear
 from transformer.precision import bf16_left_out, fast_bf16
 from transformer.tokenizer import Vocabularies
-from transformer.translator import KERNEL_INT8, Translator, int8_kind
+from transformer.translator import KERNEL_INT8, Translator, int8_kind, int8_weights_max_rows
 
 SPLIT = "test_2016_flickr"
 
@@ -111,6 +112,7 @@ def machine() -> dict:
     return {"cpu": cpu, "logical_cpus": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "cpu_bf16_units": fast_bf16("cpu"), "ours_int8": int8_kind(),
+            "int8_weights_max_rows": int8_weights_max_rows(),
             "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
             "ctranslate2": ctranslate2.__version__}
 
@@ -401,7 +403,8 @@ def main() -> None:
     print(f"{m['cpu']}; {m['torch_threads']} threads ({m['logical_cpus']} logical CPUs); torch {m['torch']}, "
           f"transformers {m['transformers']}, ctranslate2 {m['ctranslate2']}")
     print(f"{run_dir}, multi30k {SPLIT} {src}->{tgt}; median of {args.rounds} round(s), contenders alternating; "
-          f"translate --int8 takes {m['ours_int8']} here")
+          f"translate --int8 takes {m['ours_int8']} here"
+          + (f" (int8 weights up to {m['int8_weights_max_rows']} rows)" if m["ours_int8"] == "int8-mixed" else ""))
     if not args.bf16:
         print(bf16_left_out("pass --bf16 to run it anyway", what="ours bf16"))
 

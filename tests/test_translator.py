@@ -134,11 +134,10 @@ def test_int8_translator_quantises_a_copy_and_stays_close_to_fp32(run_dir):
 def test_int8_weights_translator_packs_int8_copies_and_stays_close_to_fp32(run_dir, monkeypatch):
     from tests.test_packed_linear import count_packing
     from transformer.model import fused_cpu
-    from transformer.precision import cpu_int8_units
 
     fp32 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
     auto = Translator(fp32.model, fp32.vocab, quantize="int8")
-    expected = "int8-dynamic" if cpu_int8_units() or not packed_linear.enabled() else "int8-mixed"
+    expected = "int8-mixed" if packed_linear.enabled() else "int8-dynamic"
     assert auto.quantize == expected
     if not packed_linear.enabled():
         with pytest.raises(ValueError, match="needs the compiled CPU kernels"):
@@ -170,7 +169,7 @@ def test_int8_mixed_takes_the_dynamic_layers_for_large_batches_only(run_dir, mon
     original = translator_module.decode
     monkeypatch.setattr(translator_module, "decode", lambda model, *a, **k: used.append(
         any(isinstance(m, DynamicQuantizedLinear) for m in model.modules())) or original(model, *a, **k))
-    monkeypatch.setattr(translator_module, "INT8_WEIGHTS_MAX_ROWS", 6)
+    monkeypatch.setattr(translator_module, "int8_weights_max_rows", lambda: 6)
     sentences = [f for f, _ in generate_pairs(5, seed=5)]
     small = mixed.translate(sentences[:3])  # 3 sentences x 2 beams: the int8 weights
     large = mixed.translate(sentences)  # 10 rows: the dynamic layers
@@ -178,6 +177,15 @@ def test_int8_mixed_takes_the_dynamic_layers_for_large_batches_only(run_dir, mon
     assert small == Translator(fp32.model, fp32.vocab, decoding=fp32.decoding, quantize="int8-weights").translate(sentences[:3])
     assert large == Translator(fp32.model, fp32.vocab, decoding=fp32.decoding, quantize="int8-dynamic",
                                max_tokens=10**6).translate(sentences)
+
+
+def test_int8_mixed_row_limit_follows_the_cpus_int8_units(monkeypatch):
+    import transformer.translator as translator_module
+
+    monkeypatch.setattr(translator_module, "cpu_int8_units", lambda: False)
+    assert translator_module.int8_weights_max_rows() == translator_module.INT8_WEIGHTS_MAX_ROWS == 384
+    monkeypatch.setattr(translator_module, "cpu_int8_units", lambda: True)  # VNNI or AMX: dynamic layers sooner
+    assert translator_module.int8_weights_max_rows() == translator_module.INT8_WEIGHTS_MAX_ROWS_INT8_UNITS == 32
 
 
 def test_bf16_translator_decodes_with_a_bf16_copy(run_dir):

@@ -15,10 +15,10 @@ from transformer.evaluation import score
 from transformer.translator import TranslationWarning, Translator
 
 
-INT8_HELP = ("decode with int8 weights (CPU): on CPUs without VNNI or AMX, int8 copies of the weights in the compiled "
-             "kernels (activations float32) for batches of up to 384 sentences x beams and PyTorch's dynamically "
-             "quantised int8 layers for larger ones; elsewhere, and for the recurrent baseline, the latter "
-             "(README, Performance)")
+INT8_HELP = ("decode with int8 weights (CPU): int8 copies of the weights in the compiled kernels (activations "
+             "float32) for batches of up to 384 sentences x beams (32 on CPUs with VNNI or AMX) and PyTorch's "
+             "dynamically quantised int8 layers for larger ones; the latter alone for the recurrent baseline or "
+             "without the kernels (README, Performance)")
 
 def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("decoding (defaults: the paper's beam 4, length penalty 0.6, max length source + 50)")

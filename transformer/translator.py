@@ -18,15 +18,15 @@ log-probabilities and beam scores in float32): no weight is cast again during de
   It needs the compiled kernels and a Transformer.
 * ``"int8-dynamic"``: a copy of the model whose linear layers are PyTorch's dynamically quantised
   int8 layers (activations quantised per batch too; int8 products where the CPU has VNNI or AMX).
-* ``"int8-mixed"``: ``"int8-weights"`` for batches of up to ``INT8_WEIGHTS_MAX_ROWS`` decoder rows
-  (sentences x beams), ``"int8-dynamic"`` for larger ones (without int8 dot-product
-  instructions the int8 weights are faster on small batches, the dynamic layers on large ones).
+* ``"int8-mixed"``: ``"int8-weights"`` for batches of up to ``int8_weights_max_rows()`` decoder
+  rows (sentences x beams), ``"int8-dynamic"`` for larger ones (the int8 weights are faster on
+  small batches, the dynamic layers' int8 products on large ones; the crossover depends on
+  whether the CPU has int8 dot-product instructions).
   It keeps the dynamically quantised copy beside the float32 model, and a sentence's translation
   may depend on the batch it lands in (as with ``"int8-dynamic"`` alone, whose activations are
   quantised per batch).
-* ``"int8"`` picks ``"int8-dynamic"`` where the CPU has int8 dot-product instructions (AVX-512
-  VNNI or AMX), the kernels are unavailable or the model is the recurrent baseline, ``"int8-mixed"``
-  elsewhere (``Translator.quantize`` says which was taken).
+* ``"int8"`` picks ``"int8-mixed"``, or ``"int8-dynamic"`` where the kernels are unavailable or
+  the model is the recurrent baseline (``Translator.quantize`` says which was taken).
 
 ``benchmarks/fast_paths.py`` measures the speed and the BLEU of each against fp32 on the same
 checkpoint.
@@ -52,11 +52,14 @@ from transformer.tokenizer import Vocabularies
 DEFAULT_MAX_INPUT_TOKENS = 1024
 QUANTIZE = (None, "int8", "int8-weights", "int8-dynamic", "int8-mixed")
 # "int8-mixed": batches of up to this many decoder rows (sentences x beams) use the kernels' int8
-# weights, larger ones PyTorch's dynamically quantised layers. On a 2-core AVX2 CPU (Multi30k
-# model, one batch) the int8 weights took 0.66-0.83 of the dynamic layers' time at 32-128 rows,
-# 0.91-1.00 at 256 and 1.01-1.13 at 512 (the dynamic layers' int8 products win once the products
-# are large).
-INT8_WEIGHTS_MAX_ROWS = 384
+# weights, larger ones PyTorch's dynamically quantised layers, whose int8 products win once the
+# products are large (see int8_weights_max_rows). Measured with the Multi30k model, one batch,
+# 2 cores, torch 2.13, time of the int8 weights / time of the dynamic layers: on an AVX2 CPU
+# without int8 dot-product instructions 0.66-0.83 at 32-128 rows, 0.91-1.00 at 256, 1.01-1.13 at
+# 512; on an AVX-512 CPU with VNNI, which the dynamic layers' products use, 0.52-0.57 at 1-4
+# rows, 0.74-0.87 at 8-32, 0.96-1.14 at 64 and 1.09-1.22 at 128-512.
+INT8_WEIGHTS_MAX_ROWS = 384  # CPUs without VNNI or AMX
+INT8_WEIGHTS_MAX_ROWS_INT8_UNITS = 32  # CPUs with them
 KERNEL_INT8 = ("int8-weights", "int8-mixed")  # the kinds that pack int8 copies for the compiled kernels
 
 
@@ -98,7 +101,7 @@ class Translator:
             raise ValueError(f"quantize={quantize!r} needs the compiled CPU kernels (a C compiler, and "
                              "TRANSFORMER_FUSED_CPU not 0); use 'int8-dynamic'")
         self.model = model.to(self.device).eval()
-        # "int8-mixed": batches of more than INT8_WEIGHTS_MAX_ROWS rows decode with this copy instead
+        # "int8-mixed": batches of more than int8_weights_max_rows() rows decode with this copy instead
         self._large_batch_model: Transformer | RNNSeq2Seq | None = None
         if quantize == "int8-dynamic":
             self.model = quantize_int8(self.model)
@@ -200,7 +203,7 @@ class Translator:
             mask[row, : len(s)] = True
         src, mask = src.to(self.device), mask.to(self.device)
         model = self.model
-        if self._large_batch_model is not None and len(seqs) * self._width() > INT8_WEIGHTS_MAX_ROWS:
+        if self._large_batch_model is not None and len(seqs) * self._width() > int8_weights_max_rows():
             model = self._large_batch_model
         return decode(model, src, mask, self.decoding, bos_id=self.vocab.tgt.bos_id, eos_id=self.vocab.tgt.eos_id)
 
@@ -211,11 +214,19 @@ class Translator:
 
 def int8_kind(model: Transformer | RNNSeq2Seq | None = None) -> str:
     """What ``quantize="int8"`` takes here for ``model`` (a Transformer if None): ``"int8-dynamic"``
-    where the CPU has int8 dot-product instructions (VNNI or AMX), the compiled kernels are
-    unavailable or the model is the recurrent baseline, else ``"int8-mixed"``."""
-    if cpu_int8_units() or not packed_linear.enabled() or (model is not None and not isinstance(model, Transformer)):
+    where the compiled kernels are unavailable or the model is the recurrent baseline, else
+    ``"int8-mixed"``."""
+    if not packed_linear.enabled() or (model is not None and not isinstance(model, Transformer)):
         return "int8-dynamic"
     return "int8-mixed"
+
+
+def int8_weights_max_rows() -> int:
+    """The largest batch, in decoder rows (sentences x beams), that ``"int8-mixed"`` decodes with the
+    kernels' int8 weights on this CPU: ``INT8_WEIGHTS_MAX_ROWS_INT8_UNITS`` where it has int8
+    dot-product instructions (AVX-512 VNNI or AMX), whose products make the dynamic layers
+    faster from smaller batches on, else ``INT8_WEIGHTS_MAX_ROWS``."""
+    return INT8_WEIGHTS_MAX_ROWS_INT8_UNITS if cpu_int8_units() else INT8_WEIGHTS_MAX_ROWS
 
 
 def to_bf16(model: Transformer | RNNSeq2Seq) -> Transformer | RNNSeq2Seq:
