@@ -187,16 +187,24 @@ def test_slides_worked_example_every_query_attends_to_B():
 
 
 def test_why_scale_by_sqrt_dk():
-    """With unit-variance components q.k has variance d_k; unscaled scores make softmax peaked."""
+    """With unit-variance components q.k has variance d_k, and softmax(q.k) is nearly one-hot; our
+    weights are softmax(q.k / sqrt(d_k)), which is not. Checked on both attention paths."""
     g = torch.Generator().manual_seed(0)
     d_k = 256
-    q, k = torch.randn(4000, d_k, generator=g), torch.randn(4000, d_k, generator=g)
-    dots = (q * k).sum(-1)
+    q = torch.randn(1, 1, 400, d_k, dtype=torch.float64, generator=g)  # 400 queries: fused path without weights
+    k = torch.randn(1, 1, 10, d_k, dtype=torch.float64, generator=g)
+    dots = q[0, 0] @ k[0, 0].T  # (400, 10), computed here, not by the code under test
     assert dots.var().item() == pytest.approx(d_k, rel=0.1)
-    assert (dots / math.sqrt(d_k)).var().item() == pytest.approx(1.0, rel=0.1)
-    scores = torch.randn(1000, 10, generator=g) * math.sqrt(d_k)
-    assert torch.softmax(scores, -1).max(-1).values.mean() > 0.9
-    assert torch.softmax(scores / math.sqrt(d_k), -1).max(-1).values.mean() < 0.6
+    assert torch.softmax(dots, -1).max(-1).values.mean() > 0.9  # unscaled: peaked
+    v = torch.eye(10, dtype=torch.float64).view(1, 1, 10, 10)  # output row = weight row
+    out, w = scaled_dot_product_attention(q, k, v, need_weights=True)
+    fused_out, _ = scaled_dot_product_attention(q, k, v)
+    # log-weight differences recover the scores: log w_j - log w_0 = (q.k_j - q.k_0) / sqrt(d_k)
+    log_w = w[0, 0].log()
+    torch.testing.assert_close(log_w - log_w[:, :1], (dots - dots[:, :1]) / math.sqrt(d_k), atol=1e-5, rtol=1e-5)
+    for got in (w[0, 0], out[0, 0], fused_out[0, 0]):
+        torch.testing.assert_close(got, torch.softmax(dots / math.sqrt(d_k), -1), atol=1e-6, rtol=1e-5)
+        assert got.max(-1).values.mean() < 0.6  # scaled: spread over several keys
 
 
 # --------------------------------------------------------------------------------------------------
@@ -276,12 +284,68 @@ def test_cross_attention_rows_sharing_a_memory_row_equal_copies_of_it(need_weigh
         attn(x, torch.randn(5, 7, 16, dtype=dtype))
 
 
-def test_no_python_loop_over_heads_single_matmul_projection():
-    """One fused Q/K/V projection for self-attention; separate Q and K/V for cross-attention."""
-    sa = SelfAttention(d_model=16, n_heads=4)
-    assert sa.qkv_proj.weight.shape == (48, 16)
-    ca = CrossAttention(d_model=16, n_heads=4)
-    assert ca.q_proj.weight.shape == (16, 16) and ca.kv_proj.weight.shape == (32, 16)
+def _head_by_head(x, kv, W_q, b_q, W_k, b_k, W_v, b_v, n_heads, allowed):
+    """Each head on its own slice of the projection matrices, attention written out with plain
+    matrix products (no code under test): ``(concatenated heads (B, T, E), weights (B, H, T, S))``."""
+    B, T, E = x.shape
+    D = E // n_heads
+    heads, weights = [], []
+    for h in range(n_heads):
+        rows = slice(h * D, (h + 1) * D)
+        q = x @ W_q[rows].T + b_q[rows]  # (B, T, D)
+        k = kv @ W_k[rows].T + b_k[rows]  # (B, S, D)
+        v = kv @ W_v[rows].T + b_v[rows]
+        scores = (q @ k.transpose(1, 2)) / math.sqrt(D)  # (B, T, S)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        w = torch.softmax(scores, dim=-1)
+        heads.append(w @ v)
+        weights.append(w)
+    return torch.cat(heads, dim=-1), torch.stack(weights, dim=1)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_no_python_loop_over_heads_single_matmul_projection(need_weights):
+    """One fused Q/K/V projection for self-attention (separate Q and K/V for cross-attention)
+    computing all heads at once: each head's output columns and weights equal that head computed
+    on its own slice of the projections. W^O = I exposes the concatenated heads. (A float32-level
+    tolerance: a wrong head split, swapped projections or a lost mask are off by > 0.1.)"""
+    E, H = 16, 4
+    torch.manual_seed(0)
+    sa = SelfAttention(d_model=E, n_heads=H).double().eval()
+    assert sa.qkv_proj.weight.shape == (3 * E, E)
+    ca = CrossAttention(d_model=E, n_heads=H).double().eval()
+    assert ca.q_proj.weight.shape == (E, E) and ca.kv_proj.weight.shape == (2 * E, E)
+    with torch.no_grad():
+        for m in (sa, ca):
+            for p in m.parameters():
+                p.copy_(torch.randn_like(p) * 0.5)  # non-zero biases as well
+            m.out_proj.weight.copy_(torch.eye(E, dtype=torch.float64))
+            m.out_proj.bias.zero_()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 5, E, dtype=torch.float64, generator=g)
+    memory = torch.randn(2, 7, E, dtype=torch.float64, generator=g)
+    keep = torch.ones(2, 7, dtype=torch.bool)
+    keep[1, 4:] = False
+
+    Wq, Wk, Wv = sa.qkv_proj.weight.detach().chunk(3)
+    bq, bk, bv = sa.qkv_proj.bias.detach().chunk(3)
+    allowed = keep[:, None, :5] & torch.ones(5, 5, dtype=torch.bool).tril()  # padding (first 5 keys) + causal
+    ref, ref_w = _head_by_head(x, x, Wq, bq, Wk, bk, Wv, bv, H, allowed)
+    with torch.no_grad():
+        out, w = sa(x, mask=keep[:, None, None, :5], causal=True, need_weights=need_weights)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    if need_weights:
+        torch.testing.assert_close(w, ref_w, atol=1e-5, rtol=1e-5)
+
+    Wk, Wv = ca.kv_proj.weight.detach().chunk(2)
+    bk, bv = ca.kv_proj.bias.detach().chunk(2)
+    ref, ref_w = _head_by_head(x, memory, ca.q_proj.weight.detach(), ca.q_proj.bias.detach(), Wk, bk, Wv, bv, H,
+                               keep[:, None, :].expand(2, 5, 7))
+    with torch.no_grad():
+        out, w = ca(x, memory, mask=keep[:, None, None, :], need_weights=need_weights)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    if need_weights:
+        torch.testing.assert_close(w, ref_w, atol=1e-5, rtol=1e-5)
 
 
 def test_bad_inputs_name_the_problem(qkv):
