@@ -7,7 +7,7 @@ The public API::
 
 from transformer.checkpoint import CheckpointError, load_model, save_model
 from transformer.config import ModelConfig, preset
-from transformer.masks import causal_mask, padding_mask
+from transformer.model.masks import causal_mask, padding_mask
 from transformer.model import AttentionMaps, DecoderCache, Transformer
 
 __version__ = "0.1.0"

@@ -15,9 +15,9 @@ from typing import Callable, Sequence
 import torch
 
 from transformer import __version__
-from transformer.allocator import retain_freed_memory
+from transformer.cpu.allocator import retain_freed_memory
 from transformer.config import PRESETS, preset
-from transformer.masks import padding_mask
+from transformer.model.masks import padding_mask
 from transformer.model import Transformer
 
 Handler = Callable[[argparse.Namespace], int]
@@ -139,6 +139,7 @@ def _train(args: argparse.Namespace) -> int:
                  if value is not None]
     overrides = shortcuts + list(args.overrides)
     cfg = RunConfig.load(args.config, overrides) if args.config else RunConfig().with_overrides(overrides)
+    retain_freed_memory()  # training reuses the same large temporaries each step (transformer/cpu/allocator.py)
     result = Trainer(cfg, args.run_dir, show_progress=not args.quiet).train()
     summary = {"run_dir": str(result.run_dir), "steps": result.steps, "epochs": result.epochs_completed,
                "seconds": round(result.seconds, 1), "valid": result.valid, "resumed_from": result.resumed_from}
@@ -175,6 +176,7 @@ def _demo(args: argparse.Namespace) -> int:
     if args.steps is not None and args.steps < 1:
         raise UsageError(f"--steps must be >= 1, got {args.steps}")
     run_dir = free_run_dir(args.run_dir)
+    retain_freed_memory()  # as for training
     summary = run_demo(run_dir, max_steps=args.steps or DEMO_STEPS, time_limit=args.time_limit, seed=args.seed)
     print(f"\nheld-out test ({summary['test_sentences']} sentences never seen in training): "
           f"sacreBLEU {summary['bleu']:.1f}, exact match {summary['exact_match']:.1%}")
@@ -276,7 +278,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 2
-    retain_freed_memory()  # steadier, faster steps: see transformer/allocator.py
     try:
         return args.handler(args)
     except (UsageError, ValueError, FileNotFoundError, NotADirectoryError, PermissionError) as err:

@@ -11,7 +11,7 @@
   seed, resumable mid-epoch, sharded across DDP ranks; :func:`make_batch` pads one batch.
 
 An *example* is a pair ``(src_ids, tgt_ids)`` of token-id lists *without* BOS/EOS; the
-batch adds them for teacher forcing. Masks follow :mod:`transformer.masks`: bool, True = real
+batch adds them for teacher forcing. Masks follow :mod:`transformer.model.masks`: bool, True = real
 token. Letters: B sentences in the batch, S source length, T target length (+1 for BOS/EOS).
 """
 

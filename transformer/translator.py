@@ -10,26 +10,15 @@ length with a warning (``TranslationWarning``).
 
 ``bf16=True`` translates with a bfloat16 copy of the model (weights and activations in bf16,
 log-probabilities and beam scores in float32): no weight is cast again during decoding.
-``quantize`` translates with int8 weights (CPU only), in one of these ways:
+``quantize="int8"`` translates with int8 copies of the linear layers' weights (one scale per
+output feature) multiplied by float32 activations in the CPU engine's kernels: a quarter of the
+weights' memory traffic, sums in float32 (Transformer models on CPU).
 
-* ``"int8-weights"``: the compiled CPU kernels (``transformer.model.packed_linear``) multiply
-  float32 activations by int8 copies of the linear layers' weights (one scale per output
-  feature), summing in float32: a quarter of the weights' memory traffic, nothing else changed.
-  It needs the compiled kernels and a Transformer.
-* ``"int8-dynamic"``: a copy of the model whose linear layers are PyTorch's dynamically quantised
-  int8 layers (activations quantised per batch too; int8 products where the CPU has VNNI or AMX).
-* ``"int8-mixed"``: ``"int8-weights"`` for batches of up to ``int8_weights_max_rows()`` decoder
-  rows (sentences x beams), ``"int8-dynamic"`` for larger ones (the int8 weights are faster on
-  small batches, the dynamic layers' int8 products on large ones; the crossover depends on
-  whether the CPU has int8 dot-product instructions).
-  It keeps the dynamically quantised copy beside the float32 model, and a sentence's translation
-  may depend on the batch it lands in (as with ``"int8-dynamic"`` alone, whose activations are
-  quantised per batch).
-* ``"int8"`` picks ``"int8-mixed"``, or ``"int8-dynamic"`` where the kernels are unavailable or
-  the model is the recurrent baseline (``Translator.quantize`` says which was taken).
-
-``benchmarks/fast_paths.py`` measures the speed and the BLEU of each against fp32 on the same
-checkpoint.
+On CPU the translator prepares the model it holds for the engine's decoding kernels
+(``transformer.cpu.prepare_for_decoding``: its linear weights packed once, a decoder layer's step
+in one call); ``TRANSFORMER_FUSED_CPU=0`` keeps PyTorch's operators. A model handed to the
+constructor is prepared in place; ``close()`` gives it back as it was.
+``benchmarks/fast_paths.py`` measures the speed and the BLEU of each precision on one checkpoint.
 """
 
 from __future__ import annotations
@@ -45,22 +34,22 @@ import torch
 
 from transformer.checkpoint import CheckpointError, load_model
 from transformer.decoding import DecodeConfig, Hypothesis, decode
-from transformer.model import RNNSeq2Seq, Transformer, packed_linear
-from transformer.precision import cpu_int8_units, slow_bf16_warning
+from transformer.cpu import Swaps, available as cpu_kernels_available, prepare_for_decoding
+from transformer.cpu.precision import slow_bf16_warning
+from transformer.model import RNNSeq2Seq, Transformer
 from transformer.tokenizer import Vocabularies
 
 DEFAULT_MAX_INPUT_TOKENS = 1024
-QUANTIZE = (None, "int8", "int8-weights", "int8-dynamic", "int8-mixed")
-# "int8-mixed": batches of up to this many decoder rows (sentences x beams) use the kernels' int8
-# weights, larger ones PyTorch's dynamically quantised layers, whose int8 products win once the
-# products are large (see int8_weights_max_rows). Measured with the Multi30k model, one batch,
-# 2 cores, torch 2.13, time of the int8 weights / time of the dynamic layers: on an AVX2 CPU
-# without int8 dot-product instructions 0.66-0.83 at 32-128 rows, 0.91-1.00 at 256, 1.01-1.13 at
-# 512; on an AVX-512 CPU with VNNI, which the dynamic layers' products use, 0.52-0.57 at 1-4
-# rows, 0.74-0.87 at 8-32, 0.96-1.14 at 64 and 1.09-1.22 at 128-512.
-INT8_WEIGHTS_MAX_ROWS = 384  # CPUs without VNNI or AMX
-INT8_WEIGHTS_MAX_ROWS_INT8_UNITS = 32  # CPUs with them
-KERNEL_INT8 = ("int8-weights", "int8-mixed")  # the kinds that pack int8 copies for the compiled kernels
+QUANTIZE = (None, "int8")
+# Encoding a right-padded batch on CPU: with more than this share of padding, sentences are encoded
+# in groups of similar length (the decoder still runs the whole batch); a group takes the next
+# longer sentence while its padded size stays within GROUP_PADDING x its real tokens, or while it
+# holds fewer than GROUP_MIN_TOKENS tokens (so each group's products stay large). Grouping must
+# save at least GROUP_MIN_SAVING padded positions.
+PADDING_TO_GROUP = 0.25
+GROUP_PADDING = 1.15
+GROUP_MIN_TOKENS = 256
+GROUP_MIN_SAVING = 2048
 
 
 class TranslationWarning(UserWarning):
@@ -92,25 +81,20 @@ class Translator:
             raise ValueError(f"quantize must be one of {QUANTIZE}, got {quantize!r}")
         if quantize and (self.device.type != "cpu" or bf16):
             raise ValueError("int8 quantisation is for fp32 CPU inference: use device='cpu' and bf16=False")
-        if quantize == "int8":
-            quantize = int8_kind(model)
-        if quantize in KERNEL_INT8 and not isinstance(model, Transformer):
-            raise ValueError(f"quantize={quantize!r} is for Transformer models (the recurrent baseline's "
-                             "layers do not run the compiled kernels); use 'int8-dynamic'")
-        if quantize in KERNEL_INT8 and not packed_linear.enabled():
-            raise ValueError(f"quantize={quantize!r} needs the compiled CPU kernels (a C compiler, and "
-                             "TRANSFORMER_FUSED_CPU not 0); use 'int8-dynamic'")
+        if quantize and not isinstance(model, Transformer):
+            raise ValueError("quantize='int8' is for Transformer models (the recurrent baseline's layers do not "
+                             "run the CPU kernels)")
+        if quantize and not cpu_kernels_available():
+            raise ValueError("quantize='int8' needs the compiled CPU kernels (a C compiler, and "
+                             "TRANSFORMER_FUSED_CPU not 0)")
         self.model = model.to(self.device).eval()
-        # "int8-mixed": batches of more than int8_weights_max_rows() rows decode with this copy instead
-        self._large_batch_model: Transformer | RNNSeq2Seq | None = None
-        if quantize == "int8-dynamic":
-            self.model = quantize_int8(self.model)
-        elif quantize == "int8-mixed":
-            self._large_batch_model = quantize_int8(self.model)
-        elif bf16:
+        if bf16:
             if warning := slow_bf16_warning(self.device):
                 warnings.warn(f"{warning}; translate in float32 (without bf16) on this device", stacklevel=2)
             self.model = to_bf16(self.model)
+        self._swaps = Swaps()
+        if self.device.type == "cpu" and isinstance(self.model, Transformer):
+            self._swaps = prepare_for_decoding(self.model, precision=quantize or "fp32")
         self.vocab = vocab
         self.decoding = decoding or DecodeConfig()
         self.max_tokens = max_tokens
@@ -123,9 +107,7 @@ class Translator:
     def from_run_dir(cls, run_dir: str | os.PathLike[str], **kwargs) -> Translator:
         """Load ``config.json``, ``model.safetensors`` and the tokenizer files of a run directory.
 
-        The translator owns the model it loads: its weights are frozen (``requires_grad`` False),
-        so the CPU kernels' packed copies of them are made once, not in every call (see
-        ``transformer.model.packed_linear``)."""
+        The translator owns the model it loads; its weights are frozen (``requires_grad`` False)."""
         run_dir = Path(run_dir)
         model = load_model(run_dir).requires_grad_(False)
         try:
@@ -133,6 +115,11 @@ class Translator:
         except (FileNotFoundError, ValueError) as err:
             raise CheckpointError(f"{run_dir}: cannot load the tokenizer: {err}") from None
         return cls(model, vocab, **kwargs)
+
+    def close(self) -> None:
+        """Give the model back as it was handed in (undo the CPU engine's swaps); the translator
+        still works, on the model's own code."""
+        self._swaps.undo()
 
     def with_decoding(self, **changes) -> Translator:
         """A translator sharing this model, with some decoding settings changed."""
@@ -156,11 +143,9 @@ class Translator:
         src_ids = self.encode_sources(texts)
         results: list[list[Hypothesis]] = [[] for _ in texts]
         todo = [i for i, ids in enumerate(src_ids) if ids]
-        # the batches share one packed copy of the weights (int8 with quantize="int8-weights" / "int8-mixed")
-        with packed_linear.packing(int8=self.quantize in KERNEL_INT8):
-            for batch in self._length_sorted_batches(todo, src_ids):
-                for i, hyps in zip(batch, self._decode_batch([src_ids[i] for i in batch])):
-                    results[i] = hyps
+        for batch in self._length_sorted_batches(todo, src_ids):
+            for i, hyps in zip(batch, self._decode_batch([src_ids[i] for i in batch])):
+                results[i] = hyps
         return results
 
     def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
@@ -202,31 +187,43 @@ class Translator:
             src[row, : len(s)] = torch.tensor(s, dtype=torch.long)
             mask[row, : len(s)] = True
         src, mask = src.to(self.device), mask.to(self.device)
-        model = self.model
-        if self._large_batch_model is not None and len(seqs) * self._width() > int8_weights_max_rows():
-            model = self._large_batch_model
-        return decode(model, src, mask, self.decoding, bos_id=self.vocab.tgt.bos_id, eos_id=self.vocab.tgt.eos_id)
+        memory = self._encode_by_length(src, mask, [len(s) for s in seqs])
+        return decode(self.model, src, mask, self.decoding, bos_id=self.vocab.tgt.bos_id, eos_id=self.vocab.tgt.eos_id,
+                      memory=memory)
+
+    @torch.inference_mode()
+    def _encode_by_length(self, src: torch.Tensor, mask: torch.Tensor, lens: list[int]) -> torch.Tensor | None:
+        """The memory of a CPU batch, encoded in groups of sentences of similar length, each group
+        cut to its longest sentence; None (encode the batch whole) where there is little padding
+        to save. Exact at the real positions: a sentence's tokens attend to its own tokens only.
+
+        A batch is sorted by length but padded to its longest sentence (with 256 Multi30k
+        sentences, about 2.3x the real tokens); the decoder keeps the whole batch."""
+        B, S = src.shape
+        if B < 2 or self.device.type != "cpu" or not isinstance(self.model, Transformer) \
+                or sum(lens) >= (1.0 - PADDING_TO_GROUP) * B * S:
+            return None
+        groups: list[list[int]] = [[]]
+        real = 0  # tokens in the last group
+        for i in sorted(range(B), key=lambda i: lens[i]):  # shortest first: a group's last is its longest
+            if real >= GROUP_MIN_TOKENS and (len(groups[-1]) + 1) * lens[i] > GROUP_PADDING * (real + lens[i]):
+                groups.append([])
+                real = 0
+            groups[-1].append(i)
+            real += lens[i]
+        padded = sum(len(group) * lens[group[-1]] for group in groups)
+        if len(groups) == 1 or B * S - padded < GROUP_MIN_SAVING:
+            return None
+        memory = torch.zeros(B, S, self.model.config.d_model, dtype=next(self.model.parameters()).dtype)
+        for group in groups:
+            rows = torch.tensor(group)
+            width = max(1, lens[group[-1]])
+            memory[rows, :width] = self.model.encode(src[rows, :width], mask[rows, :width])
+        return memory
 
     def _width(self) -> int:
         """Decoder rows per sentence: beams (or n-best samples)."""
         return max(self.decoding.beam_size if self.decoding.strategy == "beam" else 1, self.decoding.n_best)
-
-
-def int8_kind(model: Transformer | RNNSeq2Seq | None = None) -> str:
-    """What ``quantize="int8"`` takes here for ``model`` (a Transformer if None): ``"int8-dynamic"``
-    where the compiled kernels are unavailable or the model is the recurrent baseline, else
-    ``"int8-mixed"``."""
-    if not packed_linear.enabled() or (model is not None and not isinstance(model, Transformer)):
-        return "int8-dynamic"
-    return "int8-mixed"
-
-
-def int8_weights_max_rows() -> int:
-    """The largest batch, in decoder rows (sentences x beams), that ``"int8-mixed"`` decodes with the
-    kernels' int8 weights on this CPU: ``INT8_WEIGHTS_MAX_ROWS_INT8_UNITS`` where it has int8
-    dot-product instructions (AVX-512 VNNI or AMX), whose products make the dynamic layers
-    faster from smaller batches on, else ``INT8_WEIGHTS_MAX_ROWS``."""
-    return INT8_WEIGHTS_MAX_ROWS_INT8_UNITS if cpu_int8_units() else INT8_WEIGHTS_MAX_ROWS
 
 
 def to_bf16(model: Transformer | RNNSeq2Seq) -> Transformer | RNNSeq2Seq:
@@ -239,16 +236,3 @@ def to_bf16(model: Transformer | RNNSeq2Seq) -> Transformer | RNNSeq2Seq:
     if all(p.dtype == torch.bfloat16 for p in model.parameters()):
         return model
     return copy.deepcopy(model).to(torch.bfloat16).eval()
-
-
-def quantize_int8(model: Transformer | RNNSeq2Seq) -> Transformer | RNNSeq2Seq:
-    """A copy of ``model`` whose ``nn.Linear`` layers are dynamically quantised to int8 (CPU inference).
-
-    Weights are stored as int8 (one scale per matrix); activations are quantised on the fly per
-    batch. Embeddings stay fp32; a tied output projection gets its own int8 copy.
-    """
-    from torch.ao.quantization import quantize_dynamic
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao.quantization announces its move to torchao
-        return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=False).eval()

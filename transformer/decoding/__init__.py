@@ -72,7 +72,7 @@ def _ancestral(model: Transformer, memory: Tensor, src_mask: Tensor, limits: Ten
     for t in range(T):
         logits = model.decode(token, mem, mask, cache=cache)[:, -1]  # (n, V)
         if pick is None:  # greedy
-            step_lp, nxt = (x.squeeze(1) for x in _best_tokens(logits, 1))  # (n,)
+            step_lp, nxt = (x.squeeze(1) for x in _best_tokens(model, logits, 1))  # (n,)
         else:
             log_probs = _log_probs(logits)
             nxt = pick(log_probs)  # (n,)
@@ -99,26 +99,28 @@ def _ancestral(model: Transformer, memory: Tensor, src_mask: Tensor, limits: Ten
 
 @_inference
 def greedy_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eos_id: int,
-                  max_len_a: float = 1.0, max_len_b: int = 50) -> list[Hypothesis]:
+                  max_len_a: float = 1.0, max_len_b: int = 50, memory: Tensor | None = None) -> list[Hypothesis]:
     """Pick the most probable token at every step, for a whole batch at once.
 
     Args:
         src: ``(B, S)`` source ids; src_mask: ``(B, S)`` bool, True = real token.
         bos_id / eos_id: the tokenizer's start and end ids.
         max_len_a, max_len_b: a sentence stops after ``a * source_length + b`` tokens.
+        memory: ``model.encode(src, src_mask)`` when the caller has it already.
 
     Returns:
         one ``Hypothesis`` per sentence, in input order; ``score == log_prob``.
     """
     DecodeConfig("greedy", max_len_a=max_len_a, max_len_b=max_len_b)
     limits = _limits(model, src_mask, max_len_a, max_len_b)  # (B,)
-    return _ancestral(model, model.encode(src, src_mask), src_mask, limits, bos_id=bos_id, eos_id=eos_id, pick=None)
+    memory = model.encode(src, src_mask) if memory is None else memory
+    return _ancestral(model, memory, src_mask, limits, bos_id=bos_id, eos_id=eos_id, pick=None)
 
 
 @_inference
 def sample(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eos_id: int,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, n: int = 1, seed: int | None = None,
-           max_len_a: float = 1.0, max_len_b: int = 50) -> list[list[Hypothesis]]:
+           max_len_a: float = 1.0, max_len_b: int = 50, memory: Tensor | None = None) -> list[list[Hypothesis]]:
     """Ancestral sampling: ``n`` independent samples per sentence, drawn in one batch.
 
     Each step samples from ``softmax(log_probs / temperature)`` restricted to the ``top_k`` most
@@ -150,7 +152,7 @@ def sample(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eo
         return torch.multinomial(x.softmax(-1), 1, generator=gen).squeeze(1)
 
     rows = torch.arange(B, device=src.device).repeat_interleave(n)  # (B*n,)
-    memory = model.encode(src, src_mask).index_select(0, rows)  # (B*n, S, E)
+    memory = (model.encode(src, src_mask) if memory is None else memory).index_select(0, rows)  # (B*n, S, E)
     mask = src_mask.index_select(0, rows)
     hyps = _ancestral(model, memory, mask, _limits(model, mask, max_len_a, max_len_b), bos_id=bos_id, eos_id=eos_id,
                       pick=pick)
@@ -162,9 +164,12 @@ def sample(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eo
 
 @_inference
 def decode(model: Transformer, src: Tensor, src_mask: Tensor, cfg: DecodeConfig, *, bos_id: int,
-           eos_id: int) -> list[list[Hypothesis]]:
-    """Decode a batch with ``cfg``: per sentence a best-first list of hypotheses (1 for greedy)."""
-    lengths = dict(max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b)
+           eos_id: int, memory: Tensor | None = None) -> list[list[Hypothesis]]:
+    """Decode a batch with ``cfg``: per sentence a best-first list of hypotheses (1 for greedy).
+
+    ``memory``: the encoder's output for ``src`` when the caller computed it (e.g. in groups of
+    similar length); else it is computed here."""
+    lengths = dict(max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b, memory=memory)
     if cfg.strategy == "greedy":
         results = [[h] for h in greedy_search(model, src, src_mask, bos_id=bos_id, eos_id=eos_id, **lengths)]
     elif cfg.strategy == "beam":

@@ -44,7 +44,7 @@ def _merge(store: list[Tensor], new: list[Tensor], n_best: int) -> list[Tensor]:
 def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eos_id: int,
                 beam_size: int = 4, n_best: int = 1, length_penalty: str = "gnmt", alpha: float = 0.6,
                 max_len_a: float = 1.0, max_len_b: int = 50, stopping: str = "exact",
-                _early_stop: bool = True) -> list[list[Hypothesis]]:
+                memory: Tensor | None = None, _early_stop: bool = True) -> list[list[Hypothesis]]:
     """Beam search over all sentences and beams at once (paper 6.1: beam 4, alpha 0.6).
 
     Each step scores the ``N = n * K`` open beams of the ``n`` unfinished sentences in one
@@ -65,6 +65,8 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
     ``stopping="k_finished"`` instead stops a sentence as soon as ``beam_size`` hypotheses have
     finished (counted over all steps), the common cheaper rule.
 
+    ``memory``: ``model.encode(src, src_mask)`` when the caller has it already.
+
     Returns:
         per sentence, ``n_best`` hypotheses, best first; ``score`` normalised, ``log_prob`` raw.
     """
@@ -72,7 +74,7 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
                  max_len_a=max_len_a, max_len_b=max_len_b, stopping=stopping)
     K, dev = beam_size, src.device
     B = src.shape[0]
-    memory = model.encode(src, src_mask)  # (B, S, E)
+    memory = model.encode(src, src_mask) if memory is None else memory  # (B, S, E)
     limits = _limits(model, src_mask, max_len_a, max_len_b)  # (B,)
     T = int(limits.max())
     cache = model.new_cache(initial_capacity=_CACHE_CAPACITY)
@@ -102,7 +104,7 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
         # A sentence's 2K best candidates are among the 2K best tokens of each of its beams, so
         # only those are added to the beams' scores: (n, k * w) candidates instead of (n, k * V).
         w = min(2 * K, V)
-        row_s, row_tok = _best_tokens(logits, w)  # (N, w)
+        row_s, row_tok = _best_tokens(model, logits, w)  # (N, w)
         cand = (alive.unsqueeze(2) + row_s.view(n, k, w)).view(n, k * w)
         top_s, top_i = cand.topk(min(2 * K, k * w), dim=1)  # (n, 2K), best first
         top_tok = row_tok.view(n, k * w).gather(1, top_i)  # (n, 2K)

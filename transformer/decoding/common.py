@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from transformer.model import Transformer, fused_cpu, packed_linear
+from transformer.model import Transformer
 
 STRATEGIES = ("greedy", "beam", "sample")
 LENGTH_PENALTIES = ("gnmt", "exponent", "none")
@@ -25,8 +25,7 @@ _CACHE_CAPACITY = 8
 
 
 def _inference(fn: Callable) -> Callable:
-    """``torch.inference_mode()``, or ``torch.no_grad()`` when autocast is on, and a
-    ``packed_linear.packing()`` scope (float32 CPU linear layers from packed weights).
+    """``torch.inference_mode()``, or ``torch.no_grad()`` when autocast is on.
 
     Autocast keeps one low-precision copy of each weight for as long as its context lasts, but
     not under inference mode, where every linear layer would cast its fp32 weight again at every
@@ -37,7 +36,7 @@ def _inference(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         autocast = torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")
-        with torch.no_grad() if autocast else torch.inference_mode(), packed_linear.packing():
+        with torch.no_grad() if autocast else torch.inference_mode():
             return fn(*args, **kwargs)
 
     return wrapper
@@ -169,14 +168,16 @@ def _score_dtype(logits: Tensor) -> torch.dtype:
 _ROWS_PER_CHUNK = 64
 
 
-def _best_tokens(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
+def _best_tokens(model: Transformer, logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """The ``k`` most probable tokens of each row of ``(N, V)`` logits: ``(log-probs (N, k), ids (N, k))``.
 
-    ``k == 1`` takes ``argmax`` (the first of equal maxima). Computed a few rows at a time, or on
-    CPU in float32 in one compiled pass per row (``fused_cpu.best_tokens``).
+    ``k == 1`` takes ``argmax`` (the first of equal maxima). Computed a few rows at a time, or by
+    the model's own ``best_tokens`` where it has one that applies (a model prepared by
+    ``transformer.cpu.prepare_for_decoding``: one compiled pass per row).
     """
-    if fused_cpu.can_best_tokens(logits, k):
-        return fused_cpu.best_tokens(logits, k)
+    fast = getattr(model, "best_tokens", None)
+    if fast is not None and (found := fast(logits, k)) is not None:
+        return found
     values, ids = [], []
     for chunk in logits.split(_ROWS_PER_CHUNK):
         log_probs = _log_probs(chunk)

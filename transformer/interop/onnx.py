@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from transformer.interop._common import InteropError, require, staged_output
 from transformer.interop.hf import copy_tokenizer_files, load_run
-from transformer.masks import key_mask_for_attention
+from transformer.model.masks import key_mask_for_attention
 from transformer.model import Transformer
 
 OPSET = 17

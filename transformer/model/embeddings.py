@@ -17,7 +17,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from transformer.model.dropout import Dropout
+from torch.nn import Dropout
 
 
 def sinusoidal_table(n_positions: int, d_model: int, *, layout: str = "interleaved") -> Tensor:

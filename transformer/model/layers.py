@@ -1,7 +1,7 @@
 """Feed-forward network, encoder layer and decoder layer (paper sections 3.1 and 3.3).
 
 Each sub-layer is wrapped as LayerNorm(x + Dropout(Sublayer(x))) ("Add & Norm", post-LN, as in
-the paper); in CPU training that is one compiled kernel each way (``fused_cpu``) when available. ``norm_first=True`` switches to pre-LN, x + Dropout(Sublayer(LayerNorm(x))), which
+the paper). ``norm_first=True`` switches to pre-LN, x + Dropout(Sublayer(LayerNorm(x))), which
 trains more stably without warmup; the stacks then end with a final LayerNorm.
 
 Letters: B batch, S source length, T target length, E d_model, H heads.
@@ -14,11 +14,8 @@ from typing import Callable
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer.model import fused_cpu
 from transformer.model.attention import CrossAttention, SelfAttention
 from transformer.model.cache import KVCache, StaticKV
-from transformer.model.dropout import Dropout
-from transformer.model.packed_linear import linear
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
 
@@ -33,19 +30,19 @@ class FeedForward(nn.Module):
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.activation = _ACTIVATIONS[activation]
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)  # on the hidden activations ("activation dropout")
 
     def forward(self, x: Tensor) -> Tensor:
-        return linear(self.linear2, self.dropout(linear(self.linear1, x, self.activation)))  # (B, L, E)
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, L, E)
 
 
-class _Residual(nn.Module):
-    """One "Add & Norm" wrapper around a sub-layer, post-LN or pre-LN."""
+class AddNorm(nn.Module):
+    """One "Add & Norm" wrapper around a sub-layer (paper 3.1, 5.4), post-LN or pre-LN."""
 
     def __init__(self, *, d_model: int, dropout: float, norm_first: bool, eps: float) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model, eps=eps)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)  # residual dropout, on the sub-layer's output
         self.norm_first = norm_first
 
     def pre(self, x: Tensor) -> Tensor:
@@ -54,10 +51,6 @@ class _Residual(nn.Module):
 
     def post(self, x: Tensor, sublayer_out: Tensor) -> Tensor:
         """The residual sum (normalised afterwards in post-LN)."""
-        if (self.training and not self.norm_first
-                and fused_cpu.can_dropout_add_layer_norm(x, sublayer_out, self.norm)):
-            # the same in one pass each way on CPU (fused_cpu.py; masks from another generator)
-            return fused_cpu.dropout_add_layer_norm(x, sublayer_out, self.norm, self.dropout.p)
         y = x + self.dropout(sublayer_out)
         return y if self.norm_first else self.norm(y)
 
@@ -81,8 +74,8 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.self_attn = SelfAttention(d_model=d_model, n_heads=n_heads, dropout=attention_dropout)
         self.ffn = FeedForward(d_model=d_model, d_ff=d_ff, activation=activation, dropout=activation_dropout)
-        self.attn_block = _Residual(d_model=d_model, dropout=dropout, norm_first=norm_first, eps=eps)
-        self.ffn_block = _Residual(d_model=d_model, dropout=dropout, norm_first=norm_first, eps=eps)
+        self.attn_block = AddNorm(d_model=d_model, dropout=dropout, norm_first=norm_first, eps=eps)
+        self.ffn_block = AddNorm(d_model=d_model, dropout=dropout, norm_first=norm_first, eps=eps)
 
     def forward(
         self, x: Tensor, *, mask: Tensor | None = None, need_weights: bool = False
@@ -114,9 +107,9 @@ class DecoderLayer(nn.Module):
         self.self_attn = SelfAttention(d_model=d_model, n_heads=n_heads, dropout=attention_dropout)
         self.cross_attn = CrossAttention(d_model=d_model, n_heads=n_heads, dropout=attention_dropout)
         self.ffn = FeedForward(d_model=d_model, d_ff=d_ff, activation=activation, dropout=activation_dropout)
-        self.self_block = _Residual(d_model=d_model, dropout=dropout, norm_first=norm_first, eps=eps)
-        self.cross_block = _Residual(d_model=d_model, dropout=dropout, norm_first=norm_first, eps=eps)
-        self.ffn_block = _Residual(d_model=d_model, dropout=dropout, norm_first=norm_first, eps=eps)
+        self.self_block = AddNorm(d_model=d_model, dropout=dropout, norm_first=norm_first, eps=eps)
+        self.cross_block = AddNorm(d_model=d_model, dropout=dropout, norm_first=norm_first, eps=eps)
+        self.ffn_block = AddNorm(d_model=d_model, dropout=dropout, norm_first=norm_first, eps=eps)
 
     def forward(
         self,

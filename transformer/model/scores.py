@@ -12,7 +12,7 @@ turns them into weights, and the weighted sum of the values is the context vecto
 
 Shapes are always 3-D: query ``(B, T, Dq)``, keys ``(B, S, Dk)``, scores ``(B, T, S)``. A single
 query per batch element (one RNN decoder step) is passed as ``(B, 1, Dq)``; there is no 2-D form.
-Masks follow ``transformer.masks``: boolean, True = may attend.
+Masks follow ``transformer.model.masks``: boolean, True = may attend.
 """
 
 from __future__ import annotations

@@ -17,8 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer.config import ModelConfig
-from transformer.masks import key_mask_for_attention
-from transformer.model import packed_linear
+from transformer.model.masks import key_mask_for_attention
 from transformer.model.cache import DecoderCache
 from transformer.model.embeddings import (
     InputEmbedding,
@@ -27,18 +26,6 @@ from transformer.model.embeddings import (
     TokenEmbedding,
 )
 from transformer.model.layers import DecoderLayer, EncoderLayer
-
-
-SMALL_PRODUCT_ROWS = 64  # see Transformer._logits
-# Transformer.encode without autograd on CPU: a batch with more than this share of padding is
-# encoded in groups of similar length; a group takes the next longer sentence while its padded
-# size stays within GROUP_PADDING x its real tokens, or while it holds fewer than
-# GROUP_MIN_TOKENS tokens (so that each group's matrix products stay large).
-# Grouping must save at least GROUP_MIN_SAVING padded positions (else one batch).
-PADDING_TO_GROUP = 0.25
-GROUP_PADDING = 1.15
-GROUP_MIN_TOKENS = 256
-GROUP_MIN_SAVING = 2048
 
 
 @dataclass
@@ -129,9 +116,6 @@ class Decoder(nn.Module):
                 if cache.cross_attn[i] is None:
                     cache.cross_attn[i] = layer.cross_attn.memory_kv(memory)
                 self_cache, memory_kv = cache.self_attn[i], cache.cross_attn[i]
-                if not need_weights and packed_linear.can_step(layer, x, self_cache, memory_kv, memory_mask):
-                    x = packed_linear.decoder_layer_step(layer, x, self_cache, memory_kv, memory_mask)  # one call
-                    continue
             x, self_w, cross_w = layer(
                 x, memory, memory_mask=memory_mask, self_cache=self_cache, memory_kv=memory_kv,
                 need_weights=need_weights,
@@ -178,58 +162,10 @@ class Transformer(nn.Module):
 
     # ------------------------------------------------------------------------------------------
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """Source ids ``(B, S)`` and key-padding mask ``(B, S)`` (True = real token) -> memory ``(B, S, E)``.
-
-        Without autograd on CPU, a right-padded batch with much padding is encoded in groups of
-        sentences of similar length (``_encode_by_length``); positions past a group's longest
-        sentence then hold zeros rather than what the encoder makes of padding (no one reads
-        them: padding is masked wherever the memory is attended to)."""
+        """Source ids ``(B, S)`` and key-padding mask ``(B, S)`` (True = real token) -> memory ``(B, S, E)``."""
         self._check_ids(src, "src", self.config.src_vocab_size)
         self._check_mask(src_mask, src)
-        if src_mask is not None and src.shape[0] > 1 and src.device.type == "cpu" and not torch.is_grad_enabled():
-            grouped = self._encode_by_length(src, src_mask)
-            if grouped is not None:
-                return grouped
         return self.encoder(src, src_mask)[0]
-
-    def _encode_by_length(self, src: Tensor, src_mask: Tensor) -> Tensor | None:
-        """The memory of ``src``, encoded in groups of sentences of similar length, each group cut
-        to its longest sentence; None where there is little padding to save (at most
-        ``PADDING_TO_GROUP`` of the positions, one group, or fewer than ``GROUP_MIN_SAVING``
-        positions saved), or the padding is not at the ends.
-
-        Exact at the real positions: a sentence's tokens attend to its own tokens only, whatever
-        the width of its batch. Translating 256 Multi30k sentences in one batch pads them to the
-        longest (about 2.3x the real tokens), and the encoder was a quarter of greedy decoding's time.
-        """
-        B, S = src.shape
-        lengths = src_mask.sum(1)
-        if int(lengths.sum()) >= (1.0 - PADDING_TO_GROUP) * B * S:
-            return None
-        if not torch.equal(src_mask, torch.arange(S, device=src.device) < lengths[:, None]):
-            return None  # padding not (only) at the ends: encode as one batch
-        lens = lengths.tolist()
-        groups: list[list[int]] = [[]]
-        real = 0  # tokens in the last group
-        for i in lengths.argsort(stable=True).tolist():  # shortest first: a group's last is its longest
-            n = len(groups[-1])
-            if real >= GROUP_MIN_TOKENS and (n + 1) * lens[i] > GROUP_PADDING * (real + lens[i]):
-                groups.append([])
-                real = 0
-            groups[-1].append(i)
-            real += lens[i]
-        padded = sum(len(group) * lens[group[-1]] for group in groups)
-        if len(groups) == 1 or B * S - padded < GROUP_MIN_SAVING:
-            return None
-        memory: Tensor | None = None
-        for group in groups:
-            rows = torch.tensor(group, device=src.device)
-            width = max(1, max(lens[i] for i in group))
-            out = self.encoder(src[rows, :width], src_mask[rows, :width])[0]  # (n, width, E)
-            if memory is None:
-                memory = out.new_zeros(B, S, out.shape[-1])
-            memory[rows, :width] = out
-        return memory
 
     def decode(
         self,
@@ -251,25 +187,7 @@ class Transformer(nn.Module):
         self._check_ids(tgt, "tgt", self.config.tgt_vocab_size)
         self._check_memory(memory, tgt, src_mask)
         hidden = self.decoder(tgt, memory, src_mask, cache=cache)[0]
-        return self._logits(hidden)
-
-    def _logits(self, hidden: Tensor) -> Tensor:
-        """The output layer. Inside a decoding scope it runs the packed CPU kernel like every linear
-        layer (``packed_linear``). Elsewhere, decoding steps on CPU in float32 without autograd (a
-        few rows each) compute it as ``(W h^T)^T``: for up to ``SMALL_PRODUCT_ROWS`` rows PyTorch's
-        CPU product with the large weight on the left ran 1.3-4x faster than ``F.linear`` (16 rows
-        of 256 by an 8,000-token vocabulary: 1.0-1.4 ms against 1.5-3.6 ms, 2-core AVX2)."""
-        rows = hidden.numel() // hidden.shape[-1]
-        if (packed_linear.applies(self.output, hidden)
-                or type(self.output) is not nn.Linear  # e.g. a dynamically quantised int8 layer
-                or rows > SMALL_PRODUCT_ROWS or torch.is_grad_enabled() or hidden.device.type != "cpu"
-                or hidden.dtype != torch.float32 or self.output.weight.dtype != torch.float32):
-            return packed_linear.linear(self.output, hidden)
-        weight = self.output.weight
-        logits = torch.mm(weight, hidden.reshape(rows, -1).t()).t().contiguous()  # (rows, V)
-        if self.output.bias is not None:
-            logits += self.output.bias
-        return logits.view(*hidden.shape[:-1], -1)
+        return self.output(hidden)
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, *,
                 positions: Tensor | None = None) -> Tensor:
@@ -288,8 +206,7 @@ class Transformer(nn.Module):
             raise ValueError(f"positions must be a bool mask of the targets' shape {tuple(tgt.shape)}, "
                              f"got {positions.dtype} {tuple(positions.shape)}")
         hidden = self.decoder(tgt, memory, src_mask)[0].flatten(0, 1)  # (B * T, E)
-        # index_select rather than hidden[positions]: the backward of boolean indexing is a serial
-        # accumulating scatter on CPU (64 x 24 x 256 fp32, forward + backward: 1.8 ms against 0.4 ms)
+        # index_select rather than hidden[positions]: the backward of boolean indexing is a serial scatter on CPU
         rows = positions.flatten().nonzero().squeeze(1)
         return self.output(hidden.index_select(0, rows))  # (N, V)
 
@@ -301,7 +218,7 @@ class Transformer(nn.Module):
     def attention_maps(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None) -> AttentionMaps:
         """Every layer's encoder self-, decoder self- and encoder-decoder attention, per head.
 
-        Runs one forward pass on the explicit attention path; ``forward`` stays on the fused kernel.
+        Runs one forward pass on the explicit attention path (``forward`` uses the fused kernel).
         """
         self._check_ids(src, "src", self.config.src_vocab_size)
         self._check_ids(tgt, "tgt", self.config.tgt_vocab_size)

@@ -20,7 +20,7 @@ import yaml
 
 from transformer.config import PRESETS, ModelConfig, preset
 from transformer.model.rnn_config import RNNConfig, rnn_preset
-from transformer.precision import PRECISIONS
+from transformer.cpu.precision import PRECISIONS
 
 CORPORA = ("builtin", "files", "tsv", "multi30k", "tatoeba")
 DEVICES = ("auto", "cpu", "cuda")

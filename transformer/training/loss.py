@@ -19,11 +19,9 @@ its backward multiplies it by the incoming scalar. Autograd's chain of float cop
 log_softmax -> gather -> mean would materialise and back-propagate several (tokens x
 vocabulary) fp32 tensors. All arithmetic is in fp32. One softmax per row gives both the
 gradient and the log-normaliser (lse = z_max - log p_max, exact where p is largest), so the
-logits are read once; 1,472 x 8,000 bf16 logits, forward + backward: 11.2 ms, against 15.2 ms
-with a log_softmax forward and a softmax backward, and 15.8 ms with exp(z - lse) in the backward
-(the CPU exp kernel also slows ~30x where results underflow, z - lse < -87, possible without
-smoothing). On CPU the per-row work is one compiled kernel when available
-(``transformer.model.fused_cpu``): 4.9 ms against 9.0 ms for these PyTorch operations.
+logits are read once (and exp(z - lse) is avoided: the CPU exp kernel slows down where results
+underflow). With ``cpu_kernel=True`` (the trainer sets it where it applies the CPU engine) the
+per-row work on CPU is one compiled kernel (``transformer.cpu.ops.smoothed_nll``).
 ``reference_smoothed_nll`` is the plain composition, kept as the test oracle.
 """
 
@@ -33,14 +31,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer.model import fused_cpu
+from transformer.cpu import ops
 
 
 class LabelSmoothedCrossEntropy(nn.Module):
     """Summed label-smoothed cross-entropy over non-padding targets."""
 
-    def __init__(self, *, smoothing: float = 0.1, ignore_index: int) -> None:
+    def __init__(self, *, smoothing: float = 0.1, ignore_index: int, cpu_kernel: bool = False) -> None:
         super().__init__()
+        self.cpu_kernel = cpu_kernel  # the compiled per-row kernel for CPU logits it accepts
         if not 0.0 <= smoothing < 1.0:
             raise ValueError(f"label smoothing must be in [0, 1), got {smoothing}")
         self.smoothing = smoothing
@@ -56,7 +55,8 @@ class LabelSmoothedCrossEntropy(nn.Module):
         logits, target = logits.reshape(-1, logits.shape[-1]), target.reshape(-1)
         keep = target != self.ignore_index
         with_grad = torch.is_grad_enabled() and logits.requires_grad  # else no gradient is computed
-        loss, nll = _SmoothedNLL.apply(logits, target.clamp(min=0), keep, self.smoothing, with_grad)
+        kernel = self.cpu_kernel and ops.fits_smoothed_nll(logits)
+        loss, nll = _SmoothedNLL.apply(logits, target.clamp(min=0), keep, self.smoothing, with_grad, kernel)
         return loss, nll
 
 
@@ -64,16 +64,17 @@ class _SmoothedNLL(torch.autograd.Function):
     """Summed label-smoothed NLL whose forward pass also computes the gradient (see module doc).
 
     The (tokens x vocabulary) logits are read once and the gradient is written once, in the
-    logits' dtype; the backward pass scales it. On CPU that is a compiled kernel, one row at a
-    time (``fused_cpu.smoothed_nll``); otherwise PyTorch operations on chunks of about
+    logits' dtype; the backward pass scales it. With ``kernel`` that is a compiled kernel, one row
+    at a time (``ops.smoothed_nll``); otherwise PyTorch operations on chunks of about
     ``_CHUNK_ELEMENTS`` logits, so that each chunk's fp32 temporaries stay in the CPU's caches.
     """
 
     @staticmethod
-    def forward(ctx, logits: Tensor, target: Tensor, keep: Tensor, eps: float, with_grad: bool) -> tuple[Tensor, Tensor]:
+    def forward(ctx, logits: Tensor, target: Tensor, keep: Tensor, eps: float, with_grad: bool,
+                kernel: bool) -> tuple[Tensor, Tensor]:
         keep_f = keep.to(torch.float32)
-        if fused_cpu.can_smoothed_nll(logits):  # the same, one compiled pass per row (model/fused_cpu.py)
-            nll, smooth, grad = fused_cpu.smoothed_nll(logits, target, keep_f, eps, with_grad)
+        if kernel:
+            nll, smooth, grad = ops.smoothed_nll(logits, target, keep_f, eps, with_grad)
         else:
             nll, smooth, grad = _smoothed_nll(logits, target, keep_f, eps, with_grad)
         nll.masked_fill_(~keep, 0.0)
@@ -86,7 +87,7 @@ class _SmoothedNLL(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor | None, ...]:
         (grad,) = ctx.saved_tensors
-        return grad * grad_loss, None, None, None, None  # (the scalar in fp32); not in place: backward may run twice
+        return grad * grad_loss, None, None, None, None, None  # (the scalar in fp32); not in place: backward may run twice
 
 
 def _smoothed_nll(logits: Tensor, target: Tensor, keep_f: Tensor, eps: float,

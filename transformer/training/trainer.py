@@ -36,7 +36,8 @@ from transformer.decoding import DecodeConfig
 from transformer.data import Batch, TokenBudgetBatches, make_batch
 from transformer.evaluation import score
 from transformer.model import RNNConfig, build_model, config_from_dict
-from transformer.precision import resolve_precision, slow_bf16_warning
+from transformer.cpu import Swaps, accelerate_training, available as cpu_kernels_available
+from transformer.cpu.precision import resolve_precision, slow_bf16_warning
 from transformer.tokenizer import Vocabularies
 from transformer.training import distributed as D
 from transformer.training.config import RunConfig
@@ -99,11 +100,15 @@ class Trainer:
         model_cfg = cfg.model_config(src_vocab_size=self.vocab.src.vocab_size, tgt_vocab_size=self.vocab.tgt.vocab_size)
         self._check_model_config(model_cfg)
         self.model = build_model(model_cfg).to(self.device)
+        # On CPU the engine's kernels take dropout, Add & Norm, short-row attention and the loss.
+        on_cpu = self.device.type == "cpu"
+        self.engine = accelerate_training(self.model) if on_cpu else Swaps()
         self.optimizer, self.scheduler = build_optimizer(
             self.model.parameters(), d_model=model_cfg.d_model, warmup=t.warmup, scale=t.lr_scale,
             betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps, weight_decay=t.weight_decay,
         )
-        self.criterion = LabelSmoothedCrossEntropy(smoothing=t.label_smoothing, ignore_index=self.vocab.tgt.pad_id)
+        self.criterion = LabelSmoothedCrossEntropy(smoothing=t.label_smoothing, ignore_index=self.vocab.tgt.pad_id,
+                                                   cpu_kernel=on_cpu and cpu_kernels_available())
         self.batches = TokenBudgetBatches(
             self.data.train, max_tokens=cfg.data.max_tokens, pad_id=self.vocab.src.pad_id, bos_id=self.vocab.tgt.bos_id,
             eos_id=self.vocab.tgt.eos_id, shuffle=True, seed=t.seed, rank=self.dist.rank, world_size=self.dist.world_size,
@@ -297,7 +302,11 @@ class Trainer:
             pairs = self.data.valid_text[:n]
             translator = Translator(self.model, self.vocab, decoding=DecodeConfig(strategy="greedy"), device=self.device,
                                     bf16=self.precision == "bf16")
-            scores = score(translator.translate([s for s, _ in pairs]), [r for _, r in pairs])
+            try:
+                hypotheses = translator.translate([s for s, _ in pairs])
+            finally:
+                translator.close()  # the training modules back, the packed weights dropped
+            scores = score(hypotheses, [r for _, r in pairs])
             record.update(bleu=scores.bleu, chrf=scores.chrf, exact_match=scores.exact_match, sentences=n)
         return record
 

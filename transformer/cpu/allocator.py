@@ -3,13 +3,12 @@
 Training and decoding allocate the same large temporaries again and again (activations,
 gradients, logits, caches). glibc serves allocations over its mmap threshold with fresh ``mmap``
 calls and trims the top of its heap when it frees, so each step faults the same memory in again
-page by page; on a virtual machine that is a large, noisy share of a CPU step. Measured on the
-2-core development machine (torch 2.13, ``benchmarks/train_step.py``'s base model, bf16, fixed
-64 x 24 batch): about 1.35 s per step without this and 1.0 s with it, and far steadier.
+page by page; on a virtual machine that is a large, noisy share of a CPU step (see the
+performance documentation for the measurements).
 
 ``retain_freed_memory()`` asks glibc (``mallopt``) never to use ``mmap`` for allocations and never
 to trim the heap: memory is reused from the heap after the first steps. The price: the process
-keeps its peak memory until it exits. The ``transformer`` command calls it for every subcommand
+keeps its peak memory until it exits. ``transformer train`` and ``transformer demo`` call it
 unless the environment sets ``TRANSFORMER_RETAIN_MEMORY=0``; the benchmarks call it once for all
 contenders of a run (they share the process). Elsewhere (not glibc) it does nothing.
 """
