@@ -1,7 +1,5 @@
 """End to end: a tiny model learns to copy random sequences (Annotated Transformer's first check)."""
 
-import time
-
 import torch
 
 from transformer.config import preset
@@ -26,7 +24,7 @@ def greedy(model: Transformer, src: torch.Tensor) -> torch.Tensor:
     return torch.cat(out, dim=1)
 
 
-def test_tiny_model_learns_to_copy_within_a_minute():
+def test_tiny_model_learns_to_copy_in_400_steps():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small tensors: one thread is fastest and immune to a busy second core
     try:
@@ -42,7 +40,6 @@ def _learn_to_copy() -> None:
     model = Transformer(cfg)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-9)
     warmup = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / 50))
-    start = time.perf_counter()
     for step in range(400):  # 300 copied all held-out sequences for 5 of 8 seeds, 400 for 8 of 8
         src = random_sequences(64, g)
         tgt_in = torch.cat([torch.full((64, 1), BOS), src], dim=1)
@@ -53,11 +50,9 @@ def _learn_to_copy() -> None:
         loss.backward()
         opt.step()
         warmup.step()
-    elapsed = time.perf_counter() - start
     model.eval()
     held_out = random_sequences(200, torch.Generator().manual_seed(123))
     with torch.no_grad():
         copied = greedy(model, held_out)
     exact = (copied == held_out).all(dim=1).float().mean().item()
     assert exact == 1.0, f"only {exact:.0%} of held-out sequences copied exactly (loss {loss.item():.3f})"
-    assert elapsed < 60, f"training took {elapsed:.0f} s"

@@ -61,13 +61,17 @@ def test_relative_offset_is_the_same_linear_map_for_every_position():
         torch.testing.assert_close(M[2 * i : 2 * i + 2, 2 * i : 2 * i + 2], rot, atol=1e-5, rtol=0)
 
 
-def test_naive_schemes_fail_the_requirements():
-    """Integer positions are unbounded; pos / length gives one position different codes per length."""
-    integer = torch.arange(1000.0)
-    assert integer.max() > 1
-    assert 3 / 10 != 3 / 20  # the same position 3 in sentences of length 10 and 20
-    pe = sinusoidal_table(20, 8)
-    assert torch.equal(pe[3], sinusoidal_table(10, 8)[3])
+def test_code_of_a_position_does_not_depend_on_the_sentence_length():
+    """pos / length would give position 3 the code 0.3 in a sentence of 10 and 0.15 in one of 20;
+    the sinusoids give it one code in every length, whether computed from the table or by the
+    module (from position 0 or from an offset, as incremental decoding does)."""
+    expected = torch.tensor([math.sin(3 / 10000 ** (i // 2 * 2 / 8)) if i % 2 == 0
+                             else math.cos(3 / 10000 ** (i // 2 * 2 / 8)) for i in range(8)])
+    for length in (4, 10, 20, 700):  # 700: past the module's initial table
+        torch.testing.assert_close(sinusoidal_table(length, 8)[3], expected, atol=1e-6, rtol=0)
+        torch.testing.assert_close(SinusoidalPositionalEncoding(8, initial_positions=16)(length)[3], expected,
+                                   atol=1e-6, rtol=0)
+    torch.testing.assert_close(SinusoidalPositionalEncoding(8)(5, offset=3)[0], expected, atol=1e-6, rtol=0)
 
 
 def test_learned_positions_raise_past_table():

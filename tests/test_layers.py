@@ -87,8 +87,11 @@ def test_feed_forward_is_position_wise():
     torch.testing.assert_close(out[:, 3], ffn(x[:, 3:4])[:, 0])
     expected = torch.relu(x @ ffn.linear1.weight.T + ffn.linear1.bias) @ ffn.linear2.weight.T + ffn.linear2.bias
     torch.testing.assert_close(out, expected)
-    gelu = FeedForward(d_model=E, d_ff=F, activation="gelu")
-    assert not torch.allclose(gelu(x), FeedForward(d_model=E, d_ff=F)(x))
+    gelu = FeedForward(d_model=E, d_ff=F, activation="gelu").eval()
+    gelu.load_state_dict(ffn.state_dict())  # same weights: only the activation differs
+    hidden = x @ ffn.linear1.weight.T + ffn.linear1.bias
+    exact_gelu = 0.5 * hidden * (1 + torch.erf(hidden / 2**0.5))  # GELU(h) = h * Phi(h), erf form
+    torch.testing.assert_close(gelu(x), exact_gelu @ ffn.linear2.weight.T + ffn.linear2.bias)
     with pytest.raises(ValueError, match="activation"):
         FeedForward(d_model=E, d_ff=F, activation="tanh")
 
