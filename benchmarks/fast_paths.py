@@ -54,11 +54,11 @@ from torch import nn
 
 from transformer.corpus.registry import corpus_pairs, fetch
 from transformer.decoding import DecodeConfig
-from transformer.evaluation import score
+from transformer.translate.evaluation import score
 from transformer.model import fused_cpu
-from transformer.precision import bf16_left_out, fast_bf16
+from transformer.cpu.precision import bf16_left_out, fast_bf16
 from transformer.training.config import RunConfig
-from transformer.translator import Translator
+from transformer.translate.translator import Translator
 
 PATHS = ("fp32", "kernels", "bf16", "int8", "int8-weights", "int8-dynamic", "compile")
 WITHOUT_KERNELS = ("fp32", "compile")  # paths run with the compiled CPU kernels switched off

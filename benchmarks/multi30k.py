@@ -21,15 +21,15 @@ import json
 import time
 from pathlib import Path
 
-from transformer.checkpoint import WEIGHTS_FILE, load_weights
+from transformer.training.checkpoint import WEIGHTS_FILE, load_weights
 from transformer.decoding import DecodeConfig
-from transformer.evaluation import score
-from transformer.precision import fast_bf16
+from transformer.translate.evaluation import score
+from transformer.cpu.precision import fast_bf16
 from transformer.training.config import DataConfig, RunConfig, TrainConfig
 from transformer.training.averaging import average_last
 from transformer.training.state import list_checkpoints
 from transformer.training.trainer import Trainer
-from transformer.translator import Translator
+from transformer.translate.translator import Translator
 
 
 def recipe(args: argparse.Namespace) -> RunConfig:

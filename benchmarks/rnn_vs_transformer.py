@@ -44,13 +44,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from multi30k import recipe as transformer_recipe  # noqa: E402  (the Transformer's Multi30k recipe)
 
 from transformer.decoding import DecodeConfig  # noqa: E402
-from transformer.evaluation import score  # noqa: E402
-from transformer.masks import padding_mask  # noqa: E402
+from transformer.translate.evaluation import score  # noqa: E402
+from transformer.model.masks import padding_mask  # noqa: E402
 from transformer.model import build_model  # noqa: E402
-from transformer.precision import fast_bf16  # noqa: E402
+from transformer.cpu.precision import fast_bf16  # noqa: E402
 from transformer.training.config import RunConfig  # noqa: E402
 from transformer.training.trainer import Trainer  # noqa: E402
-from transformer.translator import Translator  # noqa: E402
+from transformer.translate.translator import Translator  # noqa: E402
 
 MODELS = ("transformer", "rnn")
 

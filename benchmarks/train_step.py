@@ -39,12 +39,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer.allocator import retain_freed_memory
+from transformer.cpu.allocator import retain_freed_memory
 from transformer.config import ModelConfig, preset
 from transformer.data import Batch, TokenBudgetBatches, make_batch
 from transformer.model import Transformer, fused_cpu
 from transformer.model.embeddings import sinusoidal_table
-from transformer.precision import bf16_left_out, fast_bf16
+from transformer.cpu.precision import bf16_left_out, fast_bf16
 from transformer.training.loss import LabelSmoothedCrossEntropy
 
 PAD, BOS, EOS = 0, 1, 2
@@ -140,7 +140,7 @@ def fixed_batches(vocab: int, batch: int, length: int) -> list[Batch]:
 def multi30k_batches(data_dir: str, vocab_size: int, max_tokens: int, count: int) -> list[Batch]:
     """``count`` token-budget batches of Multi30k de-en train, joint BPE of ``vocab_size``."""
     from transformer.corpus.registry import corpus_pairs, fetch
-    from transformer.tokenizer import Vocabularies
+    from transformer.text import Vocabularies
 
     directory = fetch("multi30k", local_dir=data_dir, progress=False)
     pairs = corpus_pairs("multi30k", src="de", tgt="en", split="train", directory=directory)

@@ -70,14 +70,14 @@ from typing import Callable
 
 import torch
 
-from transformer.allocator import retain_freed_memory
-from transformer.checkpoint import load_config, load_model
+from transformer.cpu.allocator import retain_freed_memory
+from transformer.training.checkpoint import load_config, load_model
 from transformer.corpus.registry import corpus_pairs, fetch
 from transformer.decoding import DecodeConfig
 from transformer.model import packed_linear
-from transformer.precision import bf16_left_out, fast_bf16
-from transformer.tokenizer import Vocabularies
-from transformer.translator import KERNEL_INT8, Translator, int8_kind, int8_weights_max_rows
+from transformer.cpu.precision import bf16_left_out, fast_bf16
+from transformer.text import Vocabularies
+from transformer.translate.translator import KERNEL_INT8, Translator, int8_kind, int8_weights_max_rows
 
 SPLIT = "test_2016_flickr"
 

@@ -135,11 +135,11 @@ def write_run_dir(out: Path, *, seed: int = 0, steps: int = 120, **overrides) ->
     ``overrides`` change the ``tiny`` preset (e.g. ``norm_first=True``, ``positional="learned"``);
     the defaults are the paper's switches (interleaved sinusoids, ReLU, tied embeddings, no output bias).
     """
-    from transformer.checkpoint import save_model
+    from transformer.training.checkpoint import save_model
     from transformer.config import preset
     from transformer.data import make_batch
     from transformer.model import Transformer
-    from transformer.tokenizer import Vocabularies
+    from transformer.text import Vocabularies
 
     pairs = sentences()
     vocab = Vocabularies.train(pairs, vocab_size=400)

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-CHECK = "from transformer.allocator import retain_freed_memory as r; print(r(), r())"
+CHECK = "from transformer.cpu.allocator import retain_freed_memory as r; print(r(), r())"
 
 
 def run(env_value=None):
@@ -27,7 +27,7 @@ def test_settings_take_effect_once_and_can_be_turned_off():
 def test_large_buffers_still_allocate_and_free_after_it():
     import torch
 
-    from transformer.allocator import retain_freed_memory
+    from transformer.cpu.allocator import retain_freed_memory
 
     retain_freed_memory()
     for _ in range(3):

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from transformer.masks import causal_mask
+from transformer.model.masks import causal_mask
 from transformer.model.attention import CrossAttention, SelfAttention, scaled_dot_product_attention
 
 
@@ -116,7 +116,7 @@ def test_explicit_path_normalises_short_rows_transposed_with_the_same_result(key
     """Key rows up to SHORT_SOFTMAX_ROWS are normalised transposed (keys x queries, softmax over
     dim -2); either layout gives the written-out weights, outputs and exact gradients."""
     import transformer.model.attention as attention
-    from transformer.masks import causal_mask_with_offset
+    from transformer.model.masks import causal_mask_with_offset
 
     monkeypatch.setattr(attention, "SHORT_SOFTMAX_ROWS", short_rows)
     g = torch.Generator().manual_seed(3)

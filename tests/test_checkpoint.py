@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from transformer.checkpoint import (
+from transformer.training.checkpoint import (
     CONFIG_FILE,
     WEIGHTS_FILE,
     CheckpointError,
@@ -92,7 +92,7 @@ def test_invalid_config_file(saved):
 
 def test_failed_save_leaves_previous_weights_loadable(saved, monkeypatch):
     model, directory = saved
-    import transformer.checkpoint as ckpt
+    import transformer.training.checkpoint as ckpt
 
     def crash(*args, **kwargs):
         raise OSError("disk full")

@@ -13,7 +13,7 @@ import torch
 
 from transformer import data
 from transformer.data import Batch, FilterStats, TokenBudgetBatches, filter_examples, make_batch
-from transformer.masks import padding_mask
+from transformer.model.masks import padding_mask
 
 PAD, BOS, EOS = 0, 1, 2
 

@@ -7,7 +7,7 @@ from torch import nn
 
 from transformer.config import ModelConfig
 from transformer.decoding import beam_search, greedy_search, sample
-from transformer.masks import key_mask_for_attention
+from transformer.model.masks import key_mask_for_attention
 from transformer.model import Transformer, packed_linear
 from transformer.model.cache import KVCache
 from transformer.model.layers import DecoderLayer

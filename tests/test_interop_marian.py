@@ -20,8 +20,8 @@ from interop_helpers import built_marian, sentences, strip_generated  # noqa: E4
 from transformer.cli import main  # noqa: E402
 from transformer.decoding import beam_search, greedy_search  # noqa: E402
 from transformer.interop import InteropError, import_hf  # noqa: E402
-from transformer.spm_tokenizer import SentencePieceTokenizer  # noqa: E402
-from transformer.translator import Translator  # noqa: E402
+from transformer.text.sentencepiece import SentencePieceTokenizer  # noqa: E402
+from transformer.translate.translator import Translator  # noqa: E402
 
 MAX_NEW = 40
 

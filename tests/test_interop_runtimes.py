@@ -20,7 +20,7 @@ from transformer.cli import main  # noqa: E402
 from transformer.decoding import beam_search, greedy_search  # noqa: E402
 from transformer.interop import export_ctranslate2, export_onnx, import_hf  # noqa: E402
 from transformer.interop.onnx import greedy_decode_onnx  # noqa: E402
-from transformer.translator import Translator  # noqa: E402
+from transformer.translate.translator import Translator  # noqa: E402
 
 MAX_LEN = 30
 KINDS = ("marian", "paper", "preln-learned-gelu")

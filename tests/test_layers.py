@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from transformer.masks import causal_mask
+from transformer.model.masks import causal_mask
 from transformer.model.layers import DecoderLayer, EncoderLayer, FeedForward
 
 E, H, F = 16, 4, 32

@@ -357,8 +357,8 @@ def test_logits_through_the_kernel_equal_float64():
 
 
 def test_translator_packs_once_for_all_batches(monkeypatch):
-    from transformer.tokenizer import Vocabularies
-    from transformer.translator import Translator
+    from transformer.text import Vocabularies
+    from transformer.translate.translator import Translator
 
     words = [f"w{i}x" for i in range(40)]
     pairs = [(" ".join(words[i:i + 4]), " ".join(words[i + 1:i + 5])) for i in range(36)] * 3

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from transformer import precision
-from transformer.precision import fast_bf16, resolve_precision, slow_bf16_warning
+from transformer.cpu.precision import fast_bf16, resolve_precision, slow_bf16_warning
 from transformer.training.config import RunConfig
 from transformer.training.trainer import Trainer
-from transformer.translator import Translator
+from transformer.translate.translator import Translator
 
 TINY = ["data.builtin_train=300", "data.builtin_valid=20", "data.builtin_test=20", "data.vocab_size=400",
         "data.max_tokens=600", "model.preset=tiny", "train.threads=1", "train.max_steps=2", "train.eval_sentences=0"]

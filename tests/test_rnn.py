@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from transformer.checkpoint import load_config, load_model, save_model
+from transformer.training.checkpoint import load_config, load_model, save_model
 from transformer.config import ModelConfig
 from transformer.decoding import DecodeConfig, beam_search, decode, greedy_search
 from transformer.model import RNNCache, RNNConfig, RNNSeq2Seq, Transformer, build_model, config_from_dict, rnn_preset
@@ -168,7 +168,7 @@ def test_bf16_autocast_runs():
 
 def test_bf16_weights_decode():
     """The bf16 copy Translator(bf16=True) decodes with: packed LSTM, steps and beam search in bf16."""
-    from transformer.translator import to_bf16
+    from transformer.translate.translator import to_bf16
 
     model = tiny("general")
     src, mask, _ = padded_batch()

@@ -7,9 +7,9 @@ import sys
 import pytest
 
 from transformer import cli
-from transformer.checkpoint import load_model
+from transformer.training.checkpoint import load_model
 from transformer.model import RNNSeq2Seq
-from transformer.translator import Translator
+from transformer.translate.translator import Translator
 from transformer.visualize.page import read_page_data
 
 TINY = [

@@ -19,7 +19,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from transformer.checkpoint import save_model
+from transformer.training.checkpoint import save_model
 from transformer.cli import main
 from transformer.config import preset
 from transformer.corpus.builtin import generate_pairs
@@ -27,8 +27,8 @@ from transformer.model import Transformer
 from transformer.serve.app import create_app
 from transformer.serve.cli import languages
 from transformer.serve.limits import ServeLimits
-from transformer.tokenizer import Vocabularies
-from transformer.translator import Translator
+from transformer.text import Vocabularies
+from transformer.translate.translator import Translator
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "transformer/visualize/schema.json").read_text())
 

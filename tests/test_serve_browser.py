@@ -20,7 +20,7 @@ from test_visualize_browser import ARTIFACTS, browser  # noqa: F401 (browser: th
 
 from transformer.serve.app import create_app
 from transformer.serve.limits import ServeLimits
-from transformer.translator import Translator
+from transformer.translate.translator import Translator
 from transformer.visualize.data import TokenAxis
 
 SENTENCE = "je suis étudiant"

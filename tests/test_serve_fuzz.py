@@ -25,7 +25,7 @@ from test_serve import make_run_dir
 
 from transformer.serve.app import create_app
 from transformer.serve.limits import ServeLimits
-from transformer.translator import Translator
+from transformer.translate.translator import Translator
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 

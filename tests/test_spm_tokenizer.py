@@ -12,8 +12,8 @@ from interop_helpers import sentences, train_spm  # noqa: E402
 
 from transformer.interop import MissingExtraError  # noqa: E402
 from transformer.interop._common import INSTALL_HINT, require  # noqa: E402
-from transformer.spm_tokenizer import SentencePieceTokenizer, split_language_code  # noqa: E402
-from transformer.tokenizer import BPETokenizer, Vocabularies, load_tokenizer  # noqa: E402
+from transformer.text.sentencepiece import SentencePieceTokenizer, split_language_code  # noqa: E402
+from transformer.text import BPETokenizer, Vocabularies, load_tokenizer  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Tests for transformer.tokenizer: BPE training, special ids, exact round trips, persistence."""
+"""Tests for transformer.text: BPE training, special ids, exact round trips, persistence."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from transformer.tokenizer import (
+from transformer.text import (
     BOS, BYTE_TOKENS, EOS, JOINT_FILE, PAD, SRC_FILE, TGT_FILE, UNK,
     BPETokenizer, Tokenizer, Vocabularies, load_tokenizer,
 )

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from transformer.checkpoint import load_model
+from transformer.training.checkpoint import load_model
 from transformer.training.config import RunConfig
 from transformer.training.state import list_checkpoints
 from transformer.training.trainer import RunDirectoryError, Trainer

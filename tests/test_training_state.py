@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 import transformer.training.state as st
-from transformer.checkpoint import CheckpointError, load_weights, unique_state_dict
+from transformer.training.checkpoint import CheckpointError, load_weights, unique_state_dict
 from transformer.config import preset
 from transformer.model import Transformer
 from transformer.training.averaging import average_checkpoints, average_last

@@ -7,13 +7,13 @@ import sys
 import pytest
 import torch
 
-from transformer.checkpoint import save_model
+from transformer.training.checkpoint import save_model
 from transformer.config import preset
 from transformer.corpus.builtin import generate_pairs
 from transformer.decoding import DecodeConfig
 from transformer.model import Transformer, packed_linear
-from transformer.tokenizer import Vocabularies
-from transformer.translator import TranslationWarning, Translator
+from transformer.text import Vocabularies
+from transformer.translate.translator import TranslationWarning, Translator
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +160,7 @@ def test_int8_weights_translator_packs_int8_copies_and_stays_close_to_fp32(run_d
 def test_int8_mixed_takes_the_dynamic_layers_for_large_batches_only(run_dir, monkeypatch):
     from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
-    import transformer.translator as translator_module
+    import transformer.translate.translator as translator_module
 
     fp32 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="beam", beam_size=2))
     mixed = Translator(fp32.model, fp32.vocab, decoding=fp32.decoding, quantize="int8-mixed", max_tokens=10**6)
@@ -180,7 +180,7 @@ def test_int8_mixed_takes_the_dynamic_layers_for_large_batches_only(run_dir, mon
 
 
 def test_int8_mixed_row_limit_follows_the_cpus_int8_units(monkeypatch):
-    import transformer.translator as translator_module
+    import transformer.translate.translator as translator_module
 
     monkeypatch.setattr(translator_module, "cpu_int8_units", lambda: False)
     assert translator_module.int8_weights_max_rows() == translator_module.INT8_WEIGHTS_MAX_ROWS == 384

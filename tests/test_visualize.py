@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from transformer.checkpoint import save_model
+from transformer.training.checkpoint import save_model
 from transformer.config import preset
 from transformer.corpus.builtin import generate_pairs
 from transformer.model import Transformer
-from transformer.tokenizer import Vocabularies
-from transformer.translator import Translator
+from transformer.text import Vocabularies
+from transformer.translate.translator import Translator
 from transformer.visualize.cli import register_attend_command, write_demo_pages
 from transformer.visualize.data import KINDS, AttentionData, TokenAxis, best_translation_ids, collect_attention
 from transformer.visualize.heatmaps import (

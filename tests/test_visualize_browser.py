@@ -16,8 +16,8 @@ import torch
 from transformer.config import preset
 from transformer.corpus.builtin import generate_pairs
 from transformer.model import Transformer
-from transformer.tokenizer import Vocabularies
-from transformer.translator import Translator
+from transformer.text import Vocabularies
+from transformer.translate.translator import Translator
 from transformer.visualize.data import TokenAxis, collect_attention
 from transformer.visualize.page import read_page_data, write_attention_page
 

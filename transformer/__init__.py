@@ -5,7 +5,7 @@ The public API::
     from transformer import ModelConfig, Transformer, preset, save_model, load_model
 """
 
-from transformer.checkpoint import CheckpointError, load_model, save_model
+from transformer.training.checkpoint import CheckpointError, load_model, save_model
 from transformer.config import ModelConfig, preset
 from transformer.model.masks import causal_mask, padding_mask
 from transformer.model import AttentionMaps, DecoderCache, Transformer

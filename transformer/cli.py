@@ -207,7 +207,7 @@ def _register_average(sub: argparse._SubParsersAction) -> None:
 def _average(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from transformer.checkpoint import WEIGHTS_FILE
+    from transformer.training.checkpoint import WEIGHTS_FILE
     from transformer.training.averaging import average_last
 
     out = Path(args.out) if args.out else Path(args.run_dir) / WEIGHTS_FILE
@@ -229,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_translate(sub: argparse._SubParsersAction) -> None:
-    from transformer.translate_cli import register_evaluate_command, register_translate_command
+    from transformer.translate.cli import register_evaluate_command, register_translate_command
 
     register_translate_command(sub)
     register_evaluate_command(sub)

@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from transformer.evaluation import score
+from transformer.translate.evaluation import score
 from transformer.training.config import DataConfig, RunConfig, TrainConfig
 from transformer.training.trainer import Trainer
-from transformer.translator import Translator
+from transformer.translate.translator import Translator
 from transformer.visualize.cli import write_demo_pages
 
 DEMO_SENTENCES = [

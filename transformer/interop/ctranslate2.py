@@ -20,7 +20,7 @@ from transformer.interop._common import InteropError, require, staged_output
 from transformer.interop.hf import copy_tokenizer_files, load_run, piece_list
 from transformer.model import Transformer
 from transformer.model.embeddings import sinusoidal_table
-from transformer.tokenizer import Vocabularies
+from transformer.text import Vocabularies
 
 MIN_POSITIONS = 1024  # rows of the sinusoid table written out (at least; max_positions if larger)
 

@@ -18,13 +18,13 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from transformer.checkpoint import CheckpointError, load_model, save_model
+from transformer.training.checkpoint import CheckpointError, load_model, save_model
 from transformer.interop._common import InteropError, require, staged_output
 from transformer.interop.marian import (
     config_from_marian, marian_config_kwargs, state_from_marian, state_to_marian, to_concat_layout,
 )
 from transformer.model import Transformer
-from transformer.tokenizer import JOINT_FILE, Tokenizer, Vocabularies
+from transformer.text import JOINT_FILE, Tokenizer, Vocabularies
 
 TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
 
@@ -70,7 +70,7 @@ def _read_weight_file(path: Path) -> dict[str, Tensor]:
 
 def read_marian_tokenizers(directory: Path, start_id: int, sizes: tuple[int, int]) -> Vocabularies:
     """Source and target :class:`SentencePieceTokenizer` of a Marian directory, checked against the model sizes."""
-    from transformer.spm_tokenizer import SentencePieceTokenizer
+    from transformer.text.sentencepiece import SentencePieceTokenizer
 
     settings = {}
     if (directory / "tokenizer_config.json").is_file():
@@ -181,7 +181,7 @@ def export_hf(run_dir: str | os.PathLike[str], out: str | os.PathLike[str]) -> P
 
 
 def _write_hf_tokenizer(vocab: Vocabularies, out: Path, transformers) -> None:
-    from transformer.spm_tokenizer import SentencePieceTokenizer
+    from transformer.text.sentencepiece import SentencePieceTokenizer
 
     if isinstance(vocab.src, SentencePieceTokenizer) and isinstance(vocab.tgt, SentencePieceTokenizer):
         separate = vocab.src.vocab != vocab.tgt.vocab

@@ -47,7 +47,7 @@ from transformer.serve.schemas import (
     TranslateResponse,
     request_models,
 )
-from transformer.translator import Translator
+from transformer.translate.translator import Translator
 from transformer.visualize.data import collect_attention
 
 _ERRORS = {400: "invalid JSON or UTF-8", 413: "request body too large", 422: "invalid request fields",

@@ -16,7 +16,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from transformer.serve.limits import ServeLimits
-from transformer.translate_cli import INT8_HELP
+from transformer.translate.cli import INT8_HELP
 
 _DEFAULTS = ServeLimits()
 _OPTIONS = {  # field -> (option, type, help)

@@ -9,7 +9,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from transformer.checkpoint import CheckpointError
+from transformer.training.checkpoint import CheckpointError
 from transformer.training.state import MODEL_FILE, PathLike, _read_tensors, _write_tensors, list_checkpoints
 
 

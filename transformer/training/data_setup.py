@@ -19,7 +19,7 @@ from transformer.corpus.builtin import builtin_splits
 from transformer.corpus.files import CorpusError, read_parallel, read_tsv
 from transformer.corpus.registry import REGISTRY, corpus_pairs, fetch, tatoeba_splits
 from transformer.data import filter_examples
-from transformer.tokenizer import Vocabularies
+from transformer.text import Vocabularies
 from transformer.training.config import DataConfig
 
 Pair = tuple[str, str]

@@ -2,7 +2,7 @@
 
 A checkpoint is a directory ``run_dir/checkpoints/step-XXXXXXXX/`` holding
 
-* ``model.safetensors``     model weights, tied tensors once (:func:`transformer.checkpoint.save_weights`);
+* ``model.safetensors``     model weights, tied tensors once (:func:`transformer.training.checkpoint.save_weights`);
 * ``optimizer.safetensors`` every tensor of ``optimizer.state_dict()["state"]`` as ``state.<idx>.<name>``
   (and tensor-valued param-group entries as ``param_groups.<i>.<key>``);
 * ``rng.safetensors``       torch CPU/CUDA generator states (byte tensors);
@@ -32,7 +32,7 @@ from safetensors.torch import save_file
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LRScheduler
 
-from transformer.checkpoint import CheckpointError, load_weights, save_weights
+from transformer.training.checkpoint import CheckpointError, load_weights, save_weights
 
 try:
     import numpy as np

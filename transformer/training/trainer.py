@@ -30,15 +30,15 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from transformer.checkpoint import CONFIG_FILE, WEIGHTS_FILE, save_weights
+from transformer.training.checkpoint import CONFIG_FILE, WEIGHTS_FILE, save_weights
 from transformer.config import ModelConfig
 from transformer.decoding import DecodeConfig
 from transformer.data import Batch, TokenBudgetBatches, make_batch
-from transformer.evaluation import score
+from transformer.translate.evaluation import score
 from transformer.model import RNNConfig, build_model, config_from_dict
 from transformer.cpu import Swaps, accelerate_training, available as cpu_kernels_available
 from transformer.cpu.precision import resolve_precision, slow_bf16_warning
-from transformer.tokenizer import Vocabularies
+from transformer.text import Vocabularies
 from transformer.training import distributed as D
 from transformer.training.config import RunConfig
 from transformer.training.data_setup import PreparedData, prepare_data
@@ -47,7 +47,7 @@ from transformer.training.progress import CURVE_FILE, METRICS_FILE, MetricsLog, 
 from transformer.training.schedule import build_optimizer
 from transformer.training.averaging import average_last
 from transformer.training.state import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
-from transformer.translator import Translator
+from transformer.translate.translator import Translator
 
 RUN_CONFIG_FILE = "run_config.json"
 

@@ -68,7 +68,7 @@ def parse_heads(text: str | None) -> list[int] | None:
 def load_translator(run_dir: str | os.PathLike[str], *, greedy: bool = True, **options: Any) -> Any:
     """The run's translator (greedy decoding unless ``greedy=False``; ``options`` go to
     ``Translator``, e.g. ``bf16=True``); FileNotFoundError / ValueError naming what is missing or broken."""
-    from transformer.translator import Translator
+    from transformer.translate.translator import Translator
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():

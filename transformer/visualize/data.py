@@ -270,7 +270,7 @@ def collect_attention(translator: Any, sentence: str, *, translation: str | None
     greedy decoding); the weights come from one teacher-forced pass on that translation.
 
     Args:
-        translator: a :class:`transformer.translator.Translator`.
+        translator: a :class:`transformer.translate.translator.Translator`.
         sentence: the source text.
         translation: force this target text instead of decoding (e.g. a reference translation).
         max_tokens: the longest source or decoder input allowed (default: :func:`token_limit`, or

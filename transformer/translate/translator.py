@@ -32,12 +32,12 @@ from typing import Sequence
 
 import torch
 
-from transformer.checkpoint import CheckpointError, load_model
+from transformer.training.checkpoint import CheckpointError, load_model
 from transformer.decoding import DecodeConfig, Hypothesis, decode
 from transformer.cpu import Swaps, available as cpu_kernels_available, prepare_for_decoding
 from transformer.cpu.precision import slow_bf16_warning
 from transformer.model import RNNSeq2Seq, Transformer
-from transformer.tokenizer import Vocabularies
+from transformer.text import Vocabularies
 
 DEFAULT_MAX_INPUT_TOKENS = 1024
 QUANTIZE = (None, "int8")

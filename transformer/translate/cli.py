@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TextIO
 
 from transformer.decoding import DecodeConfig
-from transformer.evaluation import score
-from transformer.translator import TranslationWarning, Translator
+from transformer.translate.evaluation import score
+from transformer.translate.translator import TranslationWarning, Translator
 
 
 INT8_HELP = ("decode with int8 weights (CPU): int8 copies of the weights in the compiled kernels (activations "

@@ -27,7 +27,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from transformer.tokenizer import EOS, PAD, UNK, WORD_BOUNDARY, Tokenizer, _atomic_write_text, _read_json
+from transformer.text.tokenizer import EOS, PAD, UNK, WORD_BOUNDARY, Tokenizer, _atomic_write_text, _read_json
 
 MODEL_TYPE = "SentencePiece"
 INSTALL_HINT = 'pip install -c constraints.txt -e ".[interop]"'
