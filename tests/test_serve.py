@@ -277,7 +277,7 @@ def test_serve_command_errors_are_one_line(tmp_path, capsys, run_dir):
 
 
 def test_serve_int8_loads_an_int8_translator(run_dir, monkeypatch, capsys):
-    import transformer.visualize.cli as visualize_cli
+    import transformer.translate.translator as translator_module
 
     seen = {}
 
@@ -285,9 +285,9 @@ def test_serve_int8_loads_an_int8_translator(run_dir, monkeypatch, capsys):
         seen.update(options)
         raise ValueError("stopped before serving")
 
-    monkeypatch.setattr(visualize_cli, "load_translator", loaded)
+    monkeypatch.setattr(translator_module, "load_translator", loaded)
     assert main(["serve", str(run_dir), "--int8"]) == 2
-    assert seen["quantize"] == "int8" and "stopped before serving" in capsys.readouterr().err
+    assert seen["int8"] is True and "stopped before serving" in capsys.readouterr().err
 
 
 def test_languages_come_from_the_run_config(run_dir, tmp_path):

@@ -77,7 +77,7 @@ def run_serve(args: argparse.Namespace) -> int:
         from transformer.serve.app import create_app
     except ImportError as err:
         raise ValueError(f"serving needs fastapi and uvicorn: pip install -e '.[serve]' ({err})") from None
-    from transformer.visualize.cli import load_translator
+    from transformer.translate.translator import load_translator
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in 0..65535, got {args.port}")
@@ -85,7 +85,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if not 1 <= args.beam_size <= limits.max_beam_size:
         raise ValueError(f"--beam-size must be in 1..{limits.max_beam_size} (--max-beam-size), got {args.beam_size}")
     run_dir = Path(args.run_dir)
-    translator = load_translator(run_dir, greedy=False, bf16=args.bf16, quantize="int8" if args.int8 else None)
+    translator = load_translator(run_dir, bf16=args.bf16, int8=args.int8)
     translator = translator.with_decoding(beam_size=args.beam_size)
     src_lang, tgt_lang = languages(run_dir)
     app = create_app(translator, limits, src_lang=src_lang, tgt_lang=tgt_lang)

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from transformer.text.sentencepiece import SentencePieceTokenizer
-from transformer.text.tokenizer import JOINT_FILE, SRC_FILE, TGT_FILE, BPETokenizer, Tokenizer, _read_json
+from transformer.text.tokenizer import JOINT_FILE, SRC_FILE, TGT_FILE, BPETokenizer, Tokenizer, _check_texts, _read_json
 
 _BACKENDS: dict[str, type[Tokenizer]] = {"BPE": BPETokenizer, "SentencePiece": SentencePieceTokenizer}  # JSON "model.type" -> class
 

@@ -12,13 +12,12 @@ from typing import TextIO
 
 from transformer.decoding import DecodeConfig
 from transformer.translate.evaluation import score
-from transformer.translate.translator import TranslationWarning, Translator
+from transformer.translate.translator import TranslationWarning, Translator, load_translator
 
 
-INT8_HELP = ("decode with int8 weights (CPU): int8 copies of the weights in the compiled kernels (activations "
-             "float32) for batches of up to 384 sentences x beams (32 on CPUs with VNNI or AMX) and PyTorch's "
-             "dynamically quantised int8 layers for larger ones; the latter alone for the recurrent baseline or "
-             "without the kernels (README, Performance)")
+INT8_HELP = ("decode with int8 copies of the linear layers' weights (one scale per output feature) in the "
+             "CPU engine's kernels, activations and sums in float32: a quarter of the weights' memory traffic "
+             "(Transformer models on CPU)")
 
 def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("decoding (defaults: the paper's beam 4, length penalty 0.6, max length source + 50)")
@@ -56,13 +55,11 @@ def decode_config(args: argparse.Namespace) -> DecodeConfig:
     )
 
 
-def load_translator(args: argparse.Namespace) -> Translator:
+def translator_from_args(args: argparse.Namespace) -> Translator:
     if args.batch_tokens < 1:
         raise ValueError(f"--batch-tokens must be >= 1, got {args.batch_tokens}")
-    if args.int8 and args.bf16:
-        raise ValueError("give --int8 or --bf16, not both")
-    return Translator.from_run_dir(args.run_dir, decoding=decode_config(args), max_tokens=args.batch_tokens,
-                                   bf16=args.bf16, quantize="int8" if args.int8 else None)
+    return load_translator(args.run_dir, decoding=decode_config(args), max_tokens=args.batch_tokens, bf16=args.bf16,
+                           int8=args.int8)
 
 
 def read_lines(path: str, stream: TextIO | None = None) -> list[str]:
@@ -118,7 +115,7 @@ def translate_command(args: argparse.Namespace) -> int:
         texts = read_lines("-")
     else:
         raise ValueError("nothing to translate: give sentences, --input FILE, or pipe text into standard input")
-    translator = load_translator(args)
+    translator = translator_from_args(args)
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TranslationWarning)
@@ -170,7 +167,7 @@ def register_evaluate_command(sub: argparse._SubParsersAction) -> None:
 
 def evaluate_command(args: argparse.Namespace) -> int:
     sources, references = _test_set(args)
-    translator = load_translator(args)
+    translator = translator_from_args(args)
     start = time.perf_counter()
     hypotheses = translator.translate(sources)
     elapsed = time.perf_counter() - start

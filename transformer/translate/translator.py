@@ -236,3 +236,21 @@ def to_bf16(model: Transformer | RNNSeq2Seq) -> Transformer | RNNSeq2Seq:
     if all(p.dtype == torch.bfloat16 for p in model.parameters()):
         return model
     return copy.deepcopy(model).to(torch.bfloat16).eval()
+
+
+def load_translator(run_dir: str | os.PathLike[str], *, decoding: DecodeConfig | None = None, bf16: bool = False,
+                    int8: bool = False, **options) -> Translator:
+    """The translator of a trained run directory, as the CLI, the server and ``attend`` load it.
+
+    ``decoding`` defaults to the paper's beam search; ``bf16`` or ``int8`` (not both) pick the
+    precision; other ``options`` go to ``Translator``. Raises FileNotFoundError naming what is
+    missing, ValueError for settings that do not go together."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run directory not found: {run_dir}")
+    missing = [name for name in ("config.json", "model.safetensors") if not (run_dir / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{run_dir} is not a trained run directory: missing {', '.join(missing)}")
+    if int8 and bf16:
+        raise ValueError("int8 quantisation is for fp32 CPU inference: give --int8 or --bf16, not both")
+    return Translator.from_run_dir(run_dir, decoding=decoding, bf16=bf16, quantize="int8" if int8 else None, **options)

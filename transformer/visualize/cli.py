@@ -65,23 +65,6 @@ def parse_heads(text: str | None) -> list[int] | None:
     return heads
 
 
-def load_translator(run_dir: str | os.PathLike[str], *, greedy: bool = True, **options: Any) -> Any:
-    """The run's translator (greedy decoding unless ``greedy=False``; ``options`` go to
-    ``Translator``, e.g. ``bf16=True``); FileNotFoundError / ValueError naming what is missing or broken."""
-    from transformer.translate.translator import Translator
-
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise FileNotFoundError(f"run directory not found: {run_dir}")
-    missing = [name for name in ("config.json", "model.safetensors") if not (run_dir / name).is_file()]
-    if missing:
-        raise FileNotFoundError(f"{run_dir} is not a trained run directory: missing {', '.join(missing)}")
-    translator = Translator.from_run_dir(run_dir, **options)
-    if greedy and hasattr(translator, "with_decoding"):
-        translator = translator.with_decoding(strategy="greedy")
-    return translator
-
-
 def attend(translator: Any, sentence: str, out_dir: str | os.PathLike[str], *, kind: str = "all",
            layer: int | None = None, heads: Sequence[int] | None = None, formats: Sequence[str] = ("png", "svg"),
            outputs: Sequence[str] = OUTPUTS) -> tuple[Any, list[Path]]:
@@ -135,7 +118,10 @@ def run_attend(args: argparse.Namespace) -> int:
     heads = parse_heads(args.heads)
     formats = [f for f in args.format.split(",") if f.strip()]
     outputs = [o for o in OUTPUTS if getattr(args, o)] or list(OUTPUTS)
-    translator = load_translator(args.run_dir, greedy=not args.beam)
+    from transformer.decoding import DecodeConfig
+    from transformer.translate.translator import load_translator
+
+    translator = load_translator(args.run_dir, decoding=DecodeConfig(strategy="beam" if args.beam else "greedy"))
     out = Path(args.out) if args.out else Path(args.run_dir) / "attention"
     data, paths = attend(translator, args.sentence, out, kind=args.kind, layer=args.layer, heads=heads,
                          formats=formats, outputs=outputs)
