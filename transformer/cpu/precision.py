@@ -3,8 +3,7 @@
 bfloat16 halves memory traffic and, on hardware with bf16 matrix instructions, multiplies
 matrices several times faster than float32: CUDA GPUs of compute capability 8.0 and newer,
 x86 CPUs with AVX-512 bf16 or AMX. Elsewhere PyTorch emulates bf16 products, and they are
-slower than float32 by orders of magnitude: on a 2-core AVX2 CPU (torch 2.13) a 2048 x 2048
-bf16 product ran at 0.28 GFLOP/s against 99 GFLOP/s in float32. ``train.precision=auto``
+slower than float32 by orders of magnitude (docs/performance.md). ``train.precision=auto``
 (the default) therefore picks bf16 only where ``fast_bf16`` says the device has the units.
 """
 
@@ -24,9 +23,7 @@ def cpu_bf16_units() -> bool:
 
 
 def cpu_int8_units() -> bool:
-    """Whether this CPU has int8 dot-product instructions (AVX-512 VNNI or AMX), which PyTorch's
-    dynamically quantised int8 layers use; without them those layers are slower than float32
-    products on small batches."""
+    """Whether this CPU has int8 dot-product instructions (AVX-512 VNNI or AMX)."""
     cpu = getattr(torch, "cpu", None)
     checks = (getattr(cpu, "_is_vnni_supported", None), getattr(cpu, "_is_amx_tile_supported", None))
     return any(check is not None and bool(check()) for check in checks)

@@ -26,7 +26,7 @@ from transformer.model.attention import CrossAttention, SelfAttention, check_mas
 from transformer.model.layers import AddNorm
 
 # Rows of up to this many queries and keys take the attention kernel in training; longer ones
-# PyTorch's fused kernel, which works in blocks and wins there (docs/performance.md).
+# PyTorch's fused kernel, which works in blocks and wins there (see docs/performance.md).
 MAX_ATTENTION_LENGTH = {torch.float32: 256, torch.bfloat16: 128}
 
 
