@@ -63,14 +63,14 @@ def scaled_dot_product_attention(
 
 
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
-    """softmax(Q K^T / sqrt(d_k)) ``(B, H, T, S)`` in ``q``'s dtype (normalised in float32).
+    """softmax(Q K^T / sqrt(d_k)) ``(B, H, T, S)`` in ``q``'s dtype (half precisions normalised in float32).
 
     Masked keys get weight 0; a query row with no allowed key gets all zeros.
     """
     scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, T, S)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32)
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32 if scores.element_size() < 4 else None)
     if mask is not None:
         weights = weights.nan_to_num(0.0)  # a fully masked row is 0/0 after softmax
     return weights.to(q.dtype)
