@@ -196,10 +196,11 @@ def _register_average(sub: argparse._SubParsersAction) -> None:
         "average",
         help="average the weights of the last N checkpoints of a run (paper: 5)",
         description="Average the model weights of the newest N checkpoints of RUN_DIR and write them as the "
-        "run's model (or to --out).",
+        "run's model (or to --out). Only the newest train.keep_last checkpoints count: the best checkpoint "
+        "kept besides them is never averaged in.",
     )
     p.add_argument("run_dir")
-    p.add_argument("--last", type=int, default=5, help="how many checkpoints (default: 5)")
+    p.add_argument("--last", type=int, default=5, help="how many checkpoints (default: 5; at most the run's train.keep_last)")
     p.add_argument("--out", help="output file (default: RUN_DIR/model.safetensors)")
     p.set_defaults(handler=_average)
 

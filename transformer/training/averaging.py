@@ -10,7 +10,8 @@ import torch
 from torch import Tensor
 
 from transformer.training.checkpoint import CheckpointError
-from transformer.training.state import MODEL_FILE, PathLike, _read_tensors, _write_tensors, list_checkpoints
+from transformer.training.state import (
+    MODEL_FILE, PathLike, _read_tensors, _write_tensors, list_checkpoints, recent_checkpoints)
 
 
 def average_checkpoints(paths: Sequence[PathLike]) -> dict[str, Tensor]:
@@ -42,11 +43,19 @@ def average_checkpoints(paths: Sequence[PathLike]) -> dict[str, Tensor]:
 
 
 def average_last(run_dir: PathLike, n: int, out_path: PathLike) -> list[Path]:
-    """Average the newest ``n`` checkpoints into ``out_path`` (safetensors, atomic); return those used."""
-    checkpoints = list_checkpoints(run_dir)
+    """Average the newest ``n`` checkpoints into ``out_path`` (safetensors, atomic); return those used.
+
+    Only the newest checkpoints that ``keep_last`` keeps count (:func:`recent_checkpoints`); the best
+    checkpoint kept besides them is never averaged in.
+    """
+    checkpoints = recent_checkpoints(run_dir)
     if n < 1 or len(checkpoints) < n:
         where = Path(run_dir) / "checkpoints"
-        raise ValueError(f"cannot average the last {n} checkpoints: {len(checkpoints)} exist in {where}")
+        message = f"cannot average the last {n} checkpoints: {len(checkpoints)} exist in {where}"
+        if extra := [p.name for p in list_checkpoints(run_dir) if p not in checkpoints]:
+            message += (f" (besides {', '.join(extra)}, kept only as the best, which is never averaged; "
+                        "train.keep_last must be at least the number averaged)")
+        raise ValueError(message)
     used = checkpoints[-n:]
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)

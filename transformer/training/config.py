@@ -78,7 +78,7 @@ class TrainConfig:
     eval_sentences: int = 200  # validation sentences translated (greedy) for BLEU; 0 = loss only
     save_every: int = 0  # steps between checkpoints; 0 = at every validation
     keep_last: int = 5  # checkpoints kept (plus the best)
-    average_last: int = 0  # at the end, average the last N checkpoints into the model (paper: 5)
+    average_last: int = 0  # at the end, average the last N checkpoints into the model (paper: 5); <= keep_last
 
 
 ARCHITECTURES = ("transformer", "rnn")  # model.architecture (or the shorthand model=rnn)
@@ -120,6 +120,10 @@ class RunConfig:
         for name in ("eval_every", "eval_sentences", "save_every", "average_last"):
             if getattr(t, name) < 0:
                 raise ValueError(f"train.{name} must be >= 0, got {getattr(t, name)}")
+        if t.average_last > t.keep_last:
+            raise ValueError(
+                f"train.average_last ({t.average_last}) must not exceed train.keep_last ({t.keep_last}): only the "
+                "newest train.keep_last checkpoints are kept to average; raise train.keep_last or lower train.average_last")
         if t.max_steps is not None:
             _positive("train.max_steps", t.max_steps)
         if t.time_limit is not None and t.time_limit <= 0:

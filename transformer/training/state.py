@@ -7,7 +7,7 @@ A checkpoint is a directory ``run_dir/checkpoints/step-XXXXXXXX/`` holding
   (and tensor-valued param-group entries as ``param_groups.<i>.<key>``);
 * ``rng.safetensors``       torch CPU/CUDA generator states (byte tensors);
 * ``trainer_state.json``    :class:`TrainerState`, optimizer param groups, the JSON-able part of the
-  scheduler state, python/numpy RNG states and a format version.
+  scheduler state, python/numpy RNG states, the ``keep_last`` it was pruned with and a format version.
 
 It is built in a ``.tmp-step-XXXXXXXX-<pid>`` directory, fsynced and renamed into place; only then
 does ``latest.json`` move to it, so a crash at any point leaves a complete checkpoint behind.
@@ -116,6 +116,7 @@ def save_checkpoint(
         "optimizer": opt_json,
         "scheduler": None if scheduler is None else _jsonable(scheduler.state_dict()),
         "rng": {k: v for k, v in rng.items() if k in ("python", "numpy")},
+        "keep_last": keep_last,  # tells recent_checkpoints which of the kept ones are the newest
     }
     try:
         text = json.dumps(doc, indent=1)
@@ -210,6 +211,26 @@ def list_checkpoints(run_dir: PathLike) -> list[Path]:
         return []
     found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and _complete(p)]
     return [p for _, p in sorted(found)]
+
+
+def recent_checkpoints(run_dir: PathLike) -> list[Path]:
+    """The newest checkpoints pruning keeps for being recent (``keep_last`` of them), oldest first.
+
+    A checkpoint kept only because it is the best (older than those) is left out, so averaging the
+    last N never mixes an old best model in. ``keep_last`` is read from the newest checkpoint;
+    checkpoints written before it was recorded give all of :func:`list_checkpoints`.
+    """
+    checkpoints = list_checkpoints(run_dir)
+    keep = _recorded_keep_last(checkpoints[-1]) if checkpoints else None
+    return checkpoints[-keep:] if keep else checkpoints
+
+
+def _recorded_keep_last(checkpoint: Path) -> int | None:
+    try:
+        keep = json.loads((checkpoint / STATE_FILE).read_text(encoding="utf-8")).get("keep_last")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return keep if isinstance(keep, int) and not isinstance(keep, bool) and keep >= 1 else None
 
 
 def latest_checkpoint(run_dir: PathLike) -> Path | None:
