@@ -188,6 +188,7 @@ class Trainer:
             batches = self.batches.iter_from(st.epoch, st.batch_in_epoch)
             for group in _groups(batches, t.accumulate):
                 model.train()
+                lr = self.optimizer.param_groups[0]["lr"]  # the rate this step uses (the scheduler moves it on after)
                 loss_sum, tokens = self._step(model, group)
                 st.step += 1
                 st.batch_in_epoch += len(group)
@@ -197,7 +198,7 @@ class Trainer:
                     window_loss, window_tokens = D.all_reduce_sum([window_loss, window_tokens], self.dist, self.device)
                     rate = window_tokens / max(time.perf_counter() - window_start, 1e-9)
                     record = dict(kind="train", step=st.step, epoch=st.epoch, loss=window_loss / window_tokens,
-                                  lr=self.scheduler.get_last_lr()[0], tokens_per_s=rate)
+                                  lr=lr, tokens_per_s=rate)
                     if self.dist.is_main:
                         self.metrics.write(record)
                     progress.update(st.step, loss=record["loss"], lr=record["lr"], tokens_per_s=rate, epoch=st.epoch)
