@@ -248,11 +248,15 @@ class Trainer:
         if t.clip_norm:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm)
         if self.scaler:
-            self.scaler.step(self.optimizer)
+            scale = self.scaler.get_scale()
+            self.scaler.step(self.optimizer)  # skips the optimizer step when a gradient is inf or nan
             self.scaler.update()
+            stepped = self.scaler.get_scale() >= scale  # update() lowers the scale only after a skipped step
         else:
             self.optimizer.step()
-        self.scheduler.step()
+            stepped = True
+        if stepped:  # the schedule counts the optimizer steps taken
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss_total, local_tokens
 
