@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from transformer import config_dict
+
 ACTIVATIONS = ("relu", "gelu", "silu")
 POSITIONAL = ("sinusoidal", "learned")
 SINUSOID_LAYOUTS = ("interleaved", "concat")
@@ -94,16 +96,9 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
         """Build from a dict; unknown keys are an error that lists the valid ones."""
-        if not isinstance(data, dict):
-            raise ValueError(f"a model config must be a JSON object, got {type(data).__name__}")
-        valid = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - valid)
-        if unknown:
-            raise ValueError(f"unknown ModelConfig keys {unknown}; valid keys: {sorted(valid)}")
-        missing = [f.name for f in dataclasses.fields(cls) if f.name in ("src_vocab_size", "tgt_vocab_size") and f.name not in data]
-        if missing:
-            raise ValueError(f"model config is missing required keys {missing}")
-        return cls(**data)
+        return cls(**config_dict.check_keys(
+            data, config_dict.field_names(cls), mapping="a model config must be a JSON object", owner="ModelConfig",
+            required=("src_vocab_size", "tgt_vocab_size"), config="model config"))
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
         """Serialise to JSON text; write it (atomically) to ``path`` when given."""

@@ -18,10 +18,12 @@ from typing import Any, Sequence
 
 import yaml
 
+from transformer import config_dict
 from transformer.config import PRESETS, ModelConfig, preset
 from transformer.model.rnn_config import RNNConfig, rnn_preset
 from transformer.cpu.precision import PRECISIONS
 
+SECTIONS = ("data", "model", "train")
 CORPORA = ("builtin", "files", "tsv", "multi30k", "tatoeba")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -136,9 +138,7 @@ class RunConfig:
             raise ValueError(f"train.clip_norm must be > 0 (or null for none), got {t.clip_norm}")
         _choice("train.precision", t.precision, PRECISIONS)
         _choice("train.device", t.device, DEVICES)
-        unknown = sorted(set(self.model) - MODEL_KEYS)
-        if unknown:
-            raise ValueError(f"unknown model keys {unknown}; valid keys: {sorted(MODEL_KEYS)}")
+        config_dict.check_keys(self.model, MODEL_KEYS, mapping="config section 'model' must be a mapping", owner="model")
         architecture = self.model.get("architecture", "transformer")
         _choice("model.architecture", architecture, ARCHITECTURES)
         own = RNN_KEYS if architecture == "rnn" else TRANSFORMER_KEYS
@@ -168,11 +168,8 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
-        if not isinstance(raw, dict):
-            raise ValueError(f"a run config must be a mapping with sections data/model/train, got {type(raw).__name__}")
-        unknown = sorted(set(raw) - {"data", "model", "train"})
-        if unknown:
-            raise ValueError(f"unknown config sections {unknown}; valid sections: ['data', 'model', 'train']")
+        config_dict.check_keys(raw, SECTIONS, mapping="a run config must be a mapping with sections data/model/train",
+                               owner="config", noun="sections")
         return cls(
             data=_section(DataConfig, raw.get("data") or {}, "data"),
             model=dict(raw.get("model") or {"preset": "small"}),
@@ -250,12 +247,8 @@ def _parse_value(text: str) -> Any:
 
 
 def _section(cls: type, values: dict[str, Any], name: str) -> Any:
-    if not isinstance(values, dict):
-        raise ValueError(f"config section {name!r} must be a mapping, got {type(values).__name__}")
-    valid = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - valid)
-    if unknown:
-        raise ValueError(f"unknown {name} keys {unknown}; valid keys: {sorted(valid)}")
+    config_dict.check_keys(values, config_dict.field_names(cls), mapping=f"config section {name!r} must be a mapping",
+                           owner=name)
     for f in dataclasses.fields(cls):
         if f.name in values:
             values[f.name] = _coerce(f"{name}.{f.name}", values[f.name], f.default)
