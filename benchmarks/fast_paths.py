@@ -4,30 +4,28 @@ Translates Multi30k test_2016_flickr (1,000 sentences; the run's language pair) 
 length penalty 0.6 (the paper's settings, as ``benchmarks/multi30k.py`` scores) using the
 weights of one trained run directory (``model.safetensors``) on each path:
 
-* fp32: the reference, PyTorch's operators only (the compiled CPU kernels switched off,
-  ``fused_cpu.set_enabled(False)``);
-* kernels: fp32 with the compiled CPU kernels of decoding (the default for fp32 on CPU): linear
-  layers from packed weights (``model/packed_linear.py``) and attention for decoding steps
-  (``fused_cpu.decode_attention``);
+* fp32: the reference, the model's own code, PyTorch's operators only: its ``Translator`` is
+  built with ``TRANSFORMER_FUSED_CPU=0`` (set for that construction only), so the CPU engine
+  (``transformer.cpu``) does not prepare its model;
+* kernels: fp32 with the engine's decoding kernels (what ``Translator`` does on CPU by default,
+  ``transformer.cpu.prepare_for_decoding(model, precision="fp32")``): linear layers from packed
+  weights, a decoder layer's step in one call, attention for decoding steps, the best tokens of
+  each row in one pass;
 * bf16: a bfloat16 copy of the weights (``Translator(bf16=True)``); by default only where the CPU
   has bf16 matrix units (AVX-512 bf16 or AMX): elsewhere PyTorch emulates bf16 products, far
   slower than fp32, and the path runs only when asked for (``--paths bf16``);
-* int8: ``Translator(quantize="int8")`` (``transformer translate --int8``): int8-weights for
-  batches of up to 384 decoder rows (sentences x beams; 32 on CPUs with VNNI or AMX) and
-  int8-dynamic for larger ones (``int8-mixed``), int8-dynamic alone without the compiled
-  kernels; the row says which;
-* int8-weights: ``Translator(quantize="int8-weights")``: the compiled decoding kernels with int8
-  copies of the linear layers' weights (one scale per output feature; activations and sums in
-  float32);
-* int8-dynamic: ``Translator(quantize="int8-dynamic")``: a copy of the model whose ``nn.Linear`` layers are dynamically quantised to int8
-  (``torch.ao.quantization.quantize_dynamic``: int8 weights, activations quantised per batch;
-  embeddings stay fp32; the tied output projection gets its own int8 copy), with the compiled
-  attention kernel of decoding steps;
+* int8: ``Translator(quantize="int8")`` (``transformer translate --int8``): int8 copies of the
+  linear layers' weights (one scale per output feature; activations and sums in float32) in the
+  engine's decoding kernels, at every batch size (``prepare_for_decoding(model,
+  precision="int8")``); an error row where the kernels are off or cannot be built;
 * compile: a copy of the model whose encoder and decoder stacks go through
   ``torch.compile(dynamic=True)`` (inductor, fp32). Compile time is measured separately: the
   first translation of a few sentences, which triggers the compilation, minus the same
-  translation's fp32 time; the test-set time that follows is the steady state. The compiled CPU
-  kernels are off on this path (inductor traces PyTorch's operators, not ctypes calls).
+  translation's fp32 time; the test-set time that follows is the steady state. The engine is not
+  applied on this path (built like fp32: inductor traces PyTorch's operators, not kernel calls).
+
+Every path translates with its own copy of the checkpoint's model, so that no path's preparation
+(the engine swaps a model's modules in place) reaches another's.
 
 Each path first translates 16 sentences untimed (warm-up), then the paths take turns translating
 the test set (``--repeats`` passes, default 2; the fastest pass counts).
@@ -47,6 +45,7 @@ import copy
 import json
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -55,13 +54,15 @@ from torch import nn
 from transformer.corpus.registry import corpus_pairs, fetch
 from transformer.decoding import DecodeConfig
 from transformer.translate.evaluation import score
-from transformer.model import fused_cpu
+from transformer.cpu import ENV_SWITCH, available as cpu_kernels_available
 from transformer.cpu.precision import bf16_left_out, fast_bf16
+from transformer.text import Vocabularies
+from transformer.training.checkpoint import load_model
 from transformer.training.config import RunConfig
 from transformer.translate.translator import Translator
 
-PATHS = ("fp32", "kernels", "bf16", "int8", "int8-weights", "int8-dynamic", "compile")
-WITHOUT_KERNELS = ("fp32", "compile")  # paths run with the compiled CPU kernels switched off
+PATHS = ("fp32", "kernels", "bf16", "int8", "compile")
+WITHOUT_KERNELS = ("fp32", "compile")  # paths whose Translator is built with the CPU engine switched off
 MAX_BLEU_DROP = 0.3
 WARMUP_SENTENCES = 16  # translated once per path before timing (on the compiled path: the compilation)
 
@@ -84,6 +85,21 @@ def compiled_model(model: nn.Module, backend: str = "inductor") -> nn.Module:
     compiled.encoder = torch.compile(compiled.encoder, dynamic=True, backend=backend)
     compiled.decoder = torch.compile(compiled.decoder, dynamic=True, backend=backend)
     return compiled
+
+
+@contextmanager
+def engine_off():
+    """``TRANSFORMER_FUSED_CPU=0`` while a Translator is built (so it leaves its model unprepared),
+    the previous value restored after."""
+    before = os.environ.get(ENV_SWITCH)
+    os.environ[ENV_SWITCH] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ENV_SWITCH, None)
+        else:
+            os.environ[ENV_SWITCH] = before
 
 
 def _error(err: Exception) -> str:
@@ -114,39 +130,43 @@ def main() -> None:
     if args.quick:
         sources, references = sources[:100], references[:100]
     beam = DecodeConfig(strategy="beam", beam_size=4, alpha=0.6)
-    reference = Translator.from_run_dir(run_dir, decoding=beam)
-    model, vocab = reference.model, reference.vocab
+    model = load_model(run_dir).requires_grad_(False)  # frozen, as Translator.from_run_dir loads it
+    vocab = Vocabularies.load(run_dir)
     print(f"{run_dir} ({direction}, {model.num_parameters():,} parameters), {len(sources)} sentences of "
-          f"multi30k {args.split}, beam 4, alpha 0.6; torch {torch.__version__}, {torch.get_num_threads()} threads")
+          f"multi30k {args.split}, beam 4, alpha 0.6; torch {torch.__version__}, {torch.get_num_threads()} threads; "
+          f"CPU kernels (transformer.cpu): {'on' if cpu_kernels_available() else 'off'}")
     if leave_out_bf16:
-        print(bf16_left_out("name it in --paths to run it anyway (e.g. --paths bf16 kernels int8-weights compile)"), flush=True)
+        print(bf16_left_out("name it in --paths to run it anyway (e.g. --paths bf16 kernels int8 compile)"), flush=True)
+
+    def build(path: str) -> Translator:
+        """The path's translator, on a copy of the model of its own (the engine prepares it in place)."""
+        copied = copy.deepcopy(model)
+        if path in WITHOUT_KERNELS:
+            with engine_off():  # the engine leaves this model as it is: the model's own code
+                if path == "compile":
+                    copied = compiled_model(copied, args.compile_backend)
+                return Translator(copied, vocab, decoding=beam)
+        if path == "bf16":
+            return Translator(copied, vocab, decoding=beam, bf16=True)
+        if path == "int8":
+            return Translator(copied, vocab, decoding=beam, quantize="int8")
+        return Translator(copied, vocab, decoding=beam)  # kernels: fp32, prepared for the decoding kernels
 
     def translator(path: str) -> tuple[Translator, float]:
         """The path's translator, warmed up, and its compile time (seconds; 0 for eager paths)."""
         warm = sources[:WARMUP_SENTENCES]
-        if path in ("fp32", "kernels"):
-            tr = reference
-        elif path == "bf16":
-            tr = Translator(model, vocab, decoding=beam, bf16=True)
-        elif path.startswith("int8"):
-            tr = Translator(model, vocab, decoding=beam, quantize=path)
-        else:
-            tr = Translator(compiled_model(model, args.compile_backend), vocab, decoding=beam)
+        tr = build(path)
         t0 = time.perf_counter()
-        run(path, tr, warm)  # kernels chosen, libraries loaded; on the compiled path: the compilation
+        run(tr, warm)  # kernels chosen, libraries loaded; on the compiled path: the compilation
         first = time.perf_counter() - t0
         if path != "compile":
             return tr, 0.0
         t0 = time.perf_counter()
-        run("fp32", reference, warm)
+        run(translators["fp32"], warm)
         return tr, max(0.0, first - (time.perf_counter() - t0))
 
-    def run(path: str, tr: Translator, texts: list[str]) -> list[str]:
-        fused_cpu.set_enabled(path not in WITHOUT_KERNELS)
-        try:
-            return tr.translate(texts)
-        finally:
-            fused_cpu.set_enabled(True)
+    def run(tr: Translator, texts: list[str]) -> list[str]:
+        return tr.translate(texts)
 
     rows: dict[str, dict] = {}
     translators: dict[str, Translator] = {}
@@ -160,8 +180,6 @@ def main() -> None:
             rows[path]["setup_seconds"] = round(time.perf_counter() - t0, 2)
             if path == "compile":
                 rows[path]["compile_seconds"] = round(compile_s, 2)
-            if path == "int8":
-                rows[path]["takes"] = translators[path].quantize
         except Exception as err:  # a path this torch build cannot run is reported, not fatal
             rows[path]["error"] = _error(err)
             print(f"  {path}: error: {rows[path]['error']}", flush=True)
@@ -169,7 +187,7 @@ def main() -> None:
         for path in [p for p in order if p in translators]:
             try:
                 t0 = time.perf_counter()
-                hyps = run(path, translators[path], sources)
+                hyps = run(translators[path], sources)
                 seconds = time.perf_counter() - t0
             except Exception as err:
                 rows[path]["error"] = _error(err)
@@ -209,14 +227,13 @@ def main() -> None:
               f"{row['decode_seconds']:>9.2f} {row['speedup_vs_fp32']:>5.2f}x {row['identical_to_fp32']:>12.1%} "
               f"{compile_s}  {row['verdict']}")
     print(f"signature: {fp32.get('signature')}")
-    if any(row["path"] == "int8" and "takes" in row for row in rows):
-        print(f"int8 (translate --int8) takes {next(row['takes'] for row in rows if row['path'] == 'int8')} here")
 
     if args.out:
         summary = {"run_dir": str(run_dir), "direction": direction, "split": args.split, "sentences": len(sources),
                    "decoding": "beam 4, alpha 0.6", "max_bleu_drop": MAX_BLEU_DROP, "torch": torch.__version__,
                    "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
                    "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu_bf16_units": fast_bf16("cpu"),
+                   "cpu_kernels": cpu_kernels_available(),
                    "results": rows}
         Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")
         print(f"wrote {args.out}")

@@ -12,6 +12,8 @@ bf16 units, else fp32. Both precisions are printed and recorded in ``benchmark.j
 
     python benchmarks/multi30k.py --corpus multi30k --src de --tgt en --minutes 30 --from ../shared/data
     python benchmarks/multi30k.py --corpus tatoeba --src fr --tgt en --minutes 30 --from ../shared/data
+    python benchmarks/multi30k.py --minutes 0.5 --test-sentences 20 --run-dir /tmp/m30k-check --from ../shared/data
+                                                                    # a check of the script, not a result
 """
 
 from __future__ import annotations
@@ -53,13 +55,15 @@ def main() -> None:
     parser.add_argument("--from", dest="data_dir", default=None, help="local copy of the corpora")
     parser.add_argument("--run-dir", default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--test-sentences", type=int, default=0,
+                        help="score only the first N test sentences (0: all; fewer are a check, not a result)")
     args = parser.parse_args()
     run_dir = Path(args.run_dir or f"runs/{args.corpus}-{args.src}-{args.tgt}")
 
     start = time.perf_counter()
     trainer = Trainer(recipe(args), run_dir)
     result = trainer.train()
-    test = trainer.data.test_text
+    test = trainer.data.test_text[: args.test_sentences or None]
     sources, references = [s for s, _ in test], [t for _, t in test]
     rows = []
     beam = DecodeConfig(strategy="beam", beam_size=4, alpha=0.6)
@@ -69,7 +73,11 @@ def main() -> None:
     for label in ("best on validation", "average of last 5"):
         if label.startswith("average"):
             used = average_last(run_dir, min(5, len(list_checkpoints(run_dir))), run_dir / "averaged.safetensors")
+            # the CPU engine packed the weights when the Translator prepared the model: give the model
+            # back unprepared, load the averaged weights, and prepare it again
+            translator.close()
             load_weights(translator.model, run_dir / "averaged.safetensors")
+            translator = Translator(translator.model, translator.vocab, decoding=beam, bf16=bf16)
             label += f" ({used[0].name}..{used[-1].name})"
         t0 = time.perf_counter()
         hyps = translator.translate(sources)

@@ -4,9 +4,10 @@ One optimizer step = forward, label-smoothed cross-entropy (0.1), backward, Adam
 contenders are models of the same sizes (the paper's post-LN layout, shared embeddings tied to
 the output layer, sinusoidal positions):
 
-- ours: ``transformer.model.Transformer`` trained the way our trainer does it (logits only at
-  real target positions, our fused label-smoothed loss, the compiled CPU kernels of
-  ``transformer/model/fused_cpu.py`` unless ``TRANSFORMER_FUSED_CPU=0``);
+- ours: ``transformer.model.Transformer`` trained the way our trainer does it on CPU (logits only
+  at real target positions, our label-smoothed loss with ``cpu_kernel=True``, and the CPU
+  engine's training kernels swapped in by ``transformer.cpu.accelerate_training``; both fall back
+  to PyTorch's operators where the kernels are off, ``TRANSFORMER_FUSED_CPU=0``, or unavailable);
 - torch.nn.Transformer: PyTorch's encoder-decoder with embeddings, positions and output layer
   around it, ``F.cross_entropy(label_smoothing=0.1)``;
 - Marian: ``transformers``' ``MarianMTModel`` (the architecture of the opus-mt models), the same
@@ -42,7 +43,8 @@ from torch import nn
 from transformer.cpu.allocator import retain_freed_memory
 from transformer.config import ModelConfig, preset
 from transformer.data import Batch, TokenBudgetBatches, make_batch
-from transformer.model import Transformer, fused_cpu
+from transformer.cpu import accelerate_training, available as cpu_kernels_available
+from transformer.model import Transformer
 from transformer.model.embeddings import sinusoidal_table
 from transformer.cpu.precision import bf16_left_out, fast_bf16
 from transformer.training.loss import LabelSmoothedCrossEntropy
@@ -102,7 +104,7 @@ class Marian(nn.Module):
 def make_step(name: str, model: nn.Module, bf16: bool):
     """A closure doing one optimizer step on a Batch, the contender's way."""
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
-    ours = LabelSmoothedCrossEntropy(smoothing=SMOOTHING, ignore_index=PAD)
+    ours = LabelSmoothedCrossEntropy(smoothing=SMOOTHING, ignore_index=PAD, cpu_kernel=cpu_kernels_available())
     model.train()
 
     def step(b: Batch) -> None:
@@ -123,7 +125,10 @@ def make_step(name: str, model: nn.Module, bf16: bool):
 
 def build(name: str, cfg: ModelConfig) -> nn.Module:
     torch.manual_seed(0)
-    return {"ours": Transformer, "torch.nn.Transformer": TorchNNTransformer, "Marian": Marian}[name](cfg)
+    model = {"ours": Transformer, "torch.nn.Transformer": TorchNNTransformer, "Marian": Marian}[name](cfg)
+    if name == "ours":
+        accelerate_training(model)  # what the Trainer does on CPU (nothing where the kernels are off)
+    return model
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -249,7 +254,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON")
     parser.add_argument("--peak-only", action="store_true", help="measure the matmul peak and stop")
     args = parser.parse_args()
-    retain_freed_memory()  # for every contender alike: they share this process (transformer/allocator.py)
+    retain_freed_memory()  # for every contender alike: they share this process (transformer/cpu/allocator.py)
 
     dtypes = args.dtypes or (["fp32", "bf16"] if fast_bf16("cpu") else ["fp32"])
     if "bf16" not in dtypes and args.dtypes is None:
@@ -258,7 +263,7 @@ def main() -> None:
     peaks = {d: matmul_peak(dtypes_of[d]) for d in dtypes}
     print(f"matmul peak on this machine ({torch.get_num_threads()} threads): "
           + ", ".join(f"{d} {peak / 1e9:,.0f} GFLOP/s" for d, peak in peaks.items())
-          + f"; ours' compiled CPU kernels: {'on' if fused_cpu.available() else 'off'}")
+          + f"; ours' CPU kernels (transformer.cpu): {'on' if cpu_kernels_available() else 'off'}")
     if args.peak_only:
         return
     shapes = {}

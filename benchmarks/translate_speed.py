@@ -6,20 +6,19 @@ One trained run directory (default ``runs/multi30k-de-en``: d_model 256, 3 + 3 l
 sentences of Multi30k ``test_2016_flickr`` are translated greedily and with beam 4 by:
 
 * ours fp32: ``Translator`` (length-sorted batches of at most ``max_tokens`` padded source
-  tokens x beam, decoder cache, rows of finished sentences dropped; on CPU the compiled decoding
-  kernels: packed linear layers, one call per decoder layer and step, decoding attention,
-  log-softmax with top-k; ``TRANSFORMER_FUSED_CPU=0`` runs PyTorch's operators instead). The
-  model is loaded frozen, as ``Translator.from_run_dir`` (the CLI, the server) loads it, so the
-  weights are packed for the kernels once, not in every call;
+  tokens x beam, decoder cache, rows of finished sentences dropped; on CPU the Translator
+  prepares the model for the engine's decoding kernels, ``transformer.cpu.prepare_for_decoding``:
+  packed linear layers, one call per decoder layer and step, decoding attention, log-softmax
+  with top-k; ``TRANSFORMER_FUSED_CPU=0`` runs PyTorch's operators instead). The model is loaded
+  frozen, as ``Translator.from_run_dir`` (the CLI, the server) loads it, so the weights are
+  packed for the kernels once, not in every call;
 * ours bf16: the same ``Translator`` with ``bf16=True`` (a bfloat16 copy of the model), only
   where the CPU has bf16 matrix units (AVX-512 bf16 or AMX) or with ``--bf16``: elsewhere PyTorch
   emulates bf16 products, far slower than float32, and the contender is left out;
-* ours int8: the same ``Translator`` with ``quantize="int8"`` (``translate --int8``, the
-  counterpart of CTranslate2 int8; the header says what it takes on this machine: int8 copies of
-  the weights in the compiled decoding kernels for batches of up to 384 decoder rows, 32 on CPUs
-  with VNNI or AMX, and PyTorch's dynamically quantised int8 layers for larger ones, or the latter
-  alone without the kernels); ``--int8 int8-weights,int8-dynamic`` runs each kind as a contender
-  of its own;
+* ours int8: ``Translator(quantize="int8")`` (``translate --int8``, the counterpart of
+  CTranslate2 int8): int8 copies of the linear layers' weights (one scale per output feature)
+  multiplied by float32 activations in the engine's decoding kernels, at every batch size; left
+  out where the kernels are off or cannot be built (``--int8 ''`` leaves it out anyway);
 * generate fp32: ``MarianMTModel.generate()`` on all sentences as one padded batch, ``num_beams``,
   ``length_penalty``, ``early_stopping`` (see below);
 * CTranslate2 float32 and int8: ``translate_batch`` (``beam_size``, ``length_penalty``,
@@ -74,10 +73,10 @@ from transformer.cpu.allocator import retain_freed_memory
 from transformer.training.checkpoint import load_config, load_model
 from transformer.corpus.registry import corpus_pairs, fetch
 from transformer.decoding import DecodeConfig
-from transformer.model import packed_linear
 from transformer.cpu.precision import bf16_left_out, fast_bf16
 from transformer.text import Vocabularies
-from transformer.translate.translator import KERNEL_INT8, Translator, int8_kind, int8_weights_max_rows
+from transformer.cpu import available as cpu_kernels_available
+from transformer.translate.translator import Translator
 
 SPLIT = "test_2016_flickr"
 
@@ -111,8 +110,7 @@ def machine() -> dict:
 
     return {"cpu": cpu, "logical_cpus": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "cpu_bf16_units": fast_bf16("cpu"), "ours_int8": int8_kind(),
-            "int8_weights_max_rows": int8_weights_max_rows(),
+            "cpu_bf16_units": fast_bf16("cpu"), "cpu_kernels": cpu_kernels_available(),
             "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
             "ctranslate2": ctranslate2.__version__}
 
@@ -159,14 +157,14 @@ def build_contenders(engines: dict, vocab: Vocabularies, decoding: DecodeConfig,
         return min(int(max(map(len, ids)) * decoding.max_len_a + decoding.max_len_b), cap)
 
     contenders = []
-    int8 = [("ours " + kind, {"quantize": kind}) for kind in args.int8.split(",") if kind]
+    int8 = [("ours int8", {"quantize": "int8"})] if args.int8 else []
     for name, options in [("ours fp32", {}), ("ours bf16", {"bf16": True}), *int8]:
         if "ours" not in engines:
             break
         if options.get("bf16") and not args.bf16:  # left out where bf16 is emulated, unless --bf16 (main())
             continue
-        if options.get("quantize") in KERNEL_INT8 and not packed_linear.enabled():
-            continue  # needs the compiled kernels
+        if options.get("quantize") and not cpu_kernels_available():
+            continue  # int8 runs in the engine's kernels only
         model = engines["ours"]
         translator = Translator(model, vocab, decoding=decoding, max_tokens=args.max_tokens, **options)
         contenders.append(Contender(
@@ -373,12 +371,12 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true",
                         help="run 'ours bf16' even where the CPU has no bf16 matrix units (AVX-512 bf16 or AMX); "
                         "by default it runs only where it has them (elsewhere PyTorch emulates bf16, far slower)")
-    parser.add_argument("--int8", default="int8",
-                        help="ours' int8 contenders: Translator quantize values, comma-separated (default int8, "
-                             "what translate --int8 takes; also int8-weights, int8-dynamic, int8-mixed; '' for none)")
+    parser.add_argument("--int8", default="int8", choices=("int8", ""),
+                        help="ours' int8 contender: int8 (default: Translator(quantize='int8'), what translate --int8 "
+                             "runs) or '' for none")
     parser.add_argument("--quick", action="store_true", help="a check: 4 sentences, one round")
     args = parser.parse_args()
-    retain_freed_memory()  # for every contender alike: they share this process (transformer/allocator.py)
+    retain_freed_memory()  # for every contender alike: they share this process (transformer/cpu/allocator.py)
     args.bf16 = args.bf16 or fast_bf16("cpu")  # whether the workers build "ours bf16" (they get these args)
     if args.quick:
         args.sizes, args.rounds = "4", 1
@@ -403,8 +401,7 @@ def main() -> None:
     print(f"{m['cpu']}; {m['torch_threads']} threads ({m['logical_cpus']} logical CPUs); torch {m['torch']}, "
           f"transformers {m['transformers']}, ctranslate2 {m['ctranslate2']}")
     print(f"{run_dir}, multi30k {SPLIT} {src}->{tgt}; median of {args.rounds} round(s), contenders alternating; "
-          f"translate --int8 takes {m['ours_int8']} here"
-          + (f" (int8 weights up to {m['int8_weights_max_rows']} rows)" if m["ours_int8"] == "int8-mixed" else ""))
+          f"ours' CPU kernels (transformer.cpu): {'on' if m['cpu_kernels'] else 'off'}")
     if not args.bf16:
         print(bf16_left_out("pass --bf16 to run it anyway", what="ours bf16"))
 
