@@ -25,7 +25,7 @@ from transformer.config import preset
 from transformer.corpus.builtin import generate_pairs
 from transformer.model import Transformer
 from transformer.serve.app import create_app
-from transformer.serve.cli import languages
+from transformer.translate.translator import run_languages as languages
 from transformer.serve.limits import ServeLimits
 from transformer.text import Vocabularies
 from transformer.translate.translator import Translator

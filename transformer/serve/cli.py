@@ -10,7 +10,6 @@ the process exits 0; Ctrl-C (SIGINT) does the same.
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 from dataclasses import fields
 from pathlib import Path
@@ -59,16 +58,6 @@ def register_serve_command(subparsers: argparse._SubParsersAction) -> argparse.A
     return p
 
 
-def languages(run_dir: Path) -> tuple[str | None, str | None]:
-    """``(src_lang, tgt_lang)`` from the run's ``run_config.json``, or ``(None, None)``."""
-    try:
-        data = json.loads((run_dir / "run_config.json").read_text(encoding="utf-8")).get("data", {})
-    except (OSError, ValueError, AttributeError):
-        return None, None
-    src, tgt = data.get("src_lang"), data.get("tgt_lang")
-    return (src if isinstance(src, str) else None), (tgt if isinstance(tgt, str) else None)
-
-
 def run_serve(args: argparse.Namespace) -> int:
     """Handler of ``transformer serve``: load the model, build the app, run uvicorn until SIGTERM/SIGINT."""
     try:
@@ -87,7 +76,7 @@ def run_serve(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     translator = load_translator(run_dir, bf16=args.bf16, int8=args.int8)
     translator = translator.with_decoding(beam_size=args.beam_size)
-    src_lang, tgt_lang = languages(run_dir)
+    src_lang, tgt_lang = translator.src_lang, translator.tgt_lang
     app = create_app(translator, limits, src_lang=src_lang, tgt_lang=tgt_lang)
     print(f"transformer serve: {run_dir} ({src_lang or '?'} -> {tgt_lang or '?'}) on http://{args.host}:{args.port}/",
           flush=True)

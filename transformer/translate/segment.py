@@ -171,14 +171,21 @@ class Document:
 
         Each translation is stripped and any line break inside it becomes a space, so the
         result has exactly the input's lines, indentation, gaps and blank lines."""
+        return self.rebuild_with_spans(translations)[0]
+
+    def rebuild_with_spans(self, translations: list[str]) -> tuple[str, list[tuple[int, int]]]:
+        """``rebuild``'s text and where each translation landed in it (character spans)."""
         if len(translations) != len(self.segments):
             raise ValueError(f"{len(translations)} translations for {len(self.segments)} sentences")
-        out, position = [], 0
+        out, spans, position, length = [], [], 0, 0
         for segment, translation in zip(self.segments, translations):
-            out += [self.text[position : segment.start], re.sub(r"\s*[\r\n]+\s*", " ", translation.strip())]
+            gap, piece = self.text[position : segment.start], re.sub(r"\s*[\r\n]+\s*", " ", translation.strip())
+            out += [gap, piece]
+            spans.append((length + len(gap), length + len(gap) + len(piece)))
+            length += len(gap) + len(piece)
             position = segment.end
         out.append(self.text[position:])
-        return "".join(out)
+        return "".join(out), spans
 
 
 def segment_text(text: str, lang: str | None = None) -> Document:

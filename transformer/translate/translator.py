@@ -24,6 +24,7 @@ constructor is prepared in place; ``close()`` gives it back as it was.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import warnings
 from dataclasses import replace
@@ -70,6 +71,8 @@ class Translator:
         max_input_tokens: int | None = None,
         bf16: bool = False,
         quantize: str | None = None,
+        src_lang: str | None = None,
+        tgt_lang: str | None = None,
     ) -> None:
         if model.config.src_vocab_size != vocab.src.vocab_size or model.config.tgt_vocab_size != vocab.tgt.vocab_size:
             raise ValueError(
@@ -102,10 +105,12 @@ class Translator:
         limit = model.config.max_positions if learned else DEFAULT_MAX_INPUT_TOKENS
         self.max_input_tokens = min(max_input_tokens or limit, limit)
         self.quantize = quantize
+        self.src_lang, self.tgt_lang = src_lang, tgt_lang  # language codes, e.g. for sentence splitting
 
     @classmethod
     def from_run_dir(cls, run_dir: str | os.PathLike[str], **kwargs) -> Translator:
-        """Load ``config.json``, ``model.safetensors`` and the tokenizer files of a run directory.
+        """Load ``config.json``, ``model.safetensors`` and the tokenizer files of a run directory
+        (and its languages from ``run_config.json`` when it has them).
 
         The translator owns the model it loads; its weights are frozen (``requires_grad`` False)."""
         run_dir = Path(run_dir)
@@ -114,6 +119,9 @@ class Translator:
             vocab = Vocabularies.load(run_dir)
         except (FileNotFoundError, ValueError) as err:
             raise CheckpointError(f"{run_dir}: cannot load the tokenizer: {err}") from None
+        src_lang, tgt_lang = run_languages(run_dir)
+        kwargs.setdefault("src_lang", src_lang)
+        kwargs.setdefault("tgt_lang", tgt_lang)
         return cls(model, vocab, **kwargs)
 
     def close(self) -> None:
@@ -129,8 +137,15 @@ class Translator:
         return other
 
     # ------------------------------------------------------------------------------------------
+    def translate_text(self, text: str) -> str:
+        """Translate a text of any length: split into sentences, each translated, put back where
+        it was (paragraphs, line breaks and spacing kept; see ``transformer.translate.document``)."""
+        from transformer.translate.document import translate_document
+
+        return translate_document(self, text).text
+
     def translate(self, texts: Sequence[str]) -> list[str]:
-        """The best translation of each text, in input order."""
+        """The best translation of each text (one sentence, or one pre-segmented line), in input order."""
         return [self.vocab.tgt.decode(n_best[0].tokens) if n_best else "" for n_best in self.translate_n_best(texts)]
 
     def translate_n_best(self, texts: Sequence[str]) -> list[list[Hypothesis]]:
@@ -254,3 +269,13 @@ def load_translator(run_dir: str | os.PathLike[str], *, decoding: DecodeConfig |
     if int8 and bf16:
         raise ValueError("int8 quantisation is for fp32 CPU inference: give --int8 or --bf16, not both")
     return Translator.from_run_dir(run_dir, decoding=decoding, bf16=bf16, quantize="int8" if int8 else None, **options)
+
+
+def run_languages(run_dir: str | os.PathLike[str]) -> tuple[str | None, str | None]:
+    """``(src_lang, tgt_lang)`` from a run's ``run_config.json``, or None where it does not say."""
+    try:
+        data = json.loads((Path(run_dir) / "run_config.json").read_text(encoding="utf-8")).get("data", {})
+    except (OSError, ValueError, AttributeError):
+        return None, None
+    src, tgt = data.get("src_lang"), data.get("tgt_lang")
+    return (src if isinstance(src, str) else None), (tgt if isinstance(tgt, str) else None)
