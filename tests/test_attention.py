@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from transformer.model.masks import causal_mask
+from transformer.model.masks import causal_mask, causal_mask_with_offset
 from transformer.model.attention import CrossAttention, SelfAttention, scaled_dot_product_attention
 
 
@@ -60,16 +60,53 @@ def test_matches_written_out_formula(qkv, need_weights):
         assert weights is None
 
 
-def test_fused_and_explicit_paths_agree_fp32(qkv):
-    q, k, v = qkv
-    for mask, causal in [(None, False), (padding_with_empty_row(), False), (None, True), (padding_with_empty_row(), True)]:
-        qq = q if not causal else q[:, :, :4]
-        kk, vv = (k, v) if not causal else (k[:, :, :4], v[:, :, :4])
-        m = mask[..., :4] if (mask is not None and causal) else mask
-        fused, _ = scaled_dot_product_attention(qq, kk, vv, mask=m, causal=causal)
-        explicit, w = scaled_dot_product_attention(qq, kk, vv, mask=m, causal=causal, need_weights=True)
-        torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
-        assert w is not None
+PATH_CASES = {  # T queries, S keys, causal, mask: None, "keys" (B, 1, 1, S) or "rows" (B, 1, T, S) with empty rows
+    "one query": (1, 6, False, None),
+    "one query, causal, padded": (1, 6, True, "keys"),
+    "four queries": (4, 6, False, None),
+    "four queries, empty rows": (4, 6, False, "rows"),
+    "causal": (4, 4, True, None),
+    "causal, padded": (4, 4, True, "keys"),
+    "causal after cached keys": (4, 9, True, None),
+    "causal after cached keys, empty rows": (4, 9, True, "rows"),
+    "long rows, padded": (40, 40, False, "keys"),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", list(PATH_CASES))
+def test_the_two_paths_agree_with_each_other_and_the_formula(case, dtype):
+    """need_weights=False (PyTorch's fused kernel) and need_weights=True (written out, returning
+    the weights) give the float64 formula's output and each other's gradients."""
+    T, S, causal, mask_kind = PATH_CASES[case]
+    g = torch.Generator().manual_seed(T * 100 + S)
+    q, k, v = (torch.randn(2, 3, n, 8, generator=g).to(dtype) for n in (T, S, S))
+    mask = None
+    if mask_kind == "keys":
+        mask = torch.ones(2, 1, 1, S, dtype=torch.bool)
+        mask[0, ..., S - 2:] = False
+    elif mask_kind == "rows":
+        mask = torch.rand(2, 1, T, S, generator=g) > 0.3
+        mask[1, :, T // 2] = False  # a query row that sees no key
+    allowed = mask if mask is not None else torch.ones(1, 1, T, S, dtype=torch.bool)
+    if causal:
+        allowed = allowed & causal_mask_with_offset(T, S)
+    ref_out, ref_w = reference_attention(q.double(), k.double(), v.double(), allowed)
+    tol = {torch.float64: dict(atol=1e-10, rtol=1e-10), torch.float32: dict(atol=1e-5, rtol=1e-5),
+           torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}[dtype]
+    results = []
+    for need_weights in (False, True):
+        qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+        out, w = scaled_dot_product_attention(qq, kk, vv, mask=mask, causal=causal, need_weights=need_weights)
+        assert out.dtype == dtype and (w is None) != need_weights
+        torch.testing.assert_close(out.double(), ref_out, **tol)
+        if need_weights:
+            assert w.dtype == dtype
+            torch.testing.assert_close(w.double(), ref_w, **tol)
+        out.float().square().sum().backward()
+        results.append([t.grad.double() for t in (qq, kk, vv)])
+    for fused_grad, explicit_grad in zip(*results):
+        torch.testing.assert_close(fused_grad, explicit_grad, **tol)
 
 
 @pytest.mark.parametrize("need_weights", [False, True])
@@ -98,70 +135,17 @@ def test_masked_keys_get_exactly_zero_weight(qkv):
     assert torch.count_nonzero(weights[0, :, :, 4:]) == 0
 
 
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("need_weights", [False, True])
-def test_gradcheck_float64(need_weights):
+def test_gradcheck_float64(need_weights, causal):
     g = torch.Generator().manual_seed(1)
     q = torch.randn(1, 2, 3, 4, dtype=torch.float64, generator=g, requires_grad=True)
     k = torch.randn(1, 2, 5, 4, dtype=torch.float64, generator=g, requires_grad=True)
     v = torch.randn(1, 2, 5, 3, dtype=torch.float64, generator=g, requires_grad=True)
     mask = torch.ones(1, 1, 3, 5, dtype=torch.bool)
-    mask[..., 3:] = False
-    fn = lambda q, k, v: scaled_dot_product_attention(q, k, v, mask=mask, need_weights=need_weights)[0]
+    mask[..., 1] = False  # with causal (3 queries after 2 cached keys) query 0 also loses keys 3 and 4, query 1 key 4
+    fn = lambda q, k, v: scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, need_weights=need_weights)[0]
     assert torch.autograd.gradcheck(fn, (q, k, v))
-
-
-@pytest.mark.parametrize("keys", [6, 20])
-@pytest.mark.parametrize("short_rows", [0, 64])
-def test_explicit_path_normalises_short_rows_transposed_with_the_same_result(keys, short_rows, monkeypatch):
-    """Key rows up to SHORT_SOFTMAX_ROWS are normalised transposed (keys x queries, softmax over
-    dim -2); either layout gives the written-out weights, outputs and exact gradients."""
-    import transformer.model.attention as attention
-    from transformer.model.masks import causal_mask_with_offset
-
-    monkeypatch.setattr(attention, "SHORT_SOFTMAX_ROWS", short_rows)
-    g = torch.Generator().manual_seed(3)
-    q = torch.randn(2, 3, 5, 8, dtype=torch.float64, generator=g, requires_grad=True)
-    k = torch.randn(2, 3, keys, 8, dtype=torch.float64, generator=g, requires_grad=True)
-    v = torch.randn(2, 3, keys, 4, dtype=torch.float64, generator=g, requires_grad=True)
-    mask = torch.ones(2, 1, 1, keys, dtype=torch.bool)
-    mask[0, ..., keys - 2:] = False
-    for causal in (False, True):
-        out, weights = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, need_weights=True)
-        full = mask & causal_mask_with_offset(5, keys) if causal else mask
-        ref_out, ref_w = reference_attention(q.detach(), k.detach(), v.detach(), full)
-        torch.testing.assert_close(out, ref_out, atol=1e-10, rtol=1e-10)
-        torch.testing.assert_close(weights, ref_w, atol=1e-10, rtol=1e-10)
-        assert weights.is_contiguous()
-        fn = lambda q, k, v: scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, need_weights=True)[0]
-        assert torch.autograd.gradcheck(fn, (q, k, v))
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_inference_on_large_score_matrices_normalises_in_place_with_the_same_result(dtype, monkeypatch):
-    """Without autograd, large score matrices are normalised in place, a block of query rows at a
-    time: the same weights and outputs as the whole-matrix path, bit for bit."""
-    import transformer.model.attention as attention
-
-    g = torch.Generator().manual_seed(4)
-    q, k, v = (torch.randn(2, 3, n, 8, generator=g).to(dtype) for n in (30, 40, 40))
-    mask = torch.ones(2, 1, 1, 40, dtype=torch.bool)
-    mask[1, ..., 33:] = False
-    keys_only = torch.arange(40) < 36  # a 1-D mask broadcasts over every row
-    with torch.no_grad():
-        for mask, causal in ((mask, False), (mask, True), (keys_only, False)):
-            expected = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, need_weights=True)
-            monkeypatch.setattr(attention, "IN_PLACE_WEIGHTS_ELEMENTS", 0)
-            monkeypatch.setattr(attention, "IN_PLACE_BLOCK_ELEMENTS", 7 * 2 * 3 * 40)  # 7 rows a block: 5 blocks
-            got = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, need_weights=True)
-            monkeypatch.undo()
-            assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
-            assert got[1].dtype == dtype
-    # with autograd the whole-matrix path runs (the in-place one would overwrite saved tensors)
-    monkeypatch.setattr(attention, "IN_PLACE_WEIGHTS_ELEMENTS", 0)
-    qg = q.clone().requires_grad_()
-    out, _ = scaled_dot_product_attention(qg, k, v, mask=mask, need_weights=True)
-    out.sum().backward()
-    assert torch.isfinite(qg.grad).all()
 
 
 def test_slides_worked_example_scores_112_and_96():

@@ -106,56 +106,10 @@ def test_dropout_is_active_in_training_only():
     torch.testing.assert_close(layer(x)[0], layer(x)[0])
 
 
-@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
-def test_dropout_mask_is_uniform_and_reproducible(p):
-    from transformer.model.dropout import keep_mask
-
-    torch.manual_seed(1)
-    a = keep_mask((1000, 999), p)  # an odd size: the last 64-bit draw is only partly used
-    torch.manual_seed(1)
-    assert torch.equal(a, keep_mask((1000, 999), p))
-    assert set(a.unique().tolist()) == {0.0, 1.0}
-    dropped = 1.0 - a
-    assert abs(dropped.mean().item() - p) < 0.003
-    lanes = dropped.flatten()[: 4 * 249_000].view(-1, 4).mean(0)  # each 16-bit lane of a draw alike
-    assert (lanes - p).abs().max().item() < 0.006
-    # neighbouring elements (one draw) and the two 8-bit halves of the threshold are independent
-    pairs = dropped.flatten()[: 4 * 249_000].view(-1, 4)
-    assert abs((pairs[:, 0] * pairs[:, 1]).mean().item() - p * p) < 0.004
-    assert keep_mask((7, 3), p, torch.bfloat16, "cpu").dtype == torch.bfloat16
-    assert keep_mask((7, 3), p, device="cpu").shape == (7, 3)
-
-
-def test_dropout_mask_probability_is_exact_to_one_in_32768():
-    from transformer.model.dropout import keep_mask
-
-    # p = 1/32768 drops only the elements whose 15 random bits are all zero
-    torch.manual_seed(3)
-    n = 4_000_000
-    dropped = n - int(keep_mask((n,), 1 / 32768).sum())
-    assert 60 < dropped < 190  # expected 122
-    assert keep_mask((1000,), 0.0).sum() == 1000
-
-
-@pytest.mark.parametrize("fused", [True, False])
-def test_dropout_keeps_one_minus_p_and_rescales(fused, monkeypatch):
-    from transformer.model import fused_cpu
-    from transformer.model.dropout import Dropout
-
-    monkeypatch.setattr(fused_cpu, "_enabled", fused and fused_cpu._enabled)  # False: PyTorch's path
-    torch.manual_seed(0)
-    drop = Dropout(0.3).train()
-    x = torch.ones(400, 500)
-    y = drop(x)
-    kept = y != 0
-    assert abs(kept.float().mean().item() - 0.7) < 0.005
-    torch.testing.assert_close(y[kept], torch.full_like(y[kept], 1 / 0.7))
-    assert drop.eval()(x) is x
-    assert Dropout(0.0).train()(x) is x
-    # the gradient passes where the value did, with the same scale
-    x = torch.randn(300, 200, requires_grad=True)
-    y = drop.train()(x)
-    y.backward(torch.ones_like(y))
-    torch.testing.assert_close(x.grad, (y != 0).float() / 0.7)
-    with pytest.raises(ValueError, match="dropout probability"):
-        Dropout(1.0)
+def test_layers_take_pytorchs_dropout_with_their_probabilities():
+    """Residual and hidden dropout are ``nn.Dropout`` (the engine swaps in its mask kernel:
+    tests/test_cpu_ops.py, tests/test_cpu_training.py); attention dropout goes to PyTorch's kernel."""
+    layer = DecoderLayer(d_model=E, n_heads=H, d_ff=F, dropout=0.3, attention_dropout=0.2, activation_dropout=0.1)
+    blocks = (layer.self_block, layer.cross_block, layer.ffn_block)
+    assert [(type(m.dropout), m.dropout.p) for m in (*blocks, layer.ffn)] == [(nn.Dropout, 0.3)] * 3 + [(nn.Dropout, 0.1)]
+    assert layer.self_attn.dropout == layer.cross_attn.dropout == 0.2

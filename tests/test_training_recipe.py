@@ -26,15 +26,21 @@ def test_label_smoothing_matches_torch_cross_entropy():
 
 @pytest.fixture(params=["compiled", "pytorch"])
 def loss_path(request, monkeypatch):
-    """Run a loss test with the compiled CPU kernel (model/fused_cpu.py) and with PyTorch operations."""
-    from transformer.model import fused_cpu
+    """Run a loss test with the compiled CPU kernel (``cpu_kernel=True``: transformer.cpu.ops.smoothed_nll)
+    and with PyTorch operations: the ``cpu_kernel`` argument for LabelSmoothedCrossEntropy. The
+    kernel must run on its path and only there."""
+    from transformer.cpu import build, ops
 
-    if request.param == "compiled" and not fused_cpu.available():
+    compiled = request.param == "compiled"
+    if compiled and not build.available():
         if os.environ.get("CI"):  # CI has gcc: the kernels must build there
-            pytest.fail("the fused CPU kernels did not build")
-        pytest.skip("no C compiler: the fused CPU kernels are not built")
-    monkeypatch.setattr(fused_cpu, "_enabled", request.param == "compiled")
-    return request.param
+            pytest.fail("the CPU kernels did not build")
+        pytest.skip("no C compiler: the CPU kernels are not built")
+    calls = []
+    real = ops.smoothed_nll
+    monkeypatch.setattr(ops, "smoothed_nll", lambda *a: calls.append(1) or real(*a))
+    yield compiled
+    assert bool(calls) == compiled, f"{len(calls)} kernel calls on the {request.param} path"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -48,7 +54,7 @@ def test_fused_loss_gradient_equals_autograd_composition(dtype, eps, loss_path):
     target[3, 5] = 0
     a = logits.clone().requires_grad_(True)
     b = logits.clone().requires_grad_(True)
-    loss, nll = LabelSmoothedCrossEntropy(smoothing=eps, ignore_index=0)(a, target)
+    loss, nll = LabelSmoothedCrossEntropy(smoothing=eps, ignore_index=0, cpu_kernel=loss_path)(a, target)
     ref_loss, ref_nll = reference_smoothed_nll(b, target, smoothing=eps, ignore_index=0)
     torch.testing.assert_close(loss, ref_loss)
     torch.testing.assert_close(nll, ref_nll)
@@ -70,7 +76,7 @@ def test_fused_loss_gradient_for_confident_logits(loss_path):
     target[::7] = 0
     a = logits.clone().requires_grad_(True)
     b = logits.clone().requires_grad_(True)
-    loss, _ = LabelSmoothedCrossEntropy(smoothing=0.1, ignore_index=0)(a, target)
+    loss, _ = LabelSmoothedCrossEntropy(smoothing=0.1, ignore_index=0, cpu_kernel=loss_path)(a, target)
     ref_loss, _ = reference_smoothed_nll(b, target, smoothing=0.1, ignore_index=0)
     torch.testing.assert_close(loss, ref_loss)
     loss.backward()
@@ -85,7 +91,7 @@ def test_fused_loss_gradient_kept_intact_and_skipped_without_autograd(loss_path)
     g = torch.Generator().manual_seed(3)
     logits = (3 * torch.randn(5, 29, generator=g)).to(torch.bfloat16).requires_grad_(True)
     target = torch.randint(1, 29, (5,), generator=g)
-    crit = LabelSmoothedCrossEntropy(smoothing=0.1, ignore_index=0)
+    crit = LabelSmoothedCrossEntropy(smoothing=0.1, ignore_index=0, cpu_kernel=loss_path)
     loss, nll = crit(logits, target)
     (loss * 0.5).backward(retain_graph=True)
     once = logits.grad.clone()
@@ -99,9 +105,11 @@ def test_fused_loss_gradient_kept_intact_and_skipped_without_autograd(loss_path)
 
 def test_fused_loss_rejects_mismatched_shapes(loss_path):
     with pytest.raises(ValueError, match="do not match"):
-        LabelSmoothedCrossEntropy(smoothing=0.1, ignore_index=0)(torch.zeros(2, 3, 5), torch.zeros(2, 4, dtype=torch.long))
+        LabelSmoothedCrossEntropy(smoothing=0.1, ignore_index=0, cpu_kernel=loss_path)(
+            torch.zeros(2, 3, 5), torch.zeros(2, 4, dtype=torch.long))
     with pytest.raises((IndexError, RuntimeError)):  # a target id past the vocabulary
-        LabelSmoothedCrossEntropy(smoothing=0.1, ignore_index=0)(torch.zeros(2, 5), torch.tensor([1, 5]))
+        LabelSmoothedCrossEntropy(smoothing=0.1, ignore_index=0, cpu_kernel=loss_path)(
+            torch.zeros(2, 5), torch.tensor([1, 5]))
 
 
 def test_label_smoothing_target_distribution():

@@ -100,7 +100,7 @@ def test_appending_source_padding_changes_nothing():
     torch.testing.assert_close(model(padded_src, tgt, padded_keep), base, atol=1e-12, rtol=0)
 
 
-def test_fp32_padding_invariance_on_fused_path():
+def test_fp32_padding_invariance_without_attention_weights():
     torch.manual_seed(0)
     model = Transformer(preset("tiny", src_vocab_size=V)).eval()
     src, tgt, keep = batch()
@@ -203,25 +203,21 @@ def test_forward_positions_selects_those_logits():
         model(src, tgt, keep, positions=positions[:, :2])
 
 
-def test_bf16_training_step_explicit_path_matches_fused_gradients():
-    """Short bf16 training steps on CPU take the explicit attention path; gradients agree with the fused kernel's."""
-    from transformer.model import attention
-
+def test_bf16_autocast_training_step_gradients_stay_close_to_fp32():
+    """A training step under CPU bf16 autocast (attention in PyTorch's fused kernel, LayerNorm and
+    loss in float32) gives float32's gradients up to bf16 rounding (measured: 1.5-3% in norm)."""
     torch.manual_seed(0)
     model = Transformer(preset("tiny", src_vocab_size=V, dropout=0.0, attention_dropout=0.0)).train()
     src, tgt, keep = batch()
     grads = []
-    for limit in (attention.EXPLICIT_TRAINING_MAX_KEYS, 0):  # explicit, then fused
-        old, attention.EXPLICIT_TRAINING_MAX_KEYS = attention.EXPLICIT_TRAINING_MAX_KEYS, limit
-        try:
-            model.zero_grad()
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                out = model(src, tgt, keep)
-            out.float().square().mean().backward()
-            grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
-        finally:
-            attention.EXPLICIT_TRAINING_MAX_KEYS = old
-    assert (grads[0] - grads[1]).norm() < 0.03 * grads[1].norm()
+    for bf16 in (False, True):
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = model(src, tgt, keep)
+        assert out.dtype == (torch.bfloat16 if bf16 else torch.float32)
+        out.float().square().mean().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert (grads[1] - grads[0]).norm() < 0.1 * grads[0].norm()
 
 
 def test_bad_inputs_name_the_problem():
