@@ -4,7 +4,9 @@ The sources are compiled once with the system's C compiler (``cc``, or ``$CC``) 
 ``~/.cache/transformer/`` (or ``$TRANSFORMER_CACHE``), keyed by the sources, the flags and the
 CPU's features, and loaded with ctypes into the process's OpenMP runtime (PyTorch's libgomp).
 ``TRANSFORMER_FUSED_CPU=0`` turns the kernels off; where they cannot be built (no compiler,
-not Linux) ``available()`` is False and every caller keeps PyTorch's operators.
+not Linux) ``available()`` is False and every caller keeps PyTorch's operators. The switch is
+read when the engine is applied (``accelerate_training``, ``prepare_for_decoding``, the loss's
+``cpu_kernel``): a model swapped before the switch was turned off needs ``Swaps.undo()``.
 """
 
 from __future__ import annotations
