@@ -158,8 +158,8 @@ def reference_beam_search(model, src, mask, *, beam_size, n_best, kind, alpha, m
 
 
 @pytest.mark.parametrize("seed, K, n_best, kind", [(0, 4, 2, "gnmt"), (1, 3, 3, "exponent"), (2, 2, 1, "none")])
-def test_cached_beam_search_equals_uncached_reference(seed, K, n_best, kind):
-    model = make_model(seed)
+def test_cached_beam_search_equals_uncached_reference(seed, K, n_best, kind, engine):
+    model = engine(make_model(seed))  # float64: prepared, it runs the model's code (the kernels are float32)
     src, mask = make_batch(seed, lengths=(5, 2, 4))
     beam = beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, beam_size=K, n_best=n_best, length_penalty=kind,
                        alpha=1.0, max_len_b=4)
@@ -171,14 +171,15 @@ def test_cached_beam_search_equals_uncached_reference(seed, K, n_best, kind):
         assert [h.log_prob for h in hyps] == pytest.approx([lp for _, lp, _ in expected], abs=1e-9)
 
 
-def test_batch_with_padding_equals_sentences_alone():
-    model = make_model(3)
-    src, mask = make_batch(3, lengths=(1, 14, 2, 9, 5))
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float64, 1e-9), (torch.float32, 1e-5)], ids=["float64", "float32"])
+def test_batch_with_padding_equals_sentences_alone(dtype, tolerance, engine):
+    model = engine(make_model(3).to(dtype))
+    src, mask = make_batch(3, lengths=(1, 14, 2, 9, 5, 20, 3))  # sources of up to 16 tokens and longer
     batch = beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, n_best=3, max_len_b=6)
     for i, hyps in enumerate(batch):
         (alone,) = beam_search(model, *row(src, mask, i), bos_id=BOS, eos_id=EOS, n_best=3, max_len_b=6)
         assert [h.tokens for h in hyps] == [h.tokens for h in alone]
-        assert [h.score for h in hyps] == pytest.approx([h.score for h in alone], abs=1e-9)
+        assert [h.score for h in hyps] == pytest.approx([h.score for h in alone], abs=tolerance)
 
 
 class CopiedMemoryModel:
@@ -198,10 +199,11 @@ class CopiedMemoryModel:
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_beams_sharing_their_sentences_memory_equal_beams_with_copies(dtype):
+def test_beams_sharing_their_sentences_memory_equal_beams_with_copies(dtype, engine):
     """Many sentences (N = 4 x 30 rows, more than one chunk of log-probabilities) finishing at
-    different steps: shared memory rows and the chunked top-k give what copies give."""
-    model = make_model(5, eos_bias=0.0).to(dtype)
+    different steps: shared memory rows and the chunked top-k give what copies give (prepared in
+    float32: the kernels' shared rows and best tokens against copies and PyTorch's top-k)."""
+    model = engine(make_model(5, eos_bias=0.0).to(dtype))
     assert model.supports_grouped_memory
     src, mask = make_batch(5, lengths=[1 + (7 * i) % 13 for i in range(30)])
     shared = beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, n_best=2, max_len_b=8)
@@ -293,9 +295,9 @@ def test_beam_log_prob_is_the_model_probability():
             assert h.score == pytest.approx(h.log_prob / lp_gnmt(len(h.tokens) + ended), abs=1e-9)
 
 
-def test_beam_search_under_bf16_autocast():
+def test_beam_search_under_bf16_autocast(engine):
     torch.manual_seed(0)
-    model = Transformer(preset("tiny", src_vocab_size=V)).eval()
+    model = engine(Transformer(preset("tiny", src_vocab_size=V)).eval())  # prepared: the model's code under autocast
     src, mask = make_batch(0)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         results = beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, n_best=2, max_len_b=4)

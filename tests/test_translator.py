@@ -7,13 +7,17 @@ import sys
 import pytest
 import torch
 
-from transformer.training.checkpoint import save_model
+from transformer.training.checkpoint import load_model, save_model
 from transformer.config import preset
 from transformer.corpus.builtin import generate_pairs
+from transformer.cpu import ENV_SWITCH, build
+from transformer.cpu import decoding as cpu_decoding
 from transformer.decoding import DecodeConfig
-from transformer.model import Transformer, packed_linear
+from transformer.model import Transformer
 from transformer.text import Vocabularies
 from transformer.translate.translator import TranslationWarning, Translator
+
+kernels_built = pytest.mark.skipif(not build.available(), reason="the CPU kernels are unavailable (no C compiler)")
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +38,7 @@ def cli(*args, **kwargs):
     return subprocess.run([sys.executable, "-m", "transformer.cli", *args], capture_output=True, text=True, **kwargs)
 
 
-def test_translations_come_back_in_input_order_whatever_the_batching(run_dir):
+def test_translations_come_back_in_input_order_whatever_the_batching(run_dir, engine):
     sentences = [f for f, _ in generate_pairs(30, seed=3)]
     translator = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="beam", beam_size=3), max_tokens=60)
     together = translator.translate(sentences)
@@ -42,28 +46,74 @@ def test_translations_come_back_in_input_order_whatever_the_batching(run_dir):
     assert together[:8] == alone
     one_big_batch = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="beam", beam_size=3), max_tokens=10**6)
     assert one_big_batch.translate(sentences) == together
+    assert (type(translator.model) is cpu_decoding.DecodingTransformer) == engine.on
 
 
+def _count(monkeypatch, name: str) -> list:
+    """The calls of one kernel (its arguments), as the engine's modules make them."""
+    calls = []
+    original = getattr(cpu_decoding.ops, name)
+    monkeypatch.setattr(cpu_decoding.ops, name, lambda *a: calls.append(a) or original(*a))
+    return calls
+
+
+@kernels_built
 def test_a_loaded_translator_freezes_its_model_and_packs_it_once(run_dir, monkeypatch):
-    """from_run_dir owns the model it loads: frozen, so the CPU kernels pack its weights in the
-    first call only; the translations stay those of PyTorch's operators."""
-    from tests.test_packed_linear import count_packing
-
-    translator = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
+    """from_run_dir owns the model it loads: frozen, prepared for the CPU kernels when the
+    translator is made (each linear weight packed once), and no packing while translating."""
+    packs = _count(monkeypatch, "pack")
+    steps = _count(monkeypatch, "decoder_layer_step")
+    translator = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"), max_tokens=40)
     assert not any(p.requires_grad for p in translator.model.parameters())
-    sentences = [f for f, _ in generate_pairs(6, seed=4)]
-    if not packed_linear.enabled():
-        pytest.skip("compiled CPU kernels unavailable (no C compiler)")
-    calls = count_packing(monkeypatch)
+    linears = [m for m in translator.model.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(packs) == len(linears) and not any(int8 for _, int8 in packs)
+    assert type(translator.model) is cpu_decoding.DecodingTransformer
+    sentences = [f for f, _ in generate_pairs(12, seed=4)]
+    assert len(translator._length_sorted_batches(list(range(12)), translator.encode_sources(sentences))) > 2
     first = translator.translate(sentences)
-    packed = len(calls)
-    assert packed > 0
-    assert translator.translate(sentences) == first and len(calls) == packed
-    monkeypatch.setattr(packed_linear, "_enabled", False)
-    assert translator.translate(sentences) == first
+    assert steps and len(packs) == len(linears)  # the kernels ran, on the copies packed at the start
+    assert translator.translate(sentences) == first and len(packs) == len(linears)
 
 
-def test_empty_and_too_long_inputs_never_lose_other_translations(run_dir):
+@pytest.mark.parametrize("decoding", [dict(strategy="greedy"), dict(strategy="beam", beam_size=4),
+                                      dict(strategy="beam", beam_size=4, n_best=3)], ids=["greedy", "beam", "n-best"])
+def test_translations_equal_with_and_without_the_engine_in_fp32(run_dir, monkeypatch, decoding):
+    sentences = [f for f, _ in generate_pairs(24, seed=6)]
+    results = {}
+    for on in (True, False):
+        if not on:
+            monkeypatch.setenv(ENV_SWITCH, "0")
+        elif not build.available():
+            continue
+        translator = Translator.from_run_dir(run_dir, decoding=DecodeConfig(**decoding), max_tokens=200)
+        assert (type(translator.model) is cpu_decoding.DecodingTransformer) == on
+        results[on] = translator.translate_n_best(sentences)
+    if len(results) < 2:
+        pytest.skip("the CPU kernels are unavailable (no C compiler)")
+    assert len({tuple(h[0].tokens) for h in results[False]}) > 12  # the sentences' translations differ
+    for with_kernels, without in zip(results[True], results[False]):
+        assert [h.tokens for h in with_kernels] == [h.tokens for h in without]
+        # measured: scores (log-probabilities of about 63 tokens, near -177) within 4.6e-5 (greedy), 8e-6 (beam)
+        assert [h.score for h in with_kernels] == pytest.approx([h.score for h in without], rel=1e-6, abs=1e-4)
+
+
+@kernels_built
+def test_close_gives_the_model_back_as_it_was_handed_in(run_dir):
+    model, vocab = load_model(run_dir), Vocabularies.load(run_dir)
+    before = {name: type(m) for name, m in model.named_modules()}
+    sentences = [f for f, _ in generate_pairs(8, seed=7)]
+    translator = Translator(model, vocab, decoding=DecodeConfig(strategy="greedy"))
+    assert translator.model is model and type(model) is cpu_decoding.DecodingTransformer
+    got = translator.translate(sentences)
+    translator.close()
+    assert {name: type(m) for name, m in model.named_modules()} == before
+    assert not any("packed" in m.__dict__ for m in model.modules())
+    assert translator.translate(sentences) == got  # still works, on the model's own code
+    translator.close()  # closing twice changes nothing
+    assert {name: type(m) for name, m in model.named_modules()} == before
+
+
+def test_empty_and_too_long_inputs_never_lose_other_translations(run_dir, engine):
     translator = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
     good = "je suis étudiant"
     expected = translator.translate([good])[0]
@@ -110,89 +160,63 @@ def test_evaluate_command_prints_signatures(run_dir):
     assert 0 <= scores["bleu"] <= 100 and scores["sentences"] == 20
 
 
-def test_int8_translator_quantises_a_copy_and_stays_close_to_fp32(run_dir):
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
-
+@kernels_built
+def test_int8_translator_decodes_with_int8_weights_in_the_kernels(run_dir, monkeypatch):
+    """quantize="int8": the model handed in is prepared in place (no copy), its linear weights
+    packed as int8 with one scale per output feature; the translations stay close to fp32's."""
+    packs = _count(monkeypatch, "pack")
+    products = _count(monkeypatch, "packed_linear")
     fp32 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
-    int8 = Translator(fp32.model, fp32.vocab, decoding=DecodeConfig(strategy="greedy"), quantize="int8-dynamic")
-    assert int8.model is not fp32.model
-    assert any(isinstance(m, DynamicQuantizedLinear) for m in int8.model.modules())
-    assert not any(isinstance(m, DynamicQuantizedLinear) for m in fp32.model.modules())  # the original is untouched
-    src = torch.tensor([fp32.vocab.src.encode_batch(["je suis étudiant"])[0]])
-    tgt = torch.tensor([[fp32.vocab.tgt.bos_id, 5, 6, 7]])
-    with torch.no_grad():
-        a, b = fp32.model(src, tgt), int8.model(src, tgt)
-    assert torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0) > 0.99
+    model = load_model(run_dir)
+    packs.clear()
+    int8 = Translator(model, fp32.vocab, decoding=DecodeConfig(strategy="greedy"), quantize="int8")
+    assert int8.model is model and int8.quantize == "int8"
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(packs) == len(linears) and all(int8_flag for _, int8_flag in packs)
+    assert all(m.packed[0].dtype == torch.int8 and m.packed[1].shape == (m.out_features,) for m in linears)
     sentences = [f for f, _ in generate_pairs(10, seed=3)]
-    assert all(isinstance(t, str) for t in int8.translate(sentences))
-    with pytest.raises(ValueError, match="quantize must be"):
-        Translator(fp32.model, fp32.vocab, quantize="int4")
+    products.clear()
+    got = int8.translate(sentences)
+    assert products and all(p[2].numel() for p in products)  # int8 panels: with their scales
+    same = sum(a == b for a, b in zip(got, fp32.translate(sentences)))
+    assert same >= 8, f"only {same} of 10 translations as in float32"  # measured: 10 of 10
+    int8.close()
+    assert type(model) is Transformer and not any("packed" in m.__dict__ for m in model.modules())
+
+
+def test_retired_and_impossible_quantisations_are_refused(run_dir, monkeypatch):
+    fp32 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
+    for retired in ("int8-weights", "int8-dynamic", "int8-mixed", "int4"):
+        with pytest.raises(ValueError, match=r"quantize must be one of \(None, 'int8'\), got '" + retired):
+            Translator(fp32.model, fp32.vocab, quantize=retired)
     with pytest.raises(ValueError, match="fp32 CPU inference"):
         Translator(fp32.model, fp32.vocab, quantize="int8", bf16=True)
+    monkeypatch.setenv(ENV_SWITCH, "0")
+    with pytest.raises(ValueError, match=f"quantize='int8' needs the compiled CPU kernels .*{ENV_SWITCH} not 0"):
+        Translator.from_run_dir(run_dir, quantize="int8")
 
 
-def test_int8_weights_translator_packs_int8_copies_and_stays_close_to_fp32(run_dir, monkeypatch):
-    from tests.test_packed_linear import count_packing
-    from transformer.model import fused_cpu
-
+@kernels_built
+@pytest.mark.xfail(strict=True, reason="known bug (issue 23 report): a second Translator over the same model "
+                   "re-packs its weights, and the first translator silently decodes with the second's precision")
+def test_a_second_translator_over_the_same_model_leaves_the_first_as_it_was(run_dir):
     fp32 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
-    auto = Translator(fp32.model, fp32.vocab, quantize="int8")
-    expected = "int8-mixed" if packed_linear.enabled() else "int8-dynamic"
-    assert auto.quantize == expected
-    if not packed_linear.enabled():
-        with pytest.raises(ValueError, match="needs the compiled CPU kernels"):
-            Translator(fp32.model, fp32.vocab, quantize="int8-weights")
-        pytest.skip("compiled CPU kernels unavailable (no C compiler)")
-    int8 = Translator(fp32.model, fp32.vocab, decoding=DecodeConfig(strategy="greedy"), quantize="int8-weights")
-    assert int8.model is fp32.model  # no copy of the model: only the packed copies are int8
-    calls = count_packing(monkeypatch, "pack_s8")
     sentences = [f for f, _ in generate_pairs(10, seed=3)]
-    got = int8.translate(sentences)
-    assert calls and all(isinstance(t, str) for t in got)
-    same = sum(a == b for a, b in zip(got, fp32.translate(sentences)))
-    assert same >= 8, f"only {same} of 10 translations as in float32"
-    monkeypatch.setattr(fused_cpu, "_enabled", False)
-    with pytest.raises(ValueError, match="needs the compiled CPU kernels"):
-        Translator(fp32.model, fp32.vocab, quantize="int8-weights")
+    before = fp32.translate_n_best(sentences)
+    try:
+        Translator(fp32.model, fp32.vocab, decoding=DecodeConfig(strategy="greedy"), quantize="int8")
+    except ValueError:
+        return  # refusing a model another translator holds is a fix too
+    after = fp32.translate_n_best(sentences)
+    assert [h[0].score for h in after] == pytest.approx([h[0].score for h in before], abs=1e-4)
 
 
-@pytest.mark.skipif(not packed_linear.enabled(), reason="compiled CPU kernels unavailable (no C compiler)")
-def test_int8_mixed_takes_the_dynamic_layers_for_large_batches_only(run_dir, monkeypatch):
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
-
-    import transformer.translate.translator as translator_module
-
-    fp32 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="beam", beam_size=2))
-    mixed = Translator(fp32.model, fp32.vocab, decoding=fp32.decoding, quantize="int8-mixed", max_tokens=10**6)
-    assert mixed.model is fp32.model
-    used = []
-    original = translator_module.decode
-    monkeypatch.setattr(translator_module, "decode", lambda model, *a, **k: used.append(
-        any(isinstance(m, DynamicQuantizedLinear) for m in model.modules())) or original(model, *a, **k))
-    monkeypatch.setattr(translator_module, "int8_weights_max_rows", lambda: 6)
-    sentences = [f for f, _ in generate_pairs(5, seed=5)]
-    small = mixed.translate(sentences[:3])  # 3 sentences x 2 beams: the int8 weights
-    large = mixed.translate(sentences)  # 10 rows: the dynamic layers
-    assert used == [False, True]
-    assert small == Translator(fp32.model, fp32.vocab, decoding=fp32.decoding, quantize="int8-weights").translate(sentences[:3])
-    assert large == Translator(fp32.model, fp32.vocab, decoding=fp32.decoding, quantize="int8-dynamic",
-                               max_tokens=10**6).translate(sentences)
-
-
-def test_int8_mixed_row_limit_follows_the_cpus_int8_units(monkeypatch):
-    import transformer.translate.translator as translator_module
-
-    monkeypatch.setattr(translator_module, "cpu_int8_units", lambda: False)
-    assert translator_module.int8_weights_max_rows() == translator_module.INT8_WEIGHTS_MAX_ROWS == 384
-    monkeypatch.setattr(translator_module, "cpu_int8_units", lambda: True)  # VNNI or AMX: dynamic layers sooner
-    assert translator_module.int8_weights_max_rows() == translator_module.INT8_WEIGHTS_MAX_ROWS_INT8_UNITS == 32
-
-
-def test_bf16_translator_decodes_with_a_bf16_copy(run_dir):
+def test_bf16_translator_decodes_with_a_bf16_copy(run_dir, engine):
     fp32 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
     bf16 = Translator(fp32.model, fp32.vocab, decoding=DecodeConfig(strategy="greedy"), bf16=True)
     assert all(p.dtype == torch.bfloat16 for p in bf16.model.parameters())
     assert all(p.dtype == torch.float32 for p in fp32.model.parameters())  # the original is untouched
+    assert not any(getattr(m, "packed", None) for m in bf16.model.modules())  # the kernels are float32: none
     sentences = [f for f, _ in generate_pairs(10, seed=3)]
     hyps = bf16.translate_n_best(sentences)
     assert all(len(h) == 1 and h[0].score <= 0 and isinstance(h[0].score, float) for h in hyps)
@@ -215,7 +239,7 @@ def test_translate_command_int8(run_dir):
     [
         (["translate", "{run}", "--greedy", "--n-best", "2", "x"], "n_best must be 1"),
         (["translate", "{run}", "--input", "/nope.txt"], "input file not found: /nope.txt"),
-        (["translate", "{missing}", "x"], "model directory not found"),
+        (["translate", "{missing}", "x"], "run directory not found"),
         (["evaluate", "{run}", "--src", "{run}/pairs.fr", "--ref", "{run}/config.json"], "has 20 lines but"),
         (["evaluate", "{run}"], "give --src FILE and --ref FILE"),
         (["translate", "{run}", "x", "--beam", "0"], "beam_size"),

@@ -1,0 +1,29 @@
+"""Fixtures shared by the test files."""
+
+import pytest
+
+from transformer.cpu import ENV_SWITCH, build, prepare_for_decoding
+
+
+@pytest.fixture(params=["kernels", "no-kernels"])
+def engine(request, monkeypatch):
+    """Runs a decoding test twice: with the CPU engine's kernels, and with ``TRANSFORMER_FUSED_CPU=0``
+    (PyTorch's operators only; the switch is read at each call). Gives a function that prepares a
+    model for decoding as ``Translator`` does (``prepare_for_decoding``: nothing is swapped with the
+    kernels off) and returns it; the swaps are undone after the test. ``engine.on`` says which run
+    this is. Where the kernels cannot be built, the "kernels" run is skipped."""
+    on = request.param == "kernels"
+    if not on:
+        monkeypatch.setenv(ENV_SWITCH, "0")
+    elif not build.available():
+        pytest.skip("the CPU kernels are unavailable (no C compiler, or TRANSFORMER_FUSED_CPU=0)")
+    undo = []
+
+    def prepare(model, precision: str = "fp32"):
+        undo.append(prepare_for_decoding(model, precision=precision))
+        return model
+
+    prepare.on = on
+    yield prepare
+    for swaps in reversed(undo):
+        swaps.undo()
