@@ -5,7 +5,7 @@ import io
 import pytest
 import torch
 
-from transformer import precision
+from transformer.cpu import precision
 from transformer.cpu.precision import fast_bf16, resolve_precision, slow_bf16_warning
 from transformer.training.config import RunConfig
 from transformer.training.trainer import Trainer
