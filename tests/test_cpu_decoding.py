@@ -13,8 +13,9 @@ model it prepares, and against float64.
   neither random nor all alike): prepared for decoding, it gives token for token the outputs of
   the model itself in float32 (greedy, beam 4, n-best 3), with int8 weights the outputs of the
   model with the dequantised weights, and close to float32 (a bound measured below); the kernels
-  do run, and the model's own code runs where they do not apply (autograd, CPU autocast, a
-  bf16 model, attention weights asked for).
+  do run; the attention modules' kernel serves steps the layer step does not take (a GELU
+  feed-forward) and teacher-forced passes; the model's own code runs where no kernel applies
+  (autograd, CPU autocast, a bf16 model, attention weights asked for).
 * ``Swaps.undo()`` and ``TRANSFORMER_FUSED_CPU=0``.
 """
 
@@ -636,6 +637,45 @@ def test_decode_config_entry_point_and_translator_style_memory(trained, calls):
     finally:
         swaps.undo()
     assert got == expected and calls["decoder_layer_step"]
+
+
+def test_attention_modules_run_the_steps_where_the_layer_step_does_not_apply(trained, calls):
+    """A GELU feed-forward (not fused in the layer step): the decoder layers run the model's code,
+    their attention modules the decode kernel for each step (self-attention over the cache, the
+    beams reading their sentence's memory rows in place); the tokens are the model's."""
+    model, src, mask = trained
+    gelu = copy.deepcopy(model)
+    for layer in gelu.decoder.layers:
+        layer.ffn.activation = F.gelu
+    expected = _outputs(gelu, src, mask)
+    swaps = prepare_for_decoding(gelu)
+    calls.clear()
+    try:
+        _assert_same_tokens(_outputs(gelu, src, mask), expected, score_tolerance=1e-4)
+    finally:
+        swaps.undo()
+    assert calls["decoder_layer_step"] == 0 and calls["decode_attention"] > 0 and calls["F.linear"] == 0
+
+
+def test_teacher_forced_forward_without_autograd_equals_the_model(trained, calls):
+    """Up to MAX_DECODE_QUERIES target positions: causal self-attention and encoder-decoder
+    attention under the padding mask through the decode kernel, all positions at once."""
+    model, src, mask = trained
+    short = mask.sum(1) <= engine.MAX_DECODE_QUERIES
+    width = int(mask[short].sum(1).max())
+    src, mask = src[short][:, :width], mask[short][:, :width]
+    tgt = torch.cat([torch.full((src.shape[0], 1), BOS), src.flip(1)[:, :9]], dim=1)
+    with torch.inference_mode():
+        expected = model(src, tgt, mask)
+        swaps = prepare_for_decoding(model)
+        calls.clear()
+        try:
+            got = model(src, tgt, mask)
+        finally:
+            swaps.undo()
+    layers = model.config.n_encoder_layers + 2 * model.config.n_decoder_layers
+    assert calls["decode_attention"] == layers and calls["F.linear"] == 0
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
 # -------------------------------------------------------------------------------------- fallbacks
