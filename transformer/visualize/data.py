@@ -12,13 +12,13 @@ Axes (the same in the arrays, the JSON, the heatmaps and the page):
 
 Rows are the attending (query) positions, columns the attended (key) positions:
 
-=========  ================  ===============  =================================
-kind       rows              columns          array shape
-=========  ================  ===============  =================================
-encoder    ``source``        ``source``       ``(L_enc, H, S, S)`` input-input
-decoder    ``target_output`` ``target_input`` ``(L_dec, H, T, T)`` output-output
-cross      ``target_output`` ``source``       ``(L_dec, H, T, S)`` input-output
-=========  ================  ===============  =================================
+=======  =================  ================  ==================================
+kind     rows               columns           array shape
+=======  =================  ================  ==================================
+encoder  ``source``         ``source``        ``(L_enc, H, S, S)`` input-input
+decoder  ``target_output``  ``target_input``  ``(L_dec, H, T, T)`` output-output
+cross    ``target_output``  ``source``        ``(L_dec, H, T, S)`` input-output
+=======  =================  ================  ==================================
 
 A model without self-attention (the recurrent baseline, ``model.architecture=rnn``) has only
 the ``cross`` kind, with one layer and one head: a row per decoder step.
