@@ -206,9 +206,13 @@ def prepare_for_decoding(model: nn.Module, *, precision: str = "fp32") -> Swaps:
     """Swap ``model``'s modules (in place) for the decoding kernels' subclasses and pack its linear
     weights (``precision`` "fp32", or "int8": int8 weights with float32 activations and sums).
     Returns the swaps (``.undo()`` restores the model's classes). Nothing is swapped where the
-    kernels are unavailable; for "int8" that is an error (there is no int8 without them)."""
+    kernels are unavailable; for "int8" that is an error (there is no int8 without them). A model
+    prepared already is refused (its packed copies belong to whoever prepared it)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if any(isinstance(module, PackedLinear) for module in model.modules()):
+        raise ValueError("this model is already prepared for decoding (e.g. held by another Translator): "
+                         "undo those swaps (Translator.close()) first, or prepare a copy")
     if not build.available():
         if precision == "int8":
             raise RuntimeError(f"int8 decoding needs the compiled CPU kernels (a C compiler, and "

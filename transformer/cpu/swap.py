@@ -8,6 +8,7 @@ kernel does not apply. So a swap is a change of ``module.__class__``: parameters
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 from torch import nn
@@ -45,3 +46,14 @@ def _target(cls: type, classes: dict[type, type]) -> type | None:
         return classes[cls]
     engine_base = getattr(cls, "model_class", None)  # an engine class: map by the model class it extends
     return classes.get(engine_base) if engine_base is not None else None
+
+
+def plain_copy(model: nn.Module) -> nn.Module:
+    """A deep copy of ``model`` with the model's own classes everywhere (no engine swaps)."""
+    copied = copy.deepcopy(model)
+    for module in copied.modules():
+        while (base := getattr(type(module), "model_class", None)) is not None:
+            for name in getattr(type(module), "engine_state", ()):
+                module.__dict__.pop(name, None)
+            module.__class__ = base
+    return copied
