@@ -1,0 +1,772 @@
+"""Translating HTML: the text of a page is translated, its markup is kept byte for byte.
+
+The API (stable; what ``translate --format html`` and the servers call)::
+
+    translate_html(html, translate, *, lang=None, align=None) -> str
+    html_sentences(html, *, lang=None) -> list[str]
+
+- ``translate(sentences: list[str]) -> list[str]``: every translatable sentence of the page, in
+  document order, in ONE call; it returns one translation per sentence, in order (a sentence too
+  long for the model is its business, as in ``document.translate_document``). It is not called
+  when the page has no text to translate.
+- ``lang``: the source language, for sentence splitting (``segment.split_sentences``).
+- ``align(sources, translations) -> list[list[int]]`` (optional): for each sentence pair, for each
+  word of the translation (``translation.split()``), the index of the source word
+  (``source.split()``) it is aligned to (attends to most), or -1/None for none. Only called for
+  the sentences that hold inline tags. Without it, inline tags go where proportion puts them.
+- ``html_sentences``: the sentences ``translate`` would receive (for limits and counting).
+
+What is translated: the text of the page, block by block. A *block* is the text between two
+block-level tags (``<p>``, ``<li>``, ``<td>``, ``<h1>``, ``<div>``, ``<title>``, ``<option>``,
+``<button>``... : every tag that is not an inline one below). Inside a block, text and inline
+elements (``<a> <b> <i> <em> <strong> <span> <sub> <sup> <q> <abbr> <mark> <small> <u> <s>``...)
+form one run; the run is split into sentences (``<br>`` is a line break: always a boundary) and
+each sentence goes to the model whole, without its tags, whitespace collapsed, entities decoded.
+Sentences with no letter outside kept code (numbers, "|", "—", a lone ``<code>``) are left
+as they are.
+
+What is kept byte for byte: every tag as written (attributes, quotes, case), comments, the
+doctype, processing instructions, CDATA sections, whitespace between sentences and blocks, and
+the content of ``<script> <style> <pre> <textarea> <template> <svg> <math> <iframe> <object>
+<canvas> <audio> <video> <xmp> <noembed> <noframes> <rt> <rp>``, and of any element with
+``translate="no"`` or class ``notranslate``. Attributes are never translated (not ``title``, not
+``alt``: LibreTranslate does not either, and a start tag is only ever copied, never rewritten).
+A sentence whose translation equals its source is kept byte for byte too, so a translator that
+returns its input gives back the page unchanged, and a page with no text comes back identical.
+
+Inline code (``<code> <kbd> <samp> <var>``, and inline elements marked ``translate="no"``) stays
+in its sentence, so the model sees the sentence whole; in the output the element comes back as
+written, in place of the words that translate it: its own text where the translation has it (a
+copied identifier), else the words aligned to it, else the words at its proportional place.
+Kept elements joined by punctuation are one (``<kbd>Ctrl</kbd>+<kbd>C</kbd>``); one that is part
+of a word (``<code>Foo</code>s``) takes the same part of the translated word.
+
+Where inline tags go: each start tag, end tag, image, comment or kept element inside a sentence
+is put at a word boundary of the translation (tags at a sentence's edges stay outside it, as
+written). With ``align``, an element wraps the translated words aligned to its source words
+(elements may change order, as words do; nesting is kept: a child stays within its parent,
+siblings do not overlap). Without it (or where the tags do not nest within the sentence), a tag
+after k of the n source words goes after k * m / n of the m translated words (start tags rounded
+down, end tags up, a tag inside the sentence kept inside it when m > 1, an element that wrapped
+words wrapping at least one): tags keep their order, so the page's tag sequence is unchanged.
+Start tags go right before the next word, end tags right after the previous one, and a tag
+that touched a word's punctuation only (``word</b>.``, ``(<b>word``) keeps it outside. A tag in
+the middle of a word goes to that word's edge. No tag is ever dropped: every start and end tag
+of the input is in the output, once.
+
+Entities and characters: text that is not translated is copied as written (``&nbsp;``,
+``&eacute;``, ``&#233;`` stay). In translated text ``&``, ``<`` and ``>`` are escaped as
+``&amp; &lt; &gt;``, U+00A0 becomes ``&nbsp;`` (invisible otherwise), other characters are
+written as characters (the output is a ``str``; encode it as UTF-8).
+
+The parser is Python's ``html.parser`` (standard library, maintained with CPython, tolerant of
+malformed pages, no dependency): it reports where each construct starts, so every tag is copied
+from the source, not re-serialised (lxml, html5lib and BeautifulSoup rebuild the tree and write
+it back: quotes, case, entities and implied tags change). Stray end tags and unclosed tags are
+kept as they are; an unclosed ``<pre>``/``<code>`` (or another kept element) keeps everything up
+to the end tag of one of its parents untranslated.
+"""
+
+from __future__ import annotations
+
+import bisect
+import html as _html
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from typing import Callable, Sequence
+
+from transformer.translate.segment import split_sentences
+
+__all__ = ["translate_html", "html_sentences", "Translate", "Align"]
+
+Translate = Callable[[list[str]], list[str]]
+Align = Callable[[list[str], list[str]], Sequence[Sequence["int | None"]]]
+
+# --- What the tags are ----------------------------------------------------------------
+
+# Phrasing elements: their tags stay inside the sentence they split.
+INLINE = frozenset(
+    "a abbr acronym b bdi bdo big cite data del dfn em font i ins label mark nobr q ruby s small "
+    "span strike strong sub sup time tt u".split()
+)
+# Kept as written, seen by the model as part of the sentence (see the module doc).
+VERBATIM = frozenset("code kbd samp var".split())
+# Kept as written and not seen by the model; inside a sentence they are a point between words.
+OPAQUE_INLINE = frozenset(
+    "script style template textarea svg math iframe object canvas audio video noembed noframes rt rp".split()
+)
+# Kept as written, block-level.
+OPAQUE_BLOCK = frozenset("pre xmp listing plaintext".split())
+# Empty inline elements: a point between words.
+POINTS = frozenset("img wbr input embed".split())
+VOID = frozenset("area base br col embed hr img input keygen link meta param source track wbr".split())
+_HTML_SPACE = " \t\n\r\f"
+_TO_SPACE = str.maketrans(dict.fromkeys(_HTML_SPACE, " "))
+# A character reference, as html.unescape finds them (its own pattern where it has one).
+_CHARREF = getattr(_html, "_charref", None) or re.compile(
+    r"&(#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?)")
+
+
+# --- Tokens: every construct of the source, with its exact extent ----------------------
+
+
+@dataclass
+class _Token:
+    kind: str  # start empty end data comment decl pi cdata junk
+    start: int
+    end: int | None
+    name: str = ""
+    attrs: list = field(default_factory=list)
+
+
+class _Tokenizer(HTMLParser):
+    """html.parser, recording where each construct starts (``getpos``) and, where it can be
+    known exactly, ends (a start tag: ``get_starttag_text``)."""
+
+    def __init__(self, source: str, newlines: list[int], base: int = 0):
+        super().__init__(convert_charrefs=True)  # text as a browser reads it: "&#<p>" is "&#" + <p>
+        self.source, self.newlines, self.base = source, newlines, base
+        self.first_newline = bisect.bisect_left(newlines, base)  # of the text fed: source[base:]
+        self.tokens: list[_Token] = []
+
+    def _pos(self) -> int:
+        line, column = self.getpos()
+        return (self.base if line == 1 else self.newlines[self.first_newline + line - 2] + 1) + column
+
+    def _add(self, kind, end=None, name="", attrs=()):
+        start = self._pos()
+        self.tokens.append(_Token(kind, start, None if end is None else start + end, name, attrs=list(attrs)))
+
+    def handle_starttag(self, tag, attrs):
+        self._add("start", len(self.get_starttag_text() or "") or None, tag, attrs)
+
+    def handle_startendtag(self, tag, attrs):
+        self._add("empty", len(self.get_starttag_text() or "") or None, tag, attrs)
+
+    def handle_endtag(self, tag):
+        self._add("end", None, tag)
+
+    def handle_data(self, data):
+        self._add("data")
+
+    def handle_comment(self, data):
+        self._add("comment")
+
+    def handle_decl(self, decl):
+        self._add("decl")
+
+    def handle_pi(self, data):
+        self._add("pi")
+
+    def unknown_decl(self, data):
+        self._add("cdata")
+
+
+def _tokenize(source: str) -> list[_Token]:
+    """Every construct of ``source`` in order; their extents tile the source exactly. Whatever
+    the parser skipped (``</>``, an unterminated construct at the end) becomes a ``junk`` token."""
+    newlines = [m.start() for m in re.finditer("\n", source)]
+    raw: list[_Token] = []
+    base = 0
+    while True:
+        parser = _Tokenizer(source, newlines, base)
+        try:
+            parser.feed(source[base:])
+            # html.parser may stop early, waiting for more data: let it go on, so that the rest
+            # is parsed rather than dumped as text by close().
+            while parser.rawdata:
+                left = len(parser.rawdata)
+                parser.feed("")
+                if len(parser.rawdata) >= left:
+                    break
+            parser.close()
+            raw += parser.tokens
+            break
+        except Exception:  # html.parser gives up on some input ("<![<" in 3.11): that "<" is text
+            at = max(parser._pos(), base)
+            raw += [t for t in parser.tokens if t.start < at]
+            if at >= len(source):
+                break
+            raw.append(_Token("data", at, at + 1))
+            base = at + 1
+    tokens, position = [], 0
+    for k, token in enumerate(raw):
+        if token.start < position:  # cannot happen with html.parser; be safe
+            continue
+        if token.start > position:
+            tokens.append(_Token("junk", position, token.start))
+        following = raw[k + 1].start if k + 1 < len(raw) else len(source)
+        following = max(following, token.start)
+        if token.kind == "data" and source[token.start] != "<":
+            # Text runs to the next "<" (what the parser skipped after it is junk); text that
+            # starts with "<" is a construct the parser gave up on, up to the next token.
+            less_than = source.find("<", token.start + 1, following)
+            token.end = following if less_than < 0 else less_than
+        elif token.end is None or token.end > following or token.kind == "data":
+            token.end = following
+        tokens.append(token)
+        position = token.end
+    if position < len(source):
+        tokens.append(_Token("junk", position, len(source)))
+    return tokens
+
+
+# --- Runs: the text of one block, with its inline tags ---------------------------------
+
+
+@dataclass
+class _Atom:
+    """Something inside a run that is not text: a tag, a comment, a kept element."""
+
+    kind: str  # open close point verbatim
+    offset: int  # where it is in the run's plain text (verbatim: where its text starts)
+    raw: str
+    name: str = ""
+    raw_start: int = 0
+    raw_end: int = 0
+    end: int = 0  # verbatim: where its text ends
+    text: str = ""  # verbatim: its text as the model sees it
+
+
+@dataclass
+class _Sentence:
+    run: "_Run"
+    start: int
+    end: int
+    text: str  # what the model sees
+    translate: bool
+    translation: str | None = None  # the markup that replaces it, None to keep it as written
+    events: list = field(default_factory=list)
+
+
+class _Run:
+    """Text and inline elements between two block-level tags. ``plain`` is the text the way it
+    reads (tags out, entities decoded, HTML whitespace as spaces, ``<br>`` as a line break);
+    ``before[i]``/``after[i]`` are where plain character i starts and ends in the source."""
+
+    def __init__(self, source: str, start: int):
+        self.source = source
+        self.raw_start = self.raw_end = start
+        self.plain: list[str] = []
+        self.before: list[int] = []
+        self.after: list[int] = []
+        self.atoms: list[_Atom] = []
+        self.sentences: list[_Sentence] = []
+
+    def _chars(self, text: str, before: int, after: int | None = None) -> None:
+        self.plain.extend(text.translate(_TO_SPACE))
+        if after is None:  # text as written: one source character each
+            self.before.extend(range(before, before + len(text)))
+            self.after.extend(range(before + 1, before + len(text) + 1))
+        else:  # a reference or a kept element: all its characters come from [before, after)
+            self.before.extend([before] * len(text))
+            self.after.extend([after] * len(text))
+
+    def add(self, kind: str, start: int, end: int, name: str = "", text: str = "") -> None:
+        self.raw_end = end
+        raw = self.source[start:end]
+        if kind == "data":  # character references decoded, each decoded from its own span
+            position = start
+            for ref in _CHARREF.finditer(raw):
+                self._chars(raw[position - start : ref.start()], position)
+                self._chars(_html.unescape(ref.group()), start + ref.start(), start + ref.end())
+                position = start + ref.end()
+            self._chars(raw[position - start :], position)
+        elif kind == "br":
+            self._chars("\n", start, end)
+            self.plain[-1] = "\n"
+        elif kind == "verbatim" and text:
+            previous = self.atoms[-1] if self.atoms else None
+            between = "".join(self.plain[previous.end :]) if previous and previous.kind == "verbatim" else " "
+            if not any(c.isspace() or c.isalpha() for c in between):
+                # Kept elements joined by punctuation are one: <kbd>Ctrl</kbd>+<kbd>C</kbd>.
+                for i in range(previous.offset, len(self.plain)):
+                    self.before[i], self.after[i] = previous.raw_start, end
+                previous.raw, previous.raw_end = self.source[previous.raw_start : end], end
+                previous.end += len(between) + len(text)
+                previous.text += between + text
+                self._chars(text, previous.raw_start, end)
+            else:
+                offset = len(self.plain)
+                self.atoms.append(_Atom("verbatim", offset, raw, name, start, end, offset + len(text), text))
+                self._chars(text, start, end)
+        else:
+            self.atoms.append(_Atom("point" if kind == "verbatim" else kind, len(self.plain), raw, name, start, end))
+
+    def split(self, lang: str | None) -> None:
+        self.offsets = [atom.offset for atom in self.atoms]
+        plain = "".join(self.plain)
+        spans = split_sentences(plain, lang)
+        # A kept element's text stays in one sentence.
+        kept = [(atom.offset, atom.end) for atom in self.atoms if atom.kind == "verbatim"]
+        kept_starts = [a for a, _ in kept]
+        merged: list[tuple[int, int]] = []
+        for span in spans:
+            k = bisect.bisect_left(kept_starts, span[0]) - 1  # the last kept element before it
+            if merged and k >= 0 and kept[k][1] > merged[-1][1]:
+                merged[-1] = (merged[-1][0], span[1])
+            else:
+                merged.append(span)
+        spans = merged
+        inside = [False] * len(plain)
+        for atom in self.atoms:
+            if atom.kind == "verbatim":
+                inside[atom.offset : atom.end] = [True] * (atom.end - atom.offset)
+        for a, b in spans:
+            text = re.sub(" {2,}", " ", plain[a:b])
+            letters = any(plain[i].isalpha() and not inside[i] for i in range(a, b))
+            self.sentences.append(_Sentence(self, a, b, text, letters))
+
+    def render(self) -> str:
+        out, position = [], self.raw_start
+        for sentence in self.sentences:
+            a, b = self.before[sentence.start], self.after[sentence.end - 1]
+            out.append(self.source[position:a])
+            if sentence.translation is None:
+                out.append(self.source[a:b])
+            else:
+                out.append(sentence.translation)
+            position = b
+        out.append(self.source[position : self.raw_end])
+        return "".join(out)
+
+
+# --- The walk: blocks, runs, kept regions ----------------------------------------------
+
+
+def _no_translate(attrs) -> bool:
+    for name, value in attrs:
+        if name == "translate" and (value or "").strip().lower() == "no":
+            return True
+        if name == "class" and "notranslate" in (value or "").split():
+            return True
+    return False
+
+
+def _region_end(tokens: list[_Token], i: int, ancestors: list[str]) -> int:
+    """The index after the last token of the element opened by ``tokens[i]``: its end tag, or
+    (unclosed) the token before the end tag of one of its ancestors, or the end of the page."""
+    name, depth, inner = tokens[i].name, 1, []
+    for k in range(i + 1, len(tokens)):
+        token = tokens[k]
+        if token.kind == "start" and token.name not in VOID:
+            if token.name == name:
+                depth += 1
+            else:
+                inner.append(token.name)
+        elif token.kind == "end":
+            if token.name == name:
+                depth -= 1
+                if depth == 0:
+                    return k + 1
+            elif token.name in inner:
+                del inner[len(inner) - 1 - inner[::-1].index(token.name) :]
+            elif token.name in ancestors:
+                return k
+    return len(tokens)
+
+
+def _plan(source: str, lang: str | None) -> tuple[list, list[_Sentence]]:
+    """The page as a list of raw strings and runs, and all its sentences in order."""
+    tokens = _tokenize(source)
+    parts: list = []
+    run: _Run | None = None
+    stack: list[str] = []
+
+    def in_run() -> _Run:
+        nonlocal run
+        if run is None:
+            run = _Run(source, token.start)
+            parts.append(run)
+        return run
+
+    def boundary(end: int) -> None:
+        nonlocal run
+        run = None
+        parts.append(source[token.start : end])
+
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        kind, name = token.kind, token.name
+        i += 1
+        if kind == "data":
+            in_run().add(kind, token.start, token.end)
+        elif kind == "start" and name not in VOID and (
+            name in VERBATIM or name in OPAQUE_INLINE or name in OPAQUE_BLOCK or _no_translate(token.attrs)
+        ):
+            j = _region_end(tokens, i - 1, stack)
+            end = tokens[j - 1].end
+            if name in VERBATIM or name in INLINE:
+                text = "".join(_html.unescape(source[t.start : t.end]) for t in tokens[i:j] if t.kind == "data")
+                text = re.sub(" +", " ", text.translate(_TO_SPACE)).strip()  # no space at its ends
+                in_run().add("verbatim", token.start, end, name, text)
+            elif name in OPAQUE_INLINE:
+                in_run().add("point", token.start, end, name)
+            else:
+                boundary(end)
+            i = j
+        elif kind in ("start", "empty", "end"):
+            if kind == "start" and name not in VOID:
+                stack.append(name)
+            elif kind == "end" and name in stack:
+                del stack[len(stack) - 1 - stack[::-1].index(name) :]
+            if name == "br":
+                in_run().add("br", token.start, token.end)
+            elif name in POINTS or (kind != "start" and name in VERBATIM | OPAQUE_INLINE) or (
+                kind == "empty" and name in INLINE
+            ):
+                in_run().add("point", token.start, token.end, name)
+            elif name in INLINE:
+                in_run().add("open" if kind == "start" else "close", token.start, token.end, name)
+            else:
+                boundary(token.end)
+        elif kind == "decl":
+            boundary(token.end)
+        else:  # comment, processing instruction, CDATA section, what the parser skipped
+            in_run().add("point", token.start, token.end)
+    sentences = []
+    for part in parts:
+        if isinstance(part, _Run):
+            part.split(lang)
+            sentences += [s for s in part.sentences if s.translate]
+    return parts, sentences
+
+
+# --- Putting the tags into a translated sentence ---------------------------------------
+
+
+@dataclass
+class _Event:
+    atom: _Atom
+    kind: str  # open close point verbatim
+    b: int  # target word boundary (0..m)
+    b2: int  # verbatim: the boundary where its words end
+    attach: str  # left right free inner: the whitespace around it in the source
+    source_b: int = 0
+    source_b2: int = 0
+    trim_start: bool = False  # goes after the leading punctuation of its word ("(<b>word")
+    trim_end: bool = False  # goes before the trailing punctuation of its word ("word</b>.")
+    part: tuple[float, float] | None = None  # kept code that is this part of a source word
+    in_word: bool = False  # placed inside a translated word
+    loc: int = 0
+    loc_end: int = 0
+    space_after: bool = False
+
+
+def _escape(text: str) -> str:
+    return _html.escape(text, quote=False).replace("\xa0", "&nbsp;")
+
+
+def _proportional(k: int, n: int, m: int, way: str = "round") -> int:
+    """Source word boundary k of n -> target boundary of m: k * m / n rounded ``way`` (floor,
+    ceil, round), a boundary inside the sentence kept inside it (1..m-1) when m > 1."""
+    if k <= 0 or m == 0:
+        return 0
+    if k >= n:
+        return m
+    t = {"floor": k * m // n, "ceil": -(-k * m // n), "round": (2 * k * m + n) // (2 * n)}[way]
+    return min(max(t, 1), m - 1) if m >= 2 else t
+
+
+def _by_proportion(events: list[_Event], n: int, m: int) -> list[_Event]:
+    """Each tag at the proportional word boundary, in source order; an element that wraps words
+    in the source wraps at least one in the translation when it can."""
+    stack, pairs = [], []
+    for event in events:
+        if event.kind == "open":
+            event.b = _proportional(event.source_b, n, m, "floor")
+            stack.append(event)
+        elif event.kind == "close":
+            event.b = _proportional(event.source_b, n, m, "ceil")
+            if stack and stack[-1].atom.name == event.atom.name:
+                pairs.append((stack.pop(), event))
+        elif event.kind == "verbatim":
+            event.b = _proportional(event.source_b, n, m, "floor")
+            event.b2 = _proportional(event.source_b2, n, m, "ceil")
+        else:
+            event.b = _proportional(event.source_b, n, m)
+    for _ in range(len(events) + m + 1):  # values only grow, up to m: this ends
+        changed, last = False, 0
+        for event in events:
+            if event.b < last:
+                event.b, changed = last, True
+            if event.kind == "verbatim":  # never widened: it would take the place of more words
+                event.b2 = last = max(event.b2, event.b)
+            else:
+                event.b2 = last = event.b
+        for opening, closing in pairs:
+            if closing.source_b > opening.source_b and closing.b <= opening.b < m:
+                closing.b, changed = opening.b + 1, True
+        if not changed:
+            break
+    return events
+
+
+@dataclass
+class _Node:
+    """An inline element (or a point) of a sentence and the ones it holds."""
+
+    event: _Event | None
+    close: _Event | None = None
+    children: list = field(default_factory=list)
+
+
+def _aligned(events: list[_Event], n: int, m: int, links: list[int | None]) -> list[_Event] | None:
+    """``events`` re-placed by the word alignment, as a forest laid out without overlap; None
+    when the tags of the sentence do not nest within it."""
+    root = _Node(None)
+    stack = [root]
+    for event in events:
+        if event.kind == "open":
+            node = _Node(event)
+            stack[-1].children.append(node)
+            stack.append(node)
+        elif event.kind == "close":
+            if len(stack) == 1 or stack[-1].event.atom.name != event.atom.name:
+                return None
+            stack[-1].close = event
+            stack.pop()
+        else:
+            stack[-1].children.append(_Node(event))
+    if len(stack) != 1:
+        return None
+    targets: dict[int, list[int]] = {}  # source word -> the target words aligned to it
+    for j, w in enumerate(links):
+        if w is not None:
+            targets.setdefault(w, []).append(j)
+
+    def span(a: int, b: int) -> tuple[int, int]:
+        js = [j for w in range(a, b) for j in targets.get(w, ())]
+        if js:
+            return min(js), max(js) + 1
+        return _proportional(a, n, m, "floor"), _proportional(b, n, m, "ceil")
+
+    def wish(node: _Node) -> tuple[int, int]:
+        """Where the node would go: the target words aligned to its source words."""
+        event = node.event
+        if event.kind == "open":
+            return span(event.source_b, node.close.source_b)
+        if event.kind == "verbatim" and event.source_b2 > event.source_b:
+            return span(event.source_b, event.source_b2)
+        k = event.source_b  # a point: before the word aligned to the next source word
+        after, before = targets.get(k), targets.get(k - 1)
+        if before and (event.attach == "left" or not after):
+            return max(before) + 1, max(before) + 1
+        if after:
+            return min(after), min(after)
+        return (_proportional(k, n, m),) * 2
+
+    out: list[_Event] = []
+
+    def layout(node: _Node, low: int, high: int) -> None:
+        """Children in the order of their wishes, each within [low, high), none overlapping."""
+        wishes = sorted((*wish(child), index, child) for index, child in enumerate(node.children))
+        cursor = low
+        for a, b, _, child in wishes:
+            start = min(max(a, cursor), high)
+            end = min(max(b, start), high)
+            cursor = end
+            child.event.b, child.event.b2 = start, end
+            out.append(child.event)
+            if child.close is not None:
+                layout(child, start, end)
+                child.close.b = child.close.b2 = end
+                out.append(child.close)
+
+    layout(root, 0, m)
+    return out
+
+
+def _place(translation: str, events: list[_Event]) -> str:
+    """The translation, escaped, with each event's markup at its word boundary."""
+    words = [(w.start(), w.end()) for w in re.finditer(r"\S+", translation)]
+    m = len(words)
+
+    def left(j, trim=False):  # right after word j-1 (before its trailing punctuation)
+        if j <= 0:
+            return 0
+        a, b = words[j - 1]
+        if trim and not _punctuation(translation[a:b]):
+            while _punctuation(translation[b - 1]):
+                b -= 1
+        return b
+
+    def right(j, trim=False):  # right before word j (after its leading punctuation)
+        if j >= m:
+            return len(translation)
+        a, b = words[j]
+        if trim and not _punctuation(translation[a:b]):
+            while _punctuation(translation[a]):
+                a += 1
+        return a
+
+    last, previous_b, state = 0, None, "left"
+    for event in events:
+        if event.b != previous_b:
+            previous_b, state = event.b, "left"
+        spans_words = event.kind == "verbatim" and event.b2 > event.b
+        if state == "left" and not spans_words and (event.kind == "close" or event.attach == "left" or event.trim_end):
+            event.loc = left(event.b, event.trim_end)
+        else:
+            state = "right"
+            event.loc = right(event.b, event.trim_start)
+        event.loc = max(event.loc, last)
+        event.loc_end = max(left(event.b2, event.trim_end), event.loc) if spans_words else event.loc
+        if spans_words and event.part and event.b2 == event.b + 1 and words[event.b][0] >= last:
+            # Part of one word: the same part of the translated word (its own text if it is there).
+            a, z = words[event.b]
+            at = translation.find(event.atom.text, a, z)
+            if at >= 0:
+                event.loc, event.loc_end = at, at + len(event.atom.text)
+            else:
+                event.loc = a + round(event.part[0] * (z - a))
+                event.loc_end = max(a + round(event.part[1] * (z - a)), event.loc + 1)
+            event.in_word = True
+        event.space_after = (
+            not spans_words
+            and event.kind in ("point", "verbatim")
+            and event.attach == "free"
+            and 0 < event.b < m
+            and event.loc == right(event.b)
+        )
+        last = event.loc_end
+    # Kept inline code: where the translation has its text as written, use that.
+    for k, event in enumerate(events):
+        if event.kind != "verbatim" or event.in_word:
+            continue
+        low = events[k - 1].loc_end if k else 0
+        high = events[k + 1].loc if k + 1 < len(events) else len(translation)
+        text, found, at = event.atom.text, None, translation.find(event.atom.text, low)
+        while text and at >= 0 and at + len(text) <= high:
+            if (at == 0 or not translation[at - 1].isalnum()) and (
+                at + len(text) == len(translation) or not translation[at + len(text)].isalnum()
+            ):
+                if found is None or abs(at - event.loc) < abs(found - event.loc):
+                    found = at
+            at = translation.find(text, at + 1)
+        if found is not None:
+            event.loc, event.loc_end, event.space_after = found, found + len(text), False
+    out, position = [], 0
+    for event in events:
+        at = max(event.loc, position)
+        out += [_escape(translation[position:at]), event.atom.raw]
+        position = max(event.loc_end, at)
+        if event.space_after:
+            out.append(" ")
+    out.append(_escape(translation[position:]))
+    return "".join(out)
+
+
+def _events(sentence: _Sentence) -> list[_Event]:
+    """The atoms inside ``sentence`` (not at its edges), with their source word boundaries."""
+    run, a, b = sentence.run, sentence.start, sentence.end
+    plain = run.plain
+    starts, ends = [], []
+    i = a
+    while i < b:  # the words of the sentence, as the model saw them
+        if plain[i].isspace():
+            i += 1
+            continue
+        starts.append(i)
+        while i < b and not plain[i].isspace():
+            i += 1
+        ends.append(i)
+    events = []
+    first = bisect.bisect_left(run.offsets, a)
+    for atom in run.atoms[first : bisect.bisect_left(run.offsets, b, first)]:
+        inside = a <= atom.offset < b if atom.kind == "verbatim" else a < atom.offset < b
+        if not inside:
+            continue
+        o, o2 = atom.offset, atom.end if atom.kind == "verbatim" else atom.offset
+        space_before = o == a or plain[o - 1].isspace()
+        space_after = o2 >= b or plain[o2].isspace()
+        attach = {(True, True): "free", (False, True): "left", (True, False): "right"}.get(
+            (space_before, space_after), "inner")
+        # Inside a word, next to its punctuation only: "word</b>." or "(<b>word".
+        w = bisect.bisect_right(starts, o) - 1
+        lead = w >= 0 and starts[w] < o < ends[w] and _punctuation("".join(plain[starts[w] : o]))
+        w2 = bisect.bisect_right(starts, o2) - 1
+        trail = w2 >= 0 and starts[w2] < o2 < ends[w2] and _punctuation("".join(plain[o2 : ends[w2]]))
+        event = _Event(atom, atom.kind, 0, 0, attach)
+        if atom.kind == "close" or (atom.kind == "point" and trail and not lead):
+            event.source_b = event.source_b2 = bisect.bisect_left(starts, o)
+            event.trim_end = trail
+        else:
+            event.source_b = bisect.bisect_right(ends, o)
+            event.source_b2 = bisect.bisect_left(starts, o2) if atom.kind == "verbatim" else event.source_b
+            event.trim_start = lead
+            event.trim_end = trail and atom.kind == "verbatim"
+            if atom.kind == "verbatim" and w == w2 >= 0 and not (lead or trail) and (
+                starts[w] < o or o2 < ends[w]
+            ):  # part of a word with letters around it: <code>foo</code>s
+                size = ends[w] - starts[w]
+                event.part = ((o - starts[w]) / size, (o2 - starts[w]) / size)
+        events.append(event)
+    return events
+
+
+def _punctuation(text: str) -> bool:
+    return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
+
+
+def _render_sentence(sentence: _Sentence, translation: str, links: list | None) -> str:
+    events = sentence.events
+    n, m = len(sentence.text.split()), len(translation.split())
+    placed = _aligned(events, n, m, links) if links is not None and events else None
+    if placed is None:
+        placed = _by_proportion(events, n, m)
+    return _place(translation, placed)
+
+
+# --- The API ---------------------------------------------------------------------------
+
+
+def html_sentences(html: str, *, lang: str | None = None) -> list[str]:
+    """The sentences ``translate_html`` gives to ``translate`` for this page, in order."""
+    if not isinstance(html, str):
+        raise TypeError(f"html must be a str, got {type(html).__name__}")
+    return [s.text for s in _plan(html, lang)[1]]
+
+
+def translate_html(html: str, translate: Translate, *, lang: str | None = None, align: Align | None = None) -> str:
+    """Translate the text of an HTML page and keep its markup (see the module doc).
+
+    ``translate`` gets all the page's sentences in one list and returns their translations in
+    order; ``lang`` is the source language (sentence splitting); ``align`` optionally gives word
+    alignments that place the inline tags. Raises ``ValueError`` if ``translate`` (or ``align``)
+    returns the wrong number of items.
+    """
+    if not isinstance(html, str):
+        raise TypeError(f"html must be a str, got {type(html).__name__}")
+    parts, sentences = _plan(html, lang)
+    if sentences:
+        translations = list(translate([s.text for s in sentences]))
+        if len(translations) != len(sentences):
+            raise ValueError(f"translate returned {len(translations)} translations for {len(sentences)} sentences")
+        targets = []
+        for sentence, translation in zip(sentences, translations):
+            if not isinstance(translation, str):
+                raise TypeError(f"translate must return str, got {type(translation).__name__}")
+            targets.append(re.sub(r"\s*[\r\n]+\s*", " ", translation.strip()))
+        changed = [k for k, s in enumerate(sentences) if targets[k] != s.text]
+        for k in changed:
+            sentences[k].events = _events(sentences[k])
+        links: dict[int, list] = {}
+        if align is not None:
+            asked = [k for k in changed if sentences[k].events]
+            if asked:
+                answers = list(align([sentences[k].text for k in asked], [targets[k] for k in asked]))
+                if len(answers) != len(asked):
+                    raise ValueError(f"align returned {len(answers)} alignments for {len(asked)} sentences")
+                for k, answer in zip(asked, answers):
+                    answer = [None if w is None or w < 0 else int(w) for w in answer]
+                    if len(answer) != len(targets[k].split()):
+                        raise ValueError(f"align gave {len(answer)} links for a translation of "
+                                         f"{len(targets[k].split())} words: {targets[k]!r}")
+                    links[k] = answer
+        for k in changed:
+            sentences[k].translation = _render_sentence(sentences[k], targets[k], links.get(k))
+    return "".join(part if isinstance(part, str) else part.render() for part in parts)
