@@ -2,7 +2,9 @@
 
 Type a sentence, press Translate, wait for the translation, then switch the attention kind, layer
 and heads in the embedded attention view and check that the lines drawn are the weights the API
-returns for that very translation. Skipped without Playwright or Chromium, unless CI is set (then
+returns for that very translation. Paste paragraphs: the translation keeps their structure, each
+sentence (source and translation) is a span cut at the API's code point offsets, and picking a
+sentence (click on either side, the list, the keyboard) shows that sentence's attention. Skipped without Playwright or Chromium, unless CI is set (then
 the test fails), like tests/test_visualize_browser.py.
 """
 
@@ -122,4 +124,71 @@ def test_type_translate_and_explore_the_attention(browser, server):
 
     assert errors == []
     assert all(u.startswith((server + "/", "about:", "data:")) for u in requests), requests
+    page.close()
+
+
+# Two paragraphs, a line break inside the first, and an emoji (two UTF-16 units, one code point)
+# before the sentences whose spans the page must still cut right.
+PARAGRAPHS = "Je suis étudiant. Le chat 🍎 noir dort sur la table.\nIl pleut.\n\nNous mangeons du pain. Elle lit."
+
+
+def test_paste_a_paragraph_and_pick_a_sentence(browser, server):
+    page = browser.new_page(viewport={"width": 1280, "height": 1300})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server + "/")
+    page.wait_for_selector("body[data-ready=true]")
+
+    page.fill("#source", PARAGRAPHS)
+    page.click("#translate")
+    page.wait_for_selector("#result[data-state=done][data-sentence='0']", timeout=60_000)
+    api = httpx.post(server + "/v1/translate", json={"text": PARAGRAPHS}, timeout=60).json()["translations"][0]
+    sentences = api["sentences"]
+    assert len(sentences) == 5
+    # the translation in the text's structure, each sentence a span cut at the API's code point offsets
+    assert page.eval_on_selector("#translation", "e => e.textContent") == api["translation"]
+    assert page.locator("#translation .sentence").all_text_contents() == \
+        [api["translation"][slice(*s["target_span"])] for s in sentences]
+    assert page.locator("#source-view .sentence").all_text_contents() == \
+        [PARAGRAPHS[slice(*s["source_span"])] for s in sentences]
+    assert page.eval_on_selector("#source-view", "e => e.textContent") == PARAGRAPHS
+    assert page.locator("#sentence-select option").count() == 5
+
+    def shown_attention(index: int) -> None:
+        """The attention view holds sentence ``index``'s document, drawn as the API gives it."""
+        doc = httpx.post(server + "/v1/attention", json={"text": PARAGRAPHS, "sentence": index}, timeout=60).json()
+        assert doc["source"] == PARAGRAPHS[slice(*sentences[index]["source_span"])]
+        assert page.locator(".sentence.picked").all_text_contents() == \
+            [doc["source"], api["translation"][slice(*sentences[index]["target_span"])]]
+        assert page.input_value("#sentence-select") == str(index)
+        frame = page.query_selector("#attention-frame").content_frame()
+        frame.wait_for_selector("body[data-ready=true]")
+        assert doc["source"] in frame.inner_text("#sentence-text")
+        assert doc["translation"] in frame.inner_text("#sentence-text")
+        last = doc["model"]["layers"]["encoder"] - 1
+        assert lines_drawn(frame) == pytest.approx(lines_expected(doc, "encoder", last, [0, 1, 2, 3]))
+
+    shown_attention(0)
+    page.click("#translation .sentence[data-index='3']")  # a click on the translation
+    page.wait_for_selector("#result[data-state=done][data-sentence='3']", timeout=60_000)
+    shown_attention(3)
+    page.click("#source-view .sentence[data-index='1']")  # on the source (after the emoji)
+    page.wait_for_selector("#result[data-state=done][data-sentence='1']", timeout=60_000)
+    shown_attention(1)
+    page.select_option("#sentence-select", "4")  # the list
+    page.wait_for_selector("#result[data-state=done][data-sentence='4']", timeout=60_000)
+    shown_attention(4)
+    page.focus("#translation .sentence[data-index='2']")  # the keyboard
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#result[data-state=done][data-sentence='2']", timeout=60_000)
+    shown_attention(2)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "serve_page_paragraphs.png"), full_page=True)
+
+    page.fill("#source", "Le chat. " * 300)  # too many sentences: the server's message, no stale result
+    page.click("#translate")
+    page.wait_for_selector("#result[data-state=error]")
+    assert "at most 256 are translated per request" in page.inner_text("#error")
+    assert page.locator(".sentence").count() == 0 and page.is_hidden("#attention-frame")
+    assert errors == []
     page.close()

@@ -3,19 +3,27 @@
 Endpoints (the OpenAPI schema is served at ``/openapi.json``; the Swagger and ReDoc pages are
 switched off because they load their scripts from a CDN):
 
-* ``POST /v1/translate``: one text or a list; ``beam_size``, ``n_best``, ``max_length``; returns the
-  translations with scores and the timing of the model call (dynamic batching, see
+* ``POST /v1/translate``: one text or a list, each of any number of sentences, lines and
+  paragraphs; ``beam_size``, ``n_best``, ``max_length``; returns the translations in the texts'
+  structure with scores, the sentence alignment (:mod:`transformer.serve.documents`) and the
+  timing of the model calls (the sentences of concurrent requests are batched together, see
   :mod:`transformer.serve.batching`).
-* ``POST /v1/attention``: one text; returns the document of ``transformer/visualize/schema.json``
-  (the translation and every attention weight of it).
+* ``POST /v1/attention``: one text and the index of one of its sentences (``sentence``, default
+  0); returns the document of ``transformer/visualize/schema.json`` for that sentence (its
+  translation and every attention weight of it), with ``X-Sentence-Index``,
+  ``X-Sentence-Count`` and ``X-Source-Span`` headers.
 * ``GET /health``: liveness and the batcher's queue and counters.
 * ``GET /v1/model``: languages, vocabulary sizes, the model config, default decoding, limits.
+* ``POST /translate``, ``GET /languages``: the LibreTranslate API
+  (:mod:`transformer.serve.libretranslate`; not in the OpenAPI schema, its errors are
+  LibreTranslate's ``{"error": message}``).
 * ``GET /``: the web page.
 
 No endpoint reads a path or a model name from the request: the model is the one the app was
-built with. Every error is JSON (:class:`~transformer.serve.schemas.ErrorResponse`): 400 invalid
-JSON or UTF-8, 413 body too large, 422 invalid fields (empty or whitespace-only text, control
-characters, too long, unknown fields, wrong types), 503 overloaded or timed out.
+built with. Every error of the native API is JSON (:class:`~transformer.serve.schemas.ErrorResponse`):
+400 invalid JSON or UTF-8, 413 body too large, 422 invalid fields (empty or whitespace-only
+text, control characters, too long, too many texts or sentences, a sentence too long in tokens,
+unknown fields, wrong types), 503 overloaded or timed out.
 """
 
 import json
@@ -33,7 +41,17 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from transformer import __version__
+from transformer.serve import libretranslate
 from transformer.serve.batching import BatchInfo, DynamicBatcher, Overloaded, TimedOut
+from transformer.serve.documents import (
+    Unprocessable,
+    assemble,
+    check_sentences,
+    preview,
+    segment_texts,
+    sentences_of,
+    split_results,
+)
 from transformer.serve.limits import ServeLimits
 from transformer.serve.middleware import BodyGuard, error_json
 from transformer.serve.page import index_html
@@ -48,7 +66,7 @@ from transformer.serve.schemas import (
     request_models,
 )
 from transformer.translate.translator import Translator
-from transformer.visualize.data import collect_attention
+from transformer.visualize.data import collect_attention, token_limit
 
 _ERRORS = {400: "invalid JSON or UTF-8", 413: "request body too large", 422: "invalid request fields",
            503: "overloaded, or the translation timed out"}
@@ -94,8 +112,13 @@ def create_app(translator: Translator, limits: ServeLimits | None = None, *, src
             n_best = chosen.translate_n_best(texts)
         return [[(chosen.detokenize(h), float(h.score), float(h.log_prob)) for h in hyps] for hyps in n_best]
 
+    # A request's own call may hold up to max_texts sentences, as a list of max_texts texts always could.
     batcher = DynamicBatcher(run_batch, max_batch_size=limits.max_batch_size, batch_wait_ms=limits.batch_wait_ms,
-                             max_queue=limits.max_queue, timeout_s=limits.timeout_s)
+                             max_queue=limits.max_queue, timeout_s=limits.timeout_s,
+                             max_alone=max(limits.max_batch_size, limits.max_texts))
+    lang = src_lang or base.src_lang  # for sentence splitting
+    config = base.model.config
+    default_key = (base.decoding.beam_size, 1, None)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -104,58 +127,126 @@ def create_app(translator: Translator, limits: ServeLimits | None = None, *, src
 
     app = FastAPI(title="transformer translation server", version=__version__, lifespan=lifespan,
                   docs_url=None, redoc_url=None,
-                  description="Translate with a Transformer (Vaswani et al., 2017) and see its attention. "
-                  f"Limits: {json.dumps(limits.to_dict())}.")
+                  description="Translate texts of any length (cut into sentences, translated, put back in their "
+                  "structure) with a Transformer (Vaswani et al., 2017) and see its attention. Offsets are "
+                  f"Unicode code points. Limits: {json.dumps(limits.to_dict())}.")
     app.state.batcher = batcher
     app.state.limits = limits
-    app.add_middleware(BodyGuard, max_body_bytes=limits.max_body_bytes)
+    app.add_middleware(BodyGuard, max_body_bytes=limits.max_body_bytes, plain_error_paths=libretranslate.PATHS)
     _install_error_handlers(app)
 
-    async def check_lengths(texts: list[str]) -> None:
-        """422 naming the first text that is too long in tokens or has no tokens at all."""
-        ids = await run_in_threadpool(base.vocab.src.encode_batch, texts)
-        for i, seq in enumerate(ids):
-            name = "text" if len(texts) == 1 else f"text {i}"
-            if not seq:
-                raise _Unprocessable(f"{name} has no tokens the model can read")
-            if len(seq) > input_limit:
-                raise _Unprocessable(f"{name} is {len(seq)} tokens long; at most {input_limit} are translated")
+    async def segment(texts: list[str], max_sentences: int = limits.max_sentences,
+                      names: list[str] | None = None) -> list:
+        """The texts cut into checked sentences (422 naming the first problem), off the event loop."""
+        batcher.check_capacity(len(texts))  # every text has a sentence at least: refuse early
+        documents = await run_in_threadpool(segment_texts, texts, lang, max_sentences=max_sentences,
+                                            encode_batch=base.vocab.src.encode_batch, input_limit=input_limit,
+                                            names=names)
+        batcher.check_capacity(sum(len(d.segments) for d in documents))
+        return documents
+
+    async def translate_texts(texts: list[str], key: Hashable = default_key, max_sentences: int = limits.max_sentences,
+                              names: list[str] | None = None) -> tuple[list[dict[str, Any]], BatchInfo]:
+        """Each text translated sentence by sentence in its structure (``Translation`` dicts)."""
+        documents = await segment(texts, max_sentences, names)
+        results, info = await batcher.translate(key, sentences_of(documents))
+        return [assemble(d, hyps, key[1]) for d, hyps in zip(documents, split_results(documents, results))], info
 
     @app.post("/v1/translate", response_model=TranslateResponse, responses=_responses(400, 413, 422, 503),
-              summary="Translate one text or a list of texts")
+              summary="Translate one text or a list of texts (paragraphs too), with the sentence alignment")
     async def translate(body: TranslateRequest) -> TranslateResponse:  # type: ignore[valid-type]
         start = time.perf_counter()
         texts = [body.text] if isinstance(body.text, str) else list(body.text)
-        batcher.check_capacity(len(texts))
-        await check_lengths(texts)
-        key = (body.beam_size, body.n_best, body.max_length)
-        results, info = await batcher.translate(key, texts)
-        translations = [{"source": src, "translation": hyps[0][0], "score": hyps[0][1],
-                         "n_best": [{"translation": t, "score": s, "log_prob": lp} for t, s, lp in hyps]}
-                        for src, hyps in zip(texts, results)]
+        translations, info = await translate_texts(texts, (body.beam_size, body.n_best, body.max_length))
         return TranslateResponse(translations=translations,
                                  decoding=decoding_of(body.beam_size, body.n_best, body.max_length),
                                  timing=_timing(start, info))
 
+    sentence_headers = {"X-Sentence-Index": {"description": "the sentence shown, from 0",
+                                             "schema": {"type": "integer"}},
+                        "X-Sentence-Count": {"description": "sentences in the text", "schema": {"type": "integer"}},
+                        "X-Source-Span": {"description": "start,end of the sentence in the text (code points)",
+                                          "schema": {"type": "string"}}}
+
+    def attention_length(sentence: str, requested: int | None) -> int | None:
+        """``max_length`` for the attention of ``sentence``: the teacher-forced pass reads <s> and
+        every output token, one position more than decoding does, so a translation that would
+        reach the end of a learned position table is cut one token shorter (only such a one)."""
+        limit = token_limit(config) - 1
+        if requested is not None:
+            return min(requested, limit)
+        d = base.decoding
+        return None if int(len(base.vocab.src.encode(sentence)) * d.max_len_a + d.max_len_b) <= limit else limit
+
     @app.post("/v1/attention", responses={200: {"content": {"application/json": {"schema": _attention_schema()}},
-                                               "description": "transformer/visualize/schema.json"},
+                                               "description": "transformer/visualize/schema.json, for the sentence "
+                                               "chosen by `sentence`", "headers": sentence_headers},
                                           **_responses(400, 413, 422, 503)},
-              summary="Translate one text and return every attention weight of that translation")
+              summary="Translate one sentence of a text and return every attention weight of that translation")
     async def attention(body: AttentionRequest) -> JSONResponse:  # type: ignore[valid-type]
         start = time.perf_counter()
-        batcher.check_capacity(1)
-        await check_lengths([body.text])
-        chosen = translator_for((body.beam_size, 1, body.max_length))
-        data, info = await batcher.call(lambda: collect_attention(chosen, body.text).to_dict())
+        document = (await segment([body.text]))[0]
+        count = len(document.segments)
+        if body.sentence >= count:
+            raise Unprocessable(f"sentence {body.sentence} does not exist: the text has {count} "
+                                f"sentence{'s' if count != 1 else ''} (0 to {count - 1})")
+        chosen_sentence = document.segments[body.sentence]
+        chosen = translator_for((body.beam_size, 1, attention_length(chosen_sentence.text, body.max_length)))
+        data, info = await batcher.call(lambda: collect_attention(chosen, chosen_sentence.text).to_dict())
         timing = _timing(start, info)
         return JSONResponse(data, headers={"Server-Timing": f"queue;dur={timing['queue_ms']}, "
-                                                            f"compute;dur={timing['compute_ms']}"})
+                                                            f"compute;dur={timing['compute_ms']}",
+                                           "X-Sentence-Index": str(body.sentence), "X-Sentence-Count": str(count),
+                                           "X-Source-Span": f"{chosen_sentence.start},{chosen_sentence.end}"})
+
+    async def translate_html(pages: list[str], names: list[str]) -> list[str]:
+        """Each HTML page translated, its markup kept (:func:`transformer.translate.html.translate_html`).
+        The pages' sentences are counted and checked first, then translated as one request
+        through the batcher; at most ``max_sentences`` in all."""
+        try:
+            from transformer.translate.html import html_sentences, translate_html as translate_page
+        except ImportError:
+            raise Unprocessable("the html format is not available in this version of the server") from None
+
+        def plan() -> list[list[str]]:
+            found = [html_sentences(page, lang=lang) for page in pages]
+            total = sum(len(f) for f in found)
+            if total > limits.max_sentences:
+                raise Unprocessable(f"the request holds {total} sentences; at most {limits.max_sentences} are "
+                                    "translated per request (max_sentences)")
+            check_sentences([s for f in found for s in f],
+                            [f"{name}, sentence {j} ({preview(s)})" for name, f in zip(names, found)
+                             for j, s in enumerate(f)],
+                            encode_batch=base.vocab.src.encode_batch, input_limit=input_limit)
+            return found
+
+        batcher.check_capacity(len(pages))
+        found = await run_in_threadpool(plan)
+        flat = [s for f in found for s in f]
+        translations: list[str] = []
+        if flat:
+            batcher.check_capacity(len(flat))
+            results, _ = await batcher.translate(default_key, flat)
+            translations = [hyps[0][0] if hyps else "" for hyps in results]
+        out, k = [], 0
+        for page, sentences in zip(pages, found):
+            mine = translations[k: k + len(sentences)]
+            k += len(sentences)
+
+            def given(asked: list[str], mine=mine, sentences=sentences) -> list[str]:
+                if list(asked) != sentences:  # the page is parsed the same way twice
+                    raise RuntimeError("the page's sentences changed between counting and translating")
+                return mine
+
+            out.append(await run_in_threadpool(translate_page, page, given, lang=lang))
+        return out
+
+    libretranslate.add_routes(app, translate=translate_texts, translate_html=translate_html,
+                              src_lang=src_lang, tgt_lang=tgt_lang, limits=limits)
 
     @app.get("/health", response_model=Health, summary="Liveness and the batcher's queue and counters")
     async def health() -> Health:
         return Health(status="ok", batching=batcher.health())
-
-    config = base.model.config
 
     @app.get("/v1/model", response_model=ModelInfo, summary="The model being served")
     async def model_info() -> ModelInfo:
@@ -164,7 +255,8 @@ def create_app(translator: Translator, limits: ServeLimits | None = None, *, src
                          parameters=base.model.num_parameters(), config=config.to_dict(),
                          decoding=decoding_of(base.decoding.beam_size, 1, None), limits=limits.to_dict())
 
-    page = index_html(src_lang=src_lang, tgt_lang=tgt_lang, max_chars=limits.max_chars)
+    page = index_html(src_lang=src_lang, tgt_lang=tgt_lang, max_chars=limits.max_chars,
+                      max_sentences=limits.max_sentences)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> HTMLResponse:
@@ -176,11 +268,7 @@ def create_app(translator: Translator, limits: ServeLimits | None = None, *, src
 def _timing(start: float, info: BatchInfo) -> dict[str, float]:
     return {"total_ms": round((time.perf_counter() - start) * 1000, 2), "queue_ms": round(info.queue_ms, 2),
             "compute_ms": round(info.compute_ms, 2), "batch_size": info.batch_size,
-            "batch_requests": info.batch_requests}
-
-
-class _Unprocessable(Exception):
-    """A request that passed the schema but cannot be translated (422)."""
+            "batch_requests": info.batch_requests, "model_calls": info.model_calls}
 
 
 def _location(loc: tuple) -> str:
@@ -208,8 +296,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         message = "; ".join(f"{_location(tuple(d['loc']))}: {d['message']}" for d in details)
         return error_json(422, "invalid_request", message, details)
 
-    @app.exception_handler(_Unprocessable)
-    async def unprocessable(request: Request, exc: _Unprocessable) -> JSONResponse:
+    @app.exception_handler(Unprocessable)
+    async def unprocessable(request: Request, exc: Unprocessable) -> JSONResponse:
         return error_json(422, "invalid_request", str(exc))
 
     @app.exception_handler(Overloaded)
@@ -226,5 +314,8 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if request.url.path in libretranslate.PATHS:  # LibreTranslate's error shape there
+            return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code,
+                                headers=getattr(exc, "headers", None))
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         return error_json(exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))

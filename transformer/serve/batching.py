@@ -2,15 +2,27 @@
 
 The event loop never runs the model. Each request puts a job on a queue and awaits a future;
 one worker task takes the oldest job, waits up to ``batch_wait_ms`` after that job arrived for
-more jobs with the same decoding settings (the batch key), and hands all their texts, at most
+more jobs with the same decoding settings (the batch key), and hands their texts, at most
 ``max_batch_size``, to one call of ``run_batch(key, texts)`` on a single worker thread (the model
-is loaded once and shared; one thread keeps the CPU cores for torch's own parallelism). A
-request is never split: one with more texts than ``max_batch_size`` runs in a batch of its own.
+is loaded once and shared; one thread keeps the CPU cores for torch's own parallelism). The
+server's texts are sentences: a paragraph is segmented first and each sentence is one text here.
+
+A model call is filled in queue order: the oldest job's texts first, then the next jobs' of the
+same key, the last one taken in part if only part of it fits. When the oldest job alone has
+more than ``max_batch_size`` texts left, the call is its own, of at most ``max_alone`` of them
+(a list of up to ``max_texts`` texts has always run in one call of its own, and a large call
+translates more sentences per second on a CPU). A job taken in part goes back to the queue with
+the rest of its texts when that call ends, behind the jobs that arrived during the call (round
+robin): a request of many sentences is translated in several calls interleaved with the
+requests that came after it, which wait at most one model call for it, no longer than before
+paragraphs were segmented; and it is never starved, as later arrivals queue behind it. A
+request's answer comes when all its texts are translated.
 
 Overload: when the texts waiting would exceed ``max_queue`` a request fails at once with
-:class:`Overloaded` instead of queueing without bound. A request that has not finished after
-``timeout_s`` (waiting included) fails with :class:`TimedOut`; if its batch has not started
-yet it is dropped, so a stuck decode cannot pile up work behind it.
+:class:`Overloaded` instead of queueing without bound (an idle server takes any request, so a
+request larger than ``max_queue`` is not refused forever). A request that has not finished after
+``timeout_s`` (waiting included) fails with :class:`TimedOut`; the texts of it that have not
+started are dropped, so a stuck decode cannot pile up work behind it.
 
 Other work on the same model (the attention of one sentence) goes through :meth:`call`: it
 takes the same queue, bound and timeout, and runs alone.
@@ -39,10 +51,11 @@ class TimedOut(Exception):
 class BatchInfo:
     """How one request was served: its wait, the model call it joined and that call's size."""
 
-    queue_ms: float  # from arrival to the start of its model call
-    compute_ms: float  # duration of the model call
-    batch_size: int  # texts in that model call
-    batch_requests: int  # requests merged into that model call
+    queue_ms: float  # from arrival to the start of its (first) model call
+    compute_ms: float  # duration of the model call (the sum over its calls when it took several)
+    batch_size: int  # texts in that model call (the largest, when it took several)
+    batch_requests: int  # requests merged into that model call (the most, when it took several)
+    model_calls: int = 1  # model calls its texts were translated in
 
 
 @dataclass
@@ -52,6 +65,19 @@ class _Job:
     future: asyncio.Future
     arrived: float = field(default_factory=time.perf_counter)
     fn: Callable[[], Any] | None = None
+    taken: int = 0  # texts handed to model calls so far (they are taken in order)
+    finished: int = 0  # texts whose results are in
+    results: list[Any] = field(default_factory=list)
+    started: float | None = None  # start of its first model call
+    compute: float = 0.0
+    calls: int = 0
+    largest: int = 0
+    most_requests: int = 0
+
+    @property
+    def remaining(self) -> int:
+        """Texts not yet handed to a model call."""
+        return len(self.texts) - self.taken
 
 
 @dataclass
@@ -80,16 +106,19 @@ class DynamicBatcher:
     """
 
     def __init__(self, run_batch: Callable[[Hashable, list[str]], list[Any]], *, max_batch_size: int = 32,
-                 batch_wait_ms: float = 5.0, max_queue: int = 256, timeout_s: float = 30.0) -> None:
+                 batch_wait_ms: float = 5.0, max_queue: int = 256, timeout_s: float = 30.0,
+                 max_alone: int | None = None) -> None:
         if max_batch_size < 1 or max_queue < 1 or batch_wait_ms < 0 or timeout_s <= 0:
             raise ValueError("max_batch_size and max_queue must be >= 1, batch_wait_ms >= 0, timeout_s > 0")
         self.run_batch = run_batch
         self.max_batch_size = max_batch_size
+        self.max_alone = max(max_batch_size, max_alone or max_batch_size)
         self.batch_wait = batch_wait_ms / 1000.0
         self.max_queue = max_queue
         self.timeout_s = timeout_s
         self.stats = BatchStats()
         self._queue: deque[_Job] = deque()
+        self._parked: list[_Job] = []  # taken in part by the call now running; back in the queue after it
         self._queued_texts = 0
         self._running = 0  # texts in the model call now running
         self._executor: ThreadPoolExecutor | None = None
@@ -110,7 +139,8 @@ class DynamicBatcher:
     def health(self) -> dict[str, Any]:
         """Queue state and counters."""
         return {"queued_texts": self._queued_texts, "running_texts": self._running,
-                "max_batch_size": self.max_batch_size, "batch_wait_ms": self.batch_wait * 1000,
+                "max_batch_size": self.max_batch_size, "max_alone": self.max_alone,
+                "batch_wait_ms": self.batch_wait * 1000,
                 "max_queue": self.max_queue, "timeout_s": self.timeout_s, **self.stats.to_dict()}
 
     async def close(self) -> None:
@@ -125,10 +155,11 @@ class DynamicBatcher:
             except asyncio.CancelledError:
                 pass
             self._worker = None
-        for job in self._queue:
+        for job in (*self._queue, *self._parked):
             if not job.future.done():
                 job.future.set_exception(TimedOut("the server is shutting down"))
         self._queue.clear()
+        self._parked.clear()
         self._queued_texts = 0
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
@@ -137,8 +168,8 @@ class DynamicBatcher:
     # ------------------------------------------------------------------------------------------
     def check_capacity(self, n_texts: int) -> None:
         """Raise :class:`Overloaded` now if ``n_texts`` more would not fit in the queue (a cheap
-        early refusal before any other work on the request)."""
-        if self._queued_texts + n_texts > self.max_queue:
+        early refusal before any other work on the request). An empty queue takes any request."""
+        if self._queued_texts and self._queued_texts + n_texts > self.max_queue:
             self.stats.rejected_overload += 1
             raise Overloaded(f"the server is busy: {self._queued_texts} texts are waiting and at most "
                              f"{self.max_queue} may; try again shortly")
@@ -169,7 +200,7 @@ class DynamicBatcher:
     def _drop_finished(self) -> None:
         """Forget jobs whose requests gave up (timed out or disconnected) before their batch started."""
         while self._queue and self._queue[0].future.done():
-            self._queued_texts -= len(self._queue.popleft().texts)
+            self._queued_texts -= self._queue.popleft().remaining
 
     async def _work(self) -> None:
         assert self._wakeup is not None
@@ -185,42 +216,55 @@ class DynamicBatcher:
             self._drop_finished()
             if not self._queue:
                 continue
-            jobs = self._take_batch()
-            texts = [t for job in jobs for t in job.texts]
+            parts = self._take_batch()
+            texts = [t for job, a, b in parts for t in job.texts[a:b]]
             self._running = len(texts)
             start = time.perf_counter()
             loop = asyncio.get_running_loop()
+            exclusive = parts[0][0].fn
             try:
-                if jobs[0].fn is not None:
-                    results = [await loop.run_in_executor(self._executor, jobs[0].fn)]
+                if exclusive is not None:
+                    results = [await loop.run_in_executor(self._executor, exclusive)]
                 else:
-                    results = await loop.run_in_executor(self._executor, self.run_batch, jobs[0].key, texts)
+                    results = await loop.run_in_executor(self._executor, self.run_batch, parts[0][0].key, texts)
                     if len(results) != len(texts):
                         raise RuntimeError(f"run_batch returned {len(results)} results for {len(texts)} texts")
             except Exception as err:  # the batch failed: every request in it gets the error
-                for job in jobs:
+                for job, _, _ in parts:
                     if not job.future.done():
                         job.future.set_exception(err)
                 continue
             finally:
                 self._running = 0
+                self._queue.extend(self._parked)  # behind the jobs that arrived during the call
+                self._parked = []
             end = time.perf_counter()
             self._record(len(texts))
             offset = 0
-            for job in jobs:
-                part = results[offset: offset + len(job.texts)] if job.fn is None else results[0]
-                offset += len(job.texts)
-                info = BatchInfo(queue_ms=(start - job.arrived) * 1000, compute_ms=(end - start) * 1000,
-                                 batch_size=len(texts), batch_requests=len(jobs))
-                if not job.future.done():
-                    job.future.set_result((part, info))
+            for job, a, b in parts:
+                if exclusive is None:
+                    job.results[a:b] = results[offset: offset + b - a]
+                else:
+                    job.results = results[0]
+                offset += b - a
+                job.finished += b - a
+                job.started = start if job.started is None else job.started
+                job.compute += end - start
+                job.calls += 1
+                job.largest = max(job.largest, len(texts))
+                job.most_requests = max(job.most_requests, len(parts))
+                if job.finished == len(job.texts) and not job.future.done():
+                    info = BatchInfo(queue_ms=(job.started - job.arrived) * 1000, compute_ms=job.compute * 1000,
+                                     batch_size=job.largest, batch_requests=job.most_requests,
+                                     model_calls=job.calls)
+                    job.future.set_result((job.results, info))
 
     async def _wait_for_more(self, first: _Job) -> None:
         """Wait until ``batch_wait_ms`` after ``first`` arrived, or until a full batch of its key waits."""
         assert self._wakeup is not None
         while True:
             remaining = first.arrived + self.batch_wait - time.perf_counter()
-            waiting = sum(len(j.texts) for j in self._queue if j.key == first.key and not j.future.done())
+            waiting = sum(j.remaining for j in self._queue if j.key == first.key and not j.future.done())
             if remaining <= 0 or waiting >= self.max_batch_size or first.future.done():
                 return
             self._wakeup.clear()
@@ -229,26 +273,45 @@ class DynamicBatcher:
             except asyncio.TimeoutError:
                 return
 
-    def _take_batch(self) -> list[_Job]:
-        """The first job plus later jobs of its key that fit in ``max_batch_size`` texts; removed from the queue."""
+    def _take_batch(self) -> list[tuple[_Job, int, int]]:
+        """The texts of the next model call as ``(job, start, end)`` parts: the first job's, then
+        those of later jobs of its key, in queue order, up to ``max_batch_size`` texts; or, when
+        the first job alone has more than that left, at most ``max_alone`` of its own. Jobs taken
+        whole leave the queue; a job taken in part is parked until the call ends (then it goes to
+        the back of the queue: round robin)."""
         first = self._queue.popleft()
-        self._queued_texts -= len(first.texts)
-        jobs, size = [first], len(first.texts)
         if first.fn is not None:
-            return jobs
+            self._queued_texts -= first.remaining
+            first.taken = len(first.texts)
+            return [(first, 0, 1)]
+        if first.remaining > self.max_batch_size:
+            return [self._take(first, self.max_alone)]
+        room = self.max_batch_size
+        parts: list[tuple[_Job, int, int]] = []
         kept: deque[_Job] = deque()
-        while self._queue:
-            job = self._queue.popleft()
+        for job in (first, *self._queue):
             if job.future.done():
-                self._queued_texts -= len(job.texts)
-            elif job.fn is None and job.key == first.key and size + len(job.texts) <= self.max_batch_size:
-                jobs.append(job)
-                size += len(job.texts)
-                self._queued_texts -= len(job.texts)
+                self._queued_texts -= job.remaining
+            elif room and job.fn is None and job.key == first.key:
+                part = self._take(job, room)
+                parts.append(part)
+                room -= part[2] - part[1]
             else:
                 kept.append(job)
         self._queue = kept
-        return jobs
+        return parts
+
+    def _take(self, job: _Job, most: int) -> tuple[_Job, int, int]:
+        """The next ``most`` texts (or fewer) of ``job`` for a model call; the job is parked if some are left."""
+        n = min(most, job.remaining)
+        if not job.results:
+            job.results = [None] * len(job.texts)
+        part = (job, job.taken, job.taken + n)
+        job.taken += n
+        self._queued_texts -= n
+        if job.remaining:
+            self._parked.append(job)
+        return part
 
     def _record(self, size: int) -> None:
         s = self.stats

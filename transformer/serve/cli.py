@@ -19,15 +19,18 @@ from transformer.translate.cli import INT8_HELP
 
 _DEFAULTS = ServeLimits()
 _OPTIONS = {  # field -> (option, type, help)
-    "max_chars": ("--max-chars", int, "characters per text"),
-    "max_texts": ("--max-texts", int, "texts per /v1/translate request"),
+    "max_chars": ("--max-chars", int, "characters (Unicode code points) per text; a text may hold paragraphs"),
+    "max_texts": ("--max-texts", int, "texts per request (/v1/translate; a list in LibreTranslate's q)"),
+    "max_sentences": ("--max-sentences", int, "sentences per request, all its texts together"),
     "max_body_bytes": ("--max-body-bytes", int, "request body size in bytes (413 beyond)"),
-    "max_input_tokens": ("--max-input-tokens", int, "source tokens per text"),
+    "max_input_tokens": ("--max-input-tokens", int, "source tokens per sentence"),
     "max_output_tokens": ("--max-output-tokens", int, "the largest max_length a request may ask for"),
     "max_beam_size": ("--max-beam-size", int, "the largest beam_size and n_best a request may ask for"),
-    "max_batch_size": ("--max-batch-size", int, "texts merged into one model call (1: no dynamic batching)"),
+    "max_batch_size": ("--max-batch-size", int, "sentences of one or more requests merged into one model call "
+                       "(1: no dynamic batching); a request with more runs in calls of its own of up to "
+                       "max(this, --max-texts) sentences"),
     "batch_wait_ms": ("--batch-wait-ms", float, "milliseconds the batcher waits for more requests"),
-    "max_queue": ("--max-queue", int, "texts allowed to wait for the model; beyond it requests get 503 at once"),
+    "max_queue": ("--max-queue", int, "sentences allowed to wait for the model; beyond it requests get 503 at once"),
     "timeout_s": ("--timeout", float, "seconds before a request gets 503 instead of its translation"),
 }
 assert set(_OPTIONS) == {f.name for f in fields(ServeLimits)}
@@ -38,10 +41,13 @@ def register_serve_command(subparsers: argparse._SubParsersAction) -> argparse.A
     p = subparsers.add_parser(
         "serve",
         help="serve a trained model over HTTP: a JSON API and a web page with its attention",
-        description="Serve the model of RUN_DIR over HTTP with uvicorn: POST /v1/translate, POST /v1/attention, "
-        "GET /health, GET /v1/model, the OpenAPI schema at /openapi.json and a web page at /. Requests arriving "
-        "within --batch-wait-ms are translated as one batch. Every limit below gives a 4xx JSON error when "
-        "exceeded (503 for --max-queue and --timeout). Needs the 'serve' extra (fastapi, uvicorn).",
+        description="Serve the model of RUN_DIR over HTTP with uvicorn: POST /v1/translate (texts of any length: "
+        "cut into sentences, translated, put back in their structure, with the sentence alignment), "
+        "POST /v1/attention (one sentence of a text), GET /health, GET /v1/model, the LibreTranslate API "
+        "(POST /translate, GET /languages), the OpenAPI schema at /openapi.json and a web page at /. The sentences "
+        "of requests arriving within --batch-wait-ms are translated in the same model calls. Every limit below "
+        "gives a 4xx JSON error when exceeded (503 for --max-queue and --timeout). See docs/serving.md. Needs the "
+        "'serve' extra (fastapi, uvicorn).",
     )
     p.add_argument("run_dir", help="run directory with config.json, model.safetensors and the tokenizer")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")

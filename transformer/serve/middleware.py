@@ -15,20 +15,32 @@ def error_json(status: int, error: str, message: str, details: list[dict[str, An
                         headers=headers)
 
 
+def plain_error_json(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """LibreTranslate's error shape: ``{"error": message}``."""
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
 class BodyGuard:
     """ASGI middleware: refuse a body over ``max_body_bytes`` with 413 (by Content-Length when sent,
-    else while reading it) and a body that is not UTF-8 with 400; pass the body on otherwise."""
+    else while reading it) and a body that is not UTF-8 with 400; pass the body on otherwise.
+    On ``plain_error_paths`` (LibreTranslate's API) the errors have its shape, ``{"error": message}``."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int, plain_error_paths: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.plain_error_paths = plain_error_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
             return
-        too_large = error_json(413, "payload_too_large",
-                               f"request body is larger than the limit of {self.max_body_bytes} bytes")
+        plain = scope.get("path") in self.plain_error_paths
+
+        def error(status: int, code: str, message: str) -> JSONResponse:
+            return plain_error_json(status, message) if plain else error_json(status, code, message)
+
+        too_large = error(413, "payload_too_large",
+                          f"request body is larger than the limit of {self.max_body_bytes} bytes")
         length = dict(scope.get("headers", ())).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
             await too_large(scope, receive, send)
@@ -52,8 +64,8 @@ class BodyGuard:
             body.decode("utf-8")
         except UnicodeDecodeError as err:
             bad = body[err.start: err.start + 1].hex()
-            await error_json(400, "invalid_utf8", f"request body is not valid UTF-8: byte 0x{bad} at offset "
-                             f"{err.start} ({err.reason})")(scope, receive, send)
+            await error(400, "invalid_utf8", f"request body is not valid UTF-8: byte 0x{bad} at offset "
+                        f"{err.start} ({err.reason})")(scope, receive, send)
             return
         sent = False
 

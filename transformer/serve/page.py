@@ -1,14 +1,21 @@
-"""The web page served at ``/``: type a sentence, read the translation, explore its attention.
+"""The web page served at ``/``: paste a paragraph, read the translation, explore a sentence's attention.
 
-The page posts the text to ``/v1/attention``, shows the translation from the answer and draws the
-attention with the interactive page of :mod:`transformer.visualize` (its ``page.html`` and
-``page.js``, unchanged) inside an ``<iframe id="attention-frame">``: the visualization template is
-embedded in this page once, and each answer fills in its data (``srcdoc``). Everything is inline;
-the page needs nothing but the server itself.
+The page posts the text to ``/v1/translate`` and shows the translation in the text's structure
+(line breaks and blank lines kept), each sentence of it, and of the source beside it, a
+clickable span (from the sentence alignment: code point offsets, converted to JavaScript's UTF-16
+strings with ``Array.from``). Picking a sentence (a click on either side, or the
+``#sentence-select`` list) posts the text and that sentence's index to ``/v1/attention``,
+highlights the sentence pair and draws its attention with the interactive page of
+:mod:`transformer.visualize` (its ``page.html`` and ``page.js``, unchanged) inside an
+``<iframe id="attention-frame">``: the visualization template is embedded in this page once, and
+each answer fills in its data (``srcdoc``). After a translation the first sentence is shown.
+Everything is inline; the page needs nothing but the server itself.
 
 Hooks for tests and tools: ``#source`` (the text box), ``#translate`` (the button),
-``#translation`` (the output), ``#result[data-state]`` (``idle``, ``busy``, ``done`` or ``error``),
-``#error`` (the server's message).
+``#translation`` (the output; ``.sentence[data-index]`` spans), ``#source-view`` (the source, the
+same spans), ``#sentence-select``, ``#result[data-state]`` (``idle``, ``busy``, ``done`` or
+``error``) and ``#result[data-sentence]`` (the sentence whose attention is shown), ``#error`` (the
+server's message).
 """
 
 from __future__ import annotations
@@ -34,12 +41,14 @@ def attention_view_template() -> str:
     return page.replace("__MIN_WEIGHT__", f"{MIN_LINE_WEIGHT:g}").replace("__SCRIPT__", script)
 
 
-def index_html(*, src_lang: str | None = None, tgt_lang: str | None = None, max_chars: int = 1000) -> str:
+def index_html(*, src_lang: str | None = None, tgt_lang: str | None = None, max_chars: int = 5000,
+               max_sentences: int = 256) -> str:
     """The HTML of ``/``."""
     direction = f"{src_lang} \u2192 {tgt_lang}" if src_lang and tgt_lang else "source \u2192 target"
     settings = {"format": PAGE_FORMAT, "version": PAGE_VERSION, "min_line_weight": MIN_LINE_WEIGHT}
     return (_INDEX.replace("__DIRECTION__", html.escape(direction))
             .replace("__MAX_CHARS__", str(int(max_chars)))
+            .replace("__MAX_SENTENCES__", str(int(max_sentences)))
             .replace("__SETTINGS__", _script_json(settings))
             .replace("__TEMPLATE__", _script_json(attention_view_template())))
 
@@ -52,19 +61,28 @@ _INDEX = """<!DOCTYPE html>
 <title>Transformer translation</title>
 <link rel="icon" href="data:,">
 <style>
-  :root { --fg: #1d1d1f; --muted: #6b6b70; --line: #d8d8dc; --accent: #2458b3; --bad: #b3261e; }
+  :root { --fg: #1d1d1f; --muted: #6b6b70; --line: #d8d8dc; --accent: #2458b3; --bad: #b3261e; --pick: #fff0b3; --hover: #eef3fc; }
   * { box-sizing: border-box; }
   body { margin: 0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif; color: var(--fg); }
   header, main { max-width: 1200px; margin: 0 auto; padding: 14px 18px; }
   h1 { font-size: 19px; margin: 0; }
   .direction { color: var(--muted); }
+  .hint { color: var(--muted); font-size: 13px; margin: 4px 0 0; }
   form { display: grid; grid-template-columns: 1fr auto; gap: 10px; align-items: start; }
-  textarea { font: inherit; width: 100%; min-height: 4.5em; padding: 8px; border: 1px solid var(--line); border-radius: 6px; resize: vertical; }
+  textarea { font: inherit; width: 100%; min-height: 7em; padding: 8px; border: 1px solid var(--line); border-radius: 6px; resize: vertical; }
   button { font: inherit; padding: 8px 18px; border: 0; border-radius: 6px; background: var(--accent); color: #fff; cursor: pointer; }
   button:disabled { opacity: .55; cursor: progress; }
   #result { margin-top: 12px; }
-  #translation { font-size: 18px; font-weight: 600; min-height: 1.5em; overflow-wrap: anywhere; }
-  #meta { color: var(--muted); font-size: 13px; }
+  #texts { display: grid; grid-template-columns: 1fr 1fr; gap: 14px; }
+  #texts h2 { font-size: 13px; font-weight: 600; color: var(--muted); margin: 0 0 4px; text-transform: uppercase; letter-spacing: .04em; }
+  #source-view, #translation { white-space: pre-wrap; overflow-wrap: anywhere; min-height: 1.5em; }
+  #translation { font-size: 18px; font-weight: 600; }
+  .sentence { cursor: pointer; border-radius: 3px; }
+  .sentence:hover, .sentence:focus { background: var(--hover); outline: none; }
+  .sentence.picked { background: var(--pick); }
+  #meta, #attention-meta { color: var(--muted); font-size: 13px; }
+  #sentence-picker { margin-top: 10px; display: flex; gap: 8px; align-items: center; flex-wrap: wrap; }
+  #sentence-select { font: inherit; max-width: 100%; }
   #error { color: var(--bad); }
   #attention-frame { width: 100%; height: 760px; border: 1px solid var(--line); border-radius: 6px; margin-top: 10px; }
   [hidden] { display: none !important; }
@@ -73,17 +91,26 @@ _INDEX = """<!DOCTYPE html>
 <body>
 <header>
   <h1>Transformer translation <span class="direction">__DIRECTION__</span></h1>
+  <p class="hint">Paste a sentence or paragraphs (at most __MAX_CHARS__ characters, __MAX_SENTENCES__ sentences); click a sentence of the translation to see its attention.</p>
 </header>
 <main>
   <form id="form">
-    <textarea id="source" maxlength="__MAX_CHARS__" placeholder="Type a sentence, e.g. je suis \u00e9tudiant" autofocus></textarea>
+    <textarea id="source" maxlength="__MAX_CHARS__" placeholder="Type or paste text, e.g. je suis \u00e9tudiant. le chat noir dort sur la table." autofocus></textarea>
     <button id="translate" type="submit">Translate</button>
   </form>
   <section id="result" data-state="idle" aria-live="polite">
-    <div id="translation"></div>
+    <div id="texts" hidden>
+      <div><h2>Source</h2><div id="source-view"></div></div>
+      <div><h2>Translation</h2><div id="translation"></div></div>
+    </div>
     <div id="meta"></div>
     <div id="error" hidden></div>
-    <iframe id="attention-frame" title="attention of this translation" sandbox="allow-scripts" hidden></iframe>
+    <div id="sentence-picker" hidden>
+      <label for="sentence-select">Attention of sentence</label>
+      <select id="sentence-select"></select>
+      <span id="attention-meta"></span>
+    </div>
+    <iframe id="attention-frame" title="attention of the chosen sentence" sandbox="allow-scripts" hidden></iframe>
   </section>
 </main>
 <script type="application/json" id="view-settings">__SETTINGS__</script>
@@ -96,6 +123,8 @@ _INDEX = """<!DOCTYPE html>
   const TEMPLATE = JSON.parse($("view-template").textContent);
   const escapeHtml = (s) => s.replace(/[&<>"']/g, (c) => "&#" + c.charCodeAt(0) + ";");
   const scriptJson = (o) => JSON.stringify(o).replace(/</g, "\\\\u003c").replace(/>/g, "\\\\u003e").replace(/&/g, "\\\\u0026");
+  let current = null;  /* {text, sentences}: the translated text and its alignment */
+  let generation = 0;  /* answers to older requests are ignored */
 
   function viewHtml(doc) {  /* the visualization page for one attention document */
     const payload = Object.assign({}, SETTINGS, { sentences: [doc] });
@@ -103,34 +132,121 @@ _INDEX = """<!DOCTYPE html>
     return TEMPLATE.replace(/__(TITLE|DATA)__/g, (_, key) => values[key]);
   }
 
-  function show(state, { translation = "", meta = "", error = "" } = {}) {
+  /* The API's offsets count code points; Array.from splits a string into code points. */
+  function renderSpans(container, text, spans) {
+    const chars = Array.from(text);
+    container.textContent = "";
+    let at = 0;
+    spans.forEach(([a, b], i) => {
+      if (a > at) container.append(chars.slice(at, a).join(""));
+      const span = document.createElement("span");
+      span.className = "sentence";
+      span.dataset.index = String(i);
+      span.tabIndex = 0;
+      span.setAttribute("role", "button");
+      span.title = "sentence " + (i + 1) + ": show its attention";
+      span.textContent = chars.slice(a, b).join("");
+      container.append(span);
+      at = Math.max(at, b);
+    });
+    if (at < chars.length) container.append(chars.slice(at).join(""));
+  }
+
+  function setState(state) {
     $("result").dataset.state = state;
-    $("translation").textContent = translation;
-    $("meta").textContent = meta;
-    $("error").textContent = error;
-    $("error").hidden = !error;
     $("translate").disabled = state === "busy";
+  }
+
+  function showError(message) {
+    $("error").textContent = message;
+    $("error").hidden = !message;
+  }
+
+  function clearResult() {
+    current = null;
+    $("texts").hidden = true;
+    $("translation").textContent = "";
+    $("source-view").textContent = "";
+    $("sentence-picker").hidden = true;
+    $("attention-frame").hidden = true;
+    delete $("result").dataset.sentence;
+  }
+
+  async function post(path, body) {
+    const response = await fetch(path, { method: "POST", headers: { "Content-Type": "application/json" },
+                                         body: JSON.stringify(body) });
+    const answer = await response.json();
+    if (!response.ok) throw new Error(answer.message || response.statusText);
+    return answer;
   }
 
   async function translate(event) {
     event.preventDefault();
     const text = $("source").value;
-    show("busy", { meta: "translating\u2026" });
+    const mine = ++generation;
+    clearResult();
+    showError("");
+    setState("busy");
+    $("meta").textContent = "translating\u2026";
     const started = performance.now();
     try {
-      const response = await fetch("/v1/attention", { method: "POST", headers: { "Content-Type": "application/json" },
-                                                      body: JSON.stringify({ text }) });
-      const body = await response.json();
-      if (!response.ok) { show("error", { error: body.message || response.statusText }); return; }
-      const ms = Math.round(performance.now() - started);
-      show("done", { translation: body.translation || "(empty translation)",
-                     meta: `${body.tokens.source.pieces.length} source tokens \u2192 ` +
-                           `${body.tokens.target_output.pieces.length - 1} target tokens \u00b7 ${ms} ms` });
-      const frame = $("attention-frame");
-      frame.srcdoc = viewHtml(body);
-      frame.hidden = false;
+      const body = await post("/v1/translate", { text });
+      if (mine !== generation) return;
+      const t = body.translations[0];
+      current = { text, sentences: t.sentences };
+      renderSpans($("source-view"), text, t.sentences.map((s) => s.source_span));
+      renderSpans($("translation"), t.translation, t.sentences.map((s) => s.target_span));
+      $("texts").hidden = false;
+      const select = $("sentence-select");
+      select.textContent = "";
+      t.sentences.forEach((s, i) => {
+        const words = Array.from(text).slice(s.source_span[0], s.source_span[1]).join("");
+        const label = (i + 1) + ". " + (words.length > 70 ? words.slice(0, 69) + "\u2026" : words);
+        select.append(new Option(label, String(i)));
+      });
+      $("sentence-picker").hidden = false;
+      const n = t.sentences.length;
+      $("meta").textContent = `${n} sentence${n === 1 ? "" : "s"} \u00b7 ${Math.round(performance.now() - started)} ms`;
+      await pick(0, mine);
     } catch (err) {
-      show("error", { error: "the server did not answer: " + err });
+      if (mine !== generation) return;
+      $("meta").textContent = "";
+      showError(err instanceof TypeError ? "the server did not answer: " + err : err.message);
+      setState("error");
+    }
+  }
+
+  async function pick(index, mine = ++generation) {
+    if (!current) return;
+    document.querySelectorAll(".sentence").forEach((el) => el.classList.toggle("picked", el.dataset.index === String(index)));
+    $("sentence-select").value = String(index);
+    showError("");
+    setState("busy");
+    $("attention-meta").textContent = "computing the attention\u2026";
+    const started = performance.now();
+    try {
+      const doc = await post("/v1/attention", { text: current.text, sentence: index });
+      if (mine !== generation) return;
+      $("attention-meta").textContent = `${doc.tokens.source.pieces.length} source tokens \u2192 ` +
+        `${doc.tokens.target_output.pieces.length - 1} target tokens \u00b7 ${Math.round(performance.now() - started)} ms`;
+      const frame = $("attention-frame");
+      frame.srcdoc = viewHtml(doc);
+      frame.hidden = false;
+      $("result").dataset.sentence = String(index);
+      setState("done");
+    } catch (err) {
+      if (mine !== generation) return;
+      $("attention-meta").textContent = "";
+      showError(err instanceof TypeError ? "the server did not answer: " + err : err.message);
+      setState("error");
+    }
+  }
+
+  function pickFrom(event) {
+    const el = event.target.closest(".sentence");
+    if (el && (event.type === "click" || event.key === "Enter" || event.key === " ")) {
+      event.preventDefault();
+      pick(Number(el.dataset.index));
     }
   }
 
@@ -138,6 +254,11 @@ _INDEX = """<!DOCTYPE html>
   $("source").addEventListener("keydown", (e) => {
     if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) $("form").requestSubmit();
   });
+  for (const id of ["translation", "source-view"]) {
+    $(id).addEventListener("click", pickFrom);
+    $(id).addEventListener("keydown", pickFrom);
+  }
+  $("sentence-select").addEventListener("change", (e) => pick(Number(e.target.value)));
   document.body.dataset.ready = "true";
 })();
 </script>

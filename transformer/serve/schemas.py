@@ -53,19 +53,38 @@ class Hypothesis(BaseModel):
     log_prob: float = Field(description="the model's total log-probability of the output tokens")
 
 
+class SentenceTranslation(BaseModel):
+    """One sentence of a text: which source span produced which target span."""
+
+    source_span: tuple[int, int] = Field(description="[start, end) of the sentence in the text (source): "
+                                         "Unicode code points (Python str indices), not bytes or UTF-16 units")
+    target_span: tuple[int, int] = Field(description="[start, end) of its translation in translation, in the "
+                                         "same unit")
+    line: int = Field(description="the line of the text the sentence is on, from 1")
+    score: float = Field(description="the score of its best hypothesis")
+    n_best: list[Hypothesis] = Field(description="this sentence's hypotheses, best first")
+
+
 class Translation(BaseModel):
     source: str
-    translation: str = Field(description="the best hypothesis")
-    score: float
-    n_best: list[Hypothesis] = Field(description="n_best hypotheses, best first")
+    translation: str = Field(description="the text with each sentence translated, its lines, blank lines and "
+                             "spacing kept")
+    score: float = Field(description="the sentences' mean score (a one-sentence text: its score)")
+    n_best: list[Hypothesis] = Field(description="n_best hypotheses, best first; for several sentences the k-th "
+                                     "puts every sentence's k-th hypothesis in the text's structure (log_prob: "
+                                     "their sum, score: their mean)")
+    sentences: list[SentenceTranslation] = Field(description="the sentence alignment, in text order")
 
 
 class Timing(BaseModel):
     total_ms: float = Field(description="time spent in the server on this request")
     queue_ms: float = Field(description="waiting for the model, the batching window included")
     compute_ms: float = Field(description="the model call this request joined")
-    batch_size: int = Field(description="texts in that model call (several requests merged by dynamic batching)")
-    batch_requests: int = Field(description="requests merged into that model call")
+    batch_size: int = Field(description="sentences in that model call (several requests merged by dynamic "
+                            "batching); the largest when the request took several calls")
+    batch_requests: int = Field(description="requests merged into that model call (the most, over its calls)")
+    model_calls: int = Field(description="model calls that translated the request's sentences (a request with more "
+                             "than max_batch_size sentences takes several)")
 
 
 class Decoding(BaseModel):
@@ -73,7 +92,7 @@ class Decoding(BaseModel):
     beam_size: int
     n_best: int
     alpha: float
-    max_length: int | None = Field(description="output tokens per text; null: input length + 50 (the paper)")
+    max_length: int | None = Field(description="output tokens per sentence; null: input length + 50 (the paper)")
 
 
 class TranslateResponse(BaseModel):
@@ -121,7 +140,8 @@ def request_models(limits: ServeLimits, default_beam: int) -> RequestModels:
     beam = Annotated[int, Field(ge=1, le=limits.max_beam_size,
                                 description="beam width; 1 is greedy search")]
     max_length = Annotated[int | None, Field(ge=1, le=limits.max_output_tokens,
-                                             description="most output tokens per text (default: input length + 50)")]
+                                             description="most output tokens per sentence (default: input "
+                                             "length + 50)")]
 
     def n_best_fits(self):
         if self.n_best > self.beam_size:
@@ -131,23 +151,30 @@ def request_models(limits: ServeLimits, default_beam: int) -> RequestModels:
     translate = create_model(
         "TranslateRequest",
         __config__=strict,
-        __doc__="One text or a list of texts, and decoding settings.",
+        __doc__="One text or a list of texts (each may hold several sentences, lines and paragraphs), "
+                "and decoding settings.",
         __validators__={"n_best_fits": model_validator(mode="after")(n_best_fits)},
         text=(Annotated[Annotated[text, Tag(ONE_TEXT)]
                         | Annotated[list[text], Field(min_length=1, max_length=limits.max_texts), Tag(TEXT_LIST)],
                         Discriminator(_text_or_list, custom_error_type="text_type",
                                       custom_error_message="text must be a string or a list of strings")],
               Field(description=f"a text or a list of at most {limits.max_texts} texts, "
-                                f"each at most {limits.max_chars} characters")),
+                                f"each at most {limits.max_chars} characters; at most {limits.max_sentences} "
+                                "sentences in all")),
         beam_size=(beam, default_beam),
-        n_best=(Annotated[int, Field(ge=1, le=limits.max_beam_size, description="hypotheses per text")], 1),
+        n_best=(Annotated[int, Field(ge=1, le=limits.max_beam_size, description="hypotheses per sentence")], 1),
         max_length=(max_length, None),
     )
     attention = create_model(
         "AttentionRequest",
         __config__=strict,
-        __doc__="One text: its translation and every attention weight of that translation.",
-        text=(text, Field(description=f"at most {limits.max_chars} characters")),
+        __doc__="One text (several sentences allowed): the translation of one of its sentences and every "
+                "attention weight of that translation.",
+        text=(text, Field(description=f"at most {limits.max_chars} characters, "
+                                      f"at most {limits.max_sentences} sentences")),
+        sentence=(Annotated[int, Field(ge=0, le=max(0, limits.max_sentences - 1),
+                                       description="which sentence of the text, from 0, in the order of "
+                                       "/v1/translate's sentences")], 0),
         beam_size=(beam, default_beam),
         max_length=(max_length, None),
     )

@@ -1,0 +1,219 @@
+"""The LibreTranslate API, so that existing clients of self-hosted translation servers work with ours.
+
+LibreTranslate (https://libretranslate.com, ``libretranslatepy`` and the other client libraries)
+is the de facto interface of self-hosted translation servers. The server answers the part of it
+a single-direction model can:
+
+* ``POST /translate``: ``q`` (a string, or in a JSON body a list of strings), ``source``,
+  ``target``, ``format`` (``text``, the default, or ``html``), ``api_key`` (accepted and
+  ignored; so is any other parameter). The body is JSON (``Content-Type: application/json``) or
+  a form (``application/x-www-form-urlencoded`` or ``multipart/form-data``); form parameters may
+  also come in the query string, as LibreTranslate takes them. Answers
+  ``{"translatedText": "..."}``, a list when ``q`` is a list. Each text may hold paragraphs: it
+  is translated sentence by sentence in its structure, through the same dynamic batcher and
+  limits as ``/v1/translate``. Blank texts in a list come back as they are. ``source`` may be
+  ``auto``: it is taken as the model's source language (nothing is detected, and no
+  ``detectedLanguage`` is returned).
+* ``GET /languages``: ``[{"code", "name", "targets"}]``: the model's source language with its
+  target, and the target language (with no targets of its own, as LibreTranslate lists a
+  language it only translates into).
+
+``/detect`` is not offered: the model serves one source language and detects nothing. Nor are
+``/translate_file``, ``/frontend/settings``, ``alternatives`` or API keys.
+
+Errors have LibreTranslate's shape, ``{"error": message}``: 400 for a missing or bad parameter
+(a language the model does not serve, a format other than text or html, a text too long, too
+many texts or sentences, a sentence too long in tokens, a control character), 413 for a body over
+``max_body_bytes``, 503 when overloaded or timed out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from email.parser import BytesParser
+from email.policy import HTTP
+from typing import Any
+from urllib.parse import parse_qsl
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from transformer.serve.batching import Overloaded, TimedOut
+from transformer.serve.documents import Unprocessable
+from transformer.serve.limits import ServeLimits
+from transformer.serve.middleware import plain_error_json
+from transformer.serve.schemas import check_text
+
+PATHS = frozenset({"/translate", "/languages"})
+
+# English names of the languages LibreTranslate and the usual corpora offer (ISO 639-1); a code
+# not listed here is its own name.
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "az": "Azerbaijani", "bg": "Bulgarian", "bn": "Bengali", "ca": "Catalan", "cs": "Czech",
+    "da": "Danish", "de": "German", "el": "Greek", "en": "English", "eo": "Esperanto", "es": "Spanish",
+    "et": "Estonian", "eu": "Basque", "fa": "Persian", "fi": "Finnish", "fr": "French", "ga": "Irish",
+    "gl": "Galician", "he": "Hebrew", "hi": "Hindi", "hu": "Hungarian", "id": "Indonesian", "it": "Italian",
+    "ja": "Japanese", "ko": "Korean", "lt": "Lithuanian", "lv": "Latvian", "ms": "Malay", "nb": "Norwegian",
+    "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sk": "Slovak",
+    "sl": "Slovenian", "sq": "Albanian", "sv": "Swedish", "th": "Thai", "tl": "Tagalog", "tr": "Turkish",
+    "uk": "Ukrainian", "ur": "Urdu", "vi": "Vietnamese", "zh": "Chinese",
+}
+UNKNOWN = "und"  # ISO 639's "undetermined": a run that does not record a language
+
+
+class BadRequest(Exception):
+    """A LibreTranslate request with a missing or bad parameter (400)."""
+
+
+def language_name(code: str) -> str:
+    return LANGUAGE_NAMES.get(code.lower(), code)
+
+
+def languages(src_lang: str | None, tgt_lang: str | None) -> list[dict[str, Any]]:
+    """``GET /languages``: the source with its one target, then the target (no targets)."""
+    src, tgt = src_lang or UNKNOWN, tgt_lang or UNKNOWN
+    out = [{"code": src, "name": language_name(src) if src_lang else "Undetermined (the run does not say)",
+            "targets": [tgt]}]
+    if tgt != src:
+        out.append({"code": tgt, "name": language_name(tgt) if tgt_lang else "Undetermined (the run does not say)",
+                    "targets": []})
+    return out
+
+
+def _form_fields(body: bytes, content_type: str) -> list[tuple[str, str]]:
+    """The fields of a form body (urlencoded or multipart); file parts are skipped."""
+    media = content_type.split(";")[0].strip().lower()
+    if media == "application/x-www-form-urlencoded":
+        try:
+            return parse_qsl(body.decode("utf-8"), keep_blank_values=True, errors="strict")
+        except UnicodeDecodeError as err:
+            raise BadRequest(f"Invalid request: a form value is not valid UTF-8 ({err.reason})") from None
+    if media == "multipart/form-data":
+        message = BytesParser(policy=HTTP).parsebytes(b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n"
+                                                      + body)
+        if not message.is_multipart():
+            raise BadRequest("Invalid request: the multipart/form-data body cannot be read")
+        fields = []
+        for part in message.iter_parts():
+            name = part.get_param("name", header="content-disposition")
+            if not name or part.get_filename() is not None:
+                continue
+            payload = part.get_payload(decode=True) or b""
+            try:
+                fields.append((str(name), payload.decode(part.get_content_charset() or "utf-8")))
+            except (UnicodeDecodeError, LookupError):
+                raise BadRequest(f"Invalid request: form field {name} is not valid text") from None
+        return fields
+    return []
+
+
+async def read_parameters(request: Request) -> dict[str, Any]:
+    """The request's parameters as LibreTranslate reads them: a JSON body's object, or else the
+    query string's and the form's fields (the first of a repeated name)."""
+    content_type = request.headers.get("content-type", "")
+    media = content_type.split(";")[0].strip().lower()
+    body = await request.body()
+    if media == "application/json" or media.endswith("+json"):
+        try:
+            data = json.loads(body)
+        except ValueError as err:
+            raise BadRequest(f"Invalid JSON: {err}") from None
+        if not isinstance(data, dict):
+            raise BadRequest("Invalid JSON format")
+        return data
+    values: dict[str, Any] = {}
+    for name, value in [*request.query_params.multi_items(), *_form_fields(body, content_type)]:
+        values.setdefault(name, value)
+    return values
+
+
+def _string(params: dict[str, Any], name: str, *, required: bool = True) -> str | None:
+    value = params.get(name)
+    if value is None or value == "":
+        if required:
+            raise BadRequest(f"Invalid request: missing {name} parameter")
+        return None
+    if not isinstance(value, str):
+        raise BadRequest(f"Invalid request: {name} must be a string")
+    return value
+
+
+def _texts(params: dict[str, Any], limits: ServeLimits) -> tuple[list[str], bool]:
+    """``q`` as a list of texts, and whether it was a list; each checked against the limits."""
+    q = params.get("q")
+    if q is None or q == "" or q == []:
+        raise BadRequest("Invalid request: missing q parameter")
+    batch = isinstance(q, list)
+    texts = q if batch else [q]
+    if not all(isinstance(t, str) for t in texts):
+        raise BadRequest("Invalid request: q must be a string or a list of strings")
+    if len(texts) > limits.max_texts:
+        raise BadRequest(f"Invalid request: q holds {len(texts)} texts; at most {limits.max_texts} are translated "
+                         "per request")
+    for i, text in enumerate(texts):
+        name = f"q[{i}]" if batch else "q"
+        if len(text) > limits.max_chars:
+            raise BadRequest(f"Invalid request: {name} is {len(text)} characters long; at most {limits.max_chars} "
+                             "are translated")
+        if text.strip():
+            try:
+                check_text(text)
+            except ValueError as err:
+                raise BadRequest(f"Invalid request: {name} {err}") from None
+    return texts, batch
+
+
+def _check_language(given: str, served: str | None, what: str, src_lang: str | None, tgt_lang: str | None) -> None:
+    if served is not None and given.lower() != served.lower():
+        raise BadRequest(f"{given} is not supported as the {what} language: this server translates "
+                         f"{src_lang or UNKNOWN} ({language_name(src_lang or UNKNOWN)}) to "
+                         f"{tgt_lang or UNKNOWN} ({language_name(tgt_lang or UNKNOWN)})")
+
+
+Translate = Callable[..., Awaitable[tuple[list[dict[str, Any]], Any]]]
+
+
+def add_routes(app: FastAPI, *, translate: Translate, translate_html: Callable[..., Awaitable[list[str]]],
+               src_lang: str | None, tgt_lang: str | None, limits: ServeLimits) -> None:
+    """Add ``POST /translate`` and ``GET /languages`` (see the module doc) to ``app``.
+
+    ``translate(texts, names=...)`` returns the native API's ``Translation`` dicts (and the batch
+    info); ``translate_html(pages, names)`` the translated pages. Both raise :class:`Unprocessable`,
+    :class:`Overloaded` or :class:`TimedOut`, which become LibreTranslate errors here."""
+
+    @app.get("/languages", include_in_schema=False)
+    async def get_languages() -> JSONResponse:
+        return JSONResponse(languages(src_lang, tgt_lang))
+
+    @app.post("/translate", include_in_schema=False)
+    async def post_translate(request: Request) -> JSONResponse:
+        try:
+            params = await read_parameters(request)
+            texts, batch = _texts(params, limits)
+            source = _string(params, "source")
+            target = _string(params, "target")
+            text_format = _string(params, "format", required=False) or "text"
+            if text_format not in ("text", "html"):
+                raise BadRequest(f"{text_format} format is not supported (text or html)")
+            if source.lower() != "auto":
+                _check_language(source, src_lang, "source", src_lang, tgt_lang)
+            _check_language(target, tgt_lang, "target", src_lang, tgt_lang)
+            out = list(texts)
+            todo = [i for i, t in enumerate(texts) if t.strip()]  # blank texts come back as they are
+            names = [f"q[{i}]" if batch else "q" for i in todo]
+            if todo:
+                if text_format == "html":
+                    translated = await translate_html([texts[i] for i in todo], names)
+                else:
+                    results, _ = await translate([texts[i] for i in todo], names=names)
+                    translated = [r["translation"] for r in results]
+                for i, t in zip(todo, translated):
+                    out[i] = t
+        except BadRequest as err:
+            return plain_error_json(400, str(err))
+        except Unprocessable as err:
+            return plain_error_json(400, f"Invalid request: {err}")
+        except (Overloaded, TimedOut) as err:
+            return plain_error_json(503, str(err), headers={"Retry-After": "1"})
+        return JSONResponse({"translatedText": out if batch else out[0]})
