@@ -1,14 +1,28 @@
 """The ``transformer`` command: thin subcommands that call the library.
 
-Each subcommand registers itself with ``_register``; errors the user can fix are printed as one
-line on stderr with exit status 2, never as a stack trace.
+Each subcommand registers itself with ``_register``. Errors are printed as one line on stderr,
+``transformer COMMAND: error: ...``, naming the problem and the fix, never as a stack trace.
+Exit statuses (also in ``transformer --help``):
+
+* 0: success.
+* 2: a mistake in the command or its settings: an unknown option, a setting out of its range
+  (``train.lr_scale=nan``), a missing input file, a path that is a directory, a run directory
+  that holds another run or that another process is writing to (``train`` and ``average``
+  lock it), a directory you may not write to.
+* 3: the environment failed: a read-only file system, a full disk or exhausted quota, an
+  input/output error. Nothing is left half-written; fix the cause and run the same command again
+  (``train`` resumes from its last checkpoint).
+* 130: interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import math
 import sys
+import textwrap
 import time
 from typing import Callable, Sequence
 
@@ -21,6 +35,14 @@ from transformer.model.masks import padding_mask
 from transformer.model import Transformer
 
 Handler = Callable[[argparse.Namespace], int]
+
+
+EXIT_USAGE = 2  # a mistake in the command or its settings
+EXIT_ENVIRONMENT = 3  # the file system (or another part of the environment) failed
+EXIT_STATUSES = (
+    "exit status: 0 success; 2 a mistake in the command or its settings (a value out of range, a missing file, "
+    "a run directory in use by another run); 3 the environment failed (read-only file system, full disk, "
+    "I/O error): fix it and run the same command again; 130 interrupted.")
 
 
 class UsageError(Exception):
@@ -109,13 +131,22 @@ def _layer_table(model: Transformer) -> str:
 
 
 def _register_train(sub: argparse._SubParsersAction) -> None:
+    from transformer.training.config import describe_ranges
+
+    description = (
+        "Train with the paper's recipe. Settings come from --config (YAML or JSON with sections "
+        "data/model/train) and key=value overrides, e.g. train.epochs=5 data.corpus=files "
+        "data.train_src=train.fr data.train_tgt=train.en. Running again on the same --run-dir resumes "
+        "from its latest checkpoint. One training at a time per --run-dir: a second is refused while the first "
+        "runs (translate, evaluate and serve may read it meanwhile). For several processes: "
+        "torchrun --nproc_per_node N -m transformer.cli train ...")
     p = sub.add_parser(
         "train",
         help="train a model on the built-in corpus or your parallel text",
-        description="Train with the paper's recipe. Settings come from --config (YAML or JSON with sections "
-        "data/model/train) and key=value overrides, e.g. train.epochs=5 data.corpus=files "
-        "data.train_src=train.fr data.train_tgt=train.en. Running again on the same --run-dir resumes "
-        "from its latest checkpoint. For several processes: torchrun --nproc_per_node N -m transformer.cli train ...",
+        description=textwrap.fill(description, 100),
+        epilog="valid values of the numeric settings (checked when the configuration is read):\n  "
+        + "\n  ".join(describe_ranges()) + "\n\n" + textwrap.fill(EXIT_STATUSES, 100),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="settings, e.g. model.preset=small train.epochs=3")
     p.add_argument("--config", help="YAML or JSON run configuration")
@@ -171,10 +202,12 @@ def _register_demo(sub: argparse._SubParsersAction) -> None:
 def _demo(args: argparse.Namespace) -> int:
     from transformer.demo import DEMO_STEPS, free_run_dir, run_demo
 
-    if args.time_limit <= 0:
-        raise UsageError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
+    if not (math.isfinite(args.time_limit) and args.time_limit > 0):
+        raise UsageError(f"--time-limit must be > 0 seconds (and finite), got {args.time_limit}")
     if args.steps is not None and args.steps < 1:
         raise UsageError(f"--steps must be >= 1, got {args.steps}")
+    if not 0 <= args.seed < 2**32:
+        raise UsageError(f"--seed must be in [0, {2**32 - 1}], got {args.seed}")
     run_dir = free_run_dir(args.run_dir)
     retain_freed_memory()  # as for training
     summary = run_demo(run_dir, max_steps=args.steps or DEMO_STEPS, time_limit=args.time_limit, seed=args.seed)
@@ -206,13 +239,21 @@ def _register_average(sub: argparse._SubParsersAction) -> None:
 
 
 def _average(args: argparse.Namespace) -> int:
+    import contextlib
     from pathlib import Path
 
     from transformer.training.checkpoint import WEIGHTS_FILE
     from transformer.training.averaging import average_last
+    from transformer.training.lock import RunLock, storage_errors
+    from transformer.training.trainer import RUN_CONFIG_FILE
 
     out = Path(args.out) if args.out else Path(args.run_dir) / WEIGHTS_FILE
-    used = average_last(args.run_dir, args.last, out)
+    target = out.parent
+    # Writing into a run directory (its own by default) takes that run's lock: never while it trains.
+    into_run = target.is_dir() and (target.resolve() == Path(args.run_dir).resolve()
+                                    or (target / RUN_CONFIG_FILE).is_file())
+    with storage_errors(target), (RunLock(target, command="average") if into_run else contextlib.nullcontext()):
+        used = average_last(args.run_dir, args.last, out)
     print(f"averaged {len(used)} checkpoints ({', '.join(p.name for p in used)}) into {out}")
     return 0
 
@@ -221,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="transformer",
         description="Train, run and look inside the Transformer of 'Attention Is All You Need'.",
+        epilog=EXIT_STATUSES,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -281,12 +323,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return args.handler(args)
-    except (UsageError, ValueError, FileNotFoundError, NotADirectoryError, PermissionError) as err:
-        print(f"transformer {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    except (UsageError, ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
+            PermissionError) as err:
+        print(f"transformer {args.command}: error: {_one_line(err)}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as err:  # the environment: a read-only or full disk, an I/O error (RunStorageError names the fix)
+        print(f"transformer {args.command}: error: {_one_line(err)}", file=sys.stderr)
+        return EXIT_USAGE if err.errno in (errno.EACCES, errno.EPERM) else EXIT_ENVIRONMENT
     except KeyboardInterrupt:
         print(f"transformer {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _one_line(err: BaseException) -> str:
+    """The error's message on one line (a message may quote a multi-line value)."""
+    return " ".join(str(err).split()) or type(err).__name__
 
 
 if __name__ == "__main__":

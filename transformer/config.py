@@ -19,28 +19,33 @@ from transformer import config_dict
 ACTIVATIONS = ("relu", "gelu", "silu")
 POSITIONAL = ("sinusoidal", "learned")
 SINUSOID_LAYOUTS = ("interleaved", "concat")
+BOOL_FIELDS = ("norm_first", "scale_embeddings", "share_embeddings", "tie_output", "output_bias")
 
 
 @dataclass
 class ModelConfig:
     """Sizes and switches of an encoder-decoder Transformer (paper section 3, Table 3)."""
 
-    src_vocab_size: int
-    tgt_vocab_size: int
-    d_model: int = 512
-    n_heads: int = 8
-    d_ff: int = 2048
-    n_encoder_layers: int = 6
-    n_decoder_layers: int = 6
-    dropout: float = 0.1  # residual dropout and dropout on embeddings + positions (5.4)
-    attention_dropout: float = 0.1  # dropout on the attention weights
-    activation_dropout: float = 0.0  # dropout between the two feed-forward layers
+    src_vocab_size: int = field(metadata=config_dict.positive_int())
+    tgt_vocab_size: int = field(metadata=config_dict.positive_int())
+    d_model: int = field(default=512, metadata=config_dict.positive_int(
+        note="a multiple of n_heads; even with sinusoidal positions"))
+    n_heads: int = field(default=8, metadata=config_dict.positive_int())
+    d_ff: int = field(default=2048, metadata=config_dict.positive_int())
+    n_encoder_layers: int = field(default=6, metadata=config_dict.int_at_least(1))
+    n_decoder_layers: int = field(default=6, metadata=config_dict.int_at_least(1))
+    # residual dropout and dropout on embeddings + positions (5.4)
+    dropout: float = field(default=0.1, metadata=config_dict.probability())
+    attention_dropout: float = field(default=0.1, metadata=config_dict.probability())  # on the attention weights
+    # dropout between the two feed-forward layers
+    activation_dropout: float = field(default=0.0, metadata=config_dict.probability())
     activation: str = "relu"  # position-wise FFN non-linearity (3.3): "relu", "gelu" or "silu" (swish, Marian)
     norm_first: bool = False  # False: post-LN as in the paper; True: pre-LN + final LayerNorm
-    layer_norm_eps: float = 1e-5
+    layer_norm_eps: float = field(default=1e-5, metadata=config_dict.positive())
     positional: str = "sinusoidal"  # "sinusoidal" (3.5) or "learned"
     sinusoid_layout: str = "interleaved"  # sin on even / cos on odd dims, or "concat" (all sin, then all cos)
-    max_positions: int = 1024  # size of a learned position table (sinusoids extend on demand)
+    # size of a learned position table (sinusoids extend on demand)
+    max_positions: int = field(default=1024, metadata=config_dict.positive_int())
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model) (3.4)
     share_embeddings: bool = False  # one embedding for source and target (needs one vocabulary)
     tie_output: bool = True  # target embedding == pre-softmax projection (3.4)
@@ -57,26 +62,21 @@ class ModelConfig:
         return self.d_model // self.n_heads
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first field that is out of range."""
-        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_positions"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}")
-        for name in ("n_encoder_layers", "n_decoder_layers"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"ModelConfig.{name} must be an integer >= 1, got {value!r}")
+        """Raise ``ValueError`` naming the first field that is out of range.
+
+        The numeric ranges are declared on the fields (:func:`transformer.config_dict.check_fields`):
+        sizes are positive integers, layer counts >= 1, dropout rates in [0, 1), ``layer_norm_eps``
+        > 0 and finite.
+        """
+        config_dict.check_fields(self, "ModelConfig")
+        for name in BOOL_FIELDS:
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"ModelConfig.{name} must be true or false, got {getattr(self, name)!r}")
         if self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"ModelConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}); "
                 f"e.g. d_model=512 with n_heads=8 gives d_k=64"
             )
-        for name in ("dropout", "attention_dropout", "activation_dropout"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise ValueError(f"ModelConfig.{name} must be in [0, 1), got {value!r}")
-        if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
-            raise ValueError(f"ModelConfig.layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
         _check_choice("activation", self.activation, ACTIVATIONS)
         _check_choice("positional", self.positional, POSITIONAL)
         _check_choice("sinusoid_layout", self.sinusoid_layout, SINUSOID_LAYOUTS)

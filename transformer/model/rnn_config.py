@@ -39,17 +39,20 @@ class RNNConfig:
     projection can share the target embedding's weights (``tie_output``).
     """
 
-    src_vocab_size: int
-    tgt_vocab_size: int
+    src_vocab_size: int = field(metadata=config_dict.positive_int())
+    tgt_vocab_size: int = field(metadata=config_dict.positive_int())
     architecture: str = ARCHITECTURE
-    embed_dim: int = 256
-    hidden_size: int = 512  # decoder LSTM units = encoder units of both directions together
-    n_encoder_layers: int = 1
-    n_decoder_layers: int = 1
+    embed_dim: int = field(default=256, metadata=config_dict.positive_int())
+    # decoder LSTM units = encoder units of both directions together (even)
+    hidden_size: int = field(default=512, metadata=config_dict.positive_int(note="even"))
+    n_encoder_layers: int = field(default=1, metadata=config_dict.positive_int())
+    n_decoder_layers: int = field(default=1, metadata=config_dict.positive_int())
     score: str = "general"  # "additive" | "dot" | "general" | "scaled_dot"
-    attention_dim: int | None = None  # hidden size of the additive score (default: hidden_size)
+    # hidden size of the additive score (default: hidden_size)
+    attention_dim: int | None = field(default=None, metadata=config_dict.positive_int(none_means="the hidden size"))
     input_feeding: bool = True
-    dropout: float = 0.2  # on embeddings, between LSTM layers, on encoder states and attentional vectors
+    # on embeddings, between LSTM layers, on encoder states and attentional vectors
+    dropout: float = field(default=0.2, metadata=config_dict.probability())
     share_embeddings: bool = False  # one embedding for source and target (needs one vocabulary)
     tie_output: bool = True  # target embedding == pre-softmax projection
     output_bias: bool = False
@@ -64,25 +67,21 @@ class RNNConfig:
         return self.hidden_size
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first field that is out of range."""
+        """Raise ``ValueError`` naming the first field that is out of range.
+
+        The numeric ranges are declared on the fields (:func:`transformer.config_dict.check_fields`):
+        sizes and layer counts are positive integers (``hidden_size`` even), ``attention_dim`` a
+        positive integer or null, ``dropout`` in [0, 1).
+        """
         if self.architecture != ARCHITECTURE:
             raise ValueError(f"RNNConfig.architecture must be {ARCHITECTURE!r}, got {self.architecture!r}")
-        for name in ("src_vocab_size", "tgt_vocab_size", "embed_dim", "hidden_size", "n_encoder_layers",
-                     "n_decoder_layers"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"RNNConfig.{name} must be a positive integer, got {value!r}")
+        config_dict.check_fields(self, "RNNConfig")  # the numeric ranges declared on the fields
         if self.hidden_size % 2:
             raise ValueError(f"RNNConfig.hidden_size must be even (two encoder directions), got {self.hidden_size}")
         if self.score not in RNN_SCORES:
             raise ValueError(f"RNNConfig.score must be one of {list(RNN_SCORES)}, got {self.score!r}")
-        if self.attention_dim is not None:
-            if self.score != "additive":
-                raise ValueError(f"RNNConfig.attention_dim only applies to score='additive', not {self.score!r}")
-            if not isinstance(self.attention_dim, int) or isinstance(self.attention_dim, bool) or self.attention_dim < 1:
-                raise ValueError(f"RNNConfig.attention_dim must be a positive integer, got {self.attention_dim!r}")
-        if not isinstance(self.dropout, (int, float)) or isinstance(self.dropout, bool) or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"RNNConfig.dropout must be in [0, 1), got {self.dropout!r}")
+        if self.attention_dim is not None and self.score != "additive":
+            raise ValueError(f"RNNConfig.attention_dim only applies to score='additive', not {self.score!r}")
         for name in ("input_feeding", "share_embeddings", "tie_output", "output_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"RNNConfig.{name} must be true or false, got {getattr(self, name)!r}")

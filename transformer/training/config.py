@@ -20,12 +20,20 @@ import yaml
 
 from transformer import config_dict
 from transformer.config import PRESETS, ModelConfig, preset
+from transformer.config_dict import at_least, int_at_least, positive, positive_int, probability, valid
 from transformer.model.rnn_config import RNNConfig, rnn_preset
 from transformer.cpu.precision import PRECISIONS
+from transformer.text.tokenizer import BYTE_TOKENS, SPECIAL_TOKENS
 
 SECTIONS = ("data", "model", "train")
 CORPORA = ("builtin", "files", "tsv", "multi30k", "tatoeba")
 DEVICES = ("auto", "cpu", "cuda")
+MAX_THREADS = 1024  # torch crashes far beyond the cores a machine has (set_num_threads(100000) segfaults)
+
+
+# The smallest vocabulary the BPE tokenizer can hold: its special tokens, its 256 byte tokens and one piece.
+MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + len(BYTE_TOKENS) + 1
+SEED = dict(low=0, high=2**32 - 1)  # numpy's global generator takes seeds in [0, 2**32)
 
 
 @dataclass
@@ -39,50 +47,67 @@ class DataConfig:
     valid_src: str | None = None
     valid_tgt: str | None = None
     tsv: str | None = None  # corpus=tsv: one "source<TAB>target" pair per line
-    valid_fraction: float = 0.02  # held out from training when no validation files are given
-    builtin_train: int = 30000  # corpus=builtin: sentence pairs per split
-    builtin_valid: int = 500
-    builtin_test: int = 500
+    # held out from training when no validation files are given
+    valid_fraction: float = field(default=0.02, metadata=valid(float, 0.0, 0.5, high_open=True))
+    builtin_train: int = field(default=30000, metadata=positive_int())  # corpus=builtin: sentence pairs per split
+    builtin_valid: int = field(default=500, metadata=positive_int())
+    builtin_test: int = field(default=500, metadata=int_at_least(0))
     src_lang: str = "fr"
     tgt_lang: str = "en"
-    vocab_size: int = 8000  # BPE vocabulary (per side when joint_vocab is false)
+    # BPE vocabulary (per side when joint_vocab is false)
+    vocab_size: int = field(default=8000, metadata=int_at_least(
+        MIN_VOCAB_SIZE, note=f"{len(SPECIAL_TOKENS)} special and {len(BYTE_TOKENS)} byte tokens, then the pieces"))
     joint_vocab: bool = True  # one shared vocabulary (paper 5.1), needed for shared embeddings
-    max_len: int = 128  # drop pairs with a side longer than this many tokens
-    max_ratio: float = 3.0  # drop pairs whose token-length ratio exceeds this
-    max_tokens: int = 4096  # padded source + target tokens per batch (paper: ~25k + 25k)
-    seed: int = 0
+    max_len: int = field(default=128, metadata=positive_int())  # drop pairs with a side longer than this many tokens
+    # drop pairs whose token-length ratio (longer / shorter side) exceeds this
+    max_ratio: float = field(default=3.0, metadata=at_least(1.0, note="longer / shorter side"))
+    # padded source + target tokens per batch (paper: ~25k + 25k)
+    max_tokens: int = field(default=4096, metadata=positive_int())
+    seed: int = field(default=0, metadata=int_at_least(**SEED))
 
 
 @dataclass
 class TrainConfig:
     """The optimisation recipe (paper 5.3, 5.4) and the run's bookkeeping."""
 
-    epochs: int = 10
-    max_steps: int | None = None  # stop after this many optimizer steps
-    time_limit: float | None = None  # stop after this many seconds of training (then validate and save)
-    lr_scale: float = 1.0  # factor on the paper's learning-rate formula
-    warmup: int = 4000
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    adam_eps: float = 1e-9
-    weight_decay: float = 0.0
-    label_smoothing: float = 0.1
-    clip_norm: float | None = None  # gradient clipping by global norm (the paper has none)
-    accumulate: int = 1  # batches per optimizer step
+    epochs: int = field(default=10, metadata=positive_int())
+    # stop after this many optimizer steps
+    max_steps: int | None = field(default=None, metadata=positive_int(none_means="no step limit"))
+    # stop after this many seconds of training (then validate and save)
+    time_limit: float | None = field(default=None, metadata=positive(note="seconds", none_means="no time limit"))
+    lr_scale: float = field(default=1.0, metadata=positive())  # factor on the paper's learning-rate formula
+    warmup: int = field(default=4000, metadata=positive_int())
+    adam_beta1: float = field(default=0.9, metadata=probability())
+    adam_beta2: float = field(default=0.98, metadata=probability())
+    adam_eps: float = field(default=1e-9, metadata=positive())
+    weight_decay: float = field(default=0.0, metadata=at_least(0.0))
+    label_smoothing: float = field(default=0.1, metadata=probability())
+    # gradient clipping by global norm (the paper has none)
+    clip_norm: float | None = field(default=None, metadata=at_least(0.0, note="0 = no clipping",
+                                                                     none_means="no clipping"))
+    accumulate: int = field(default=1, metadata=positive_int())  # batches per optimizer step
     # "auto" (bf16 where the device has bf16 matrix units, else fp32), "fp32", "bf16" (autocast;
     # CPUs with AVX-512 bf16 or AMX, or CUDA) or "fp16" (CUDA, loss scaling)
     precision: str = "auto"
     device: str = "auto"
-    threads: int | None = None  # torch intra-op threads on CPU (default: torch's choice)
-    seed: int = 0
-    log_every: int = 50  # steps between progress lines / metric records
-    eval_every: int = 0  # steps between validations; 0 = at the end of each epoch
-    eval_sentences: int = 200  # validation sentences translated (greedy) for BLEU; 0 = loss only
-    save_every: int = 0  # steps between checkpoints; 0 = at every validation
-    keep_last: int = 5  # checkpoints kept (plus the best)
-    average_last: int = 0  # at the end, average the last N checkpoints into the model (paper: 5); <= keep_last
+    # torch intra-op threads on CPU
+    threads: int | None = field(default=None, metadata=int_at_least(1, MAX_THREADS, none_means="torch's choice"))
+    seed: int = field(default=0, metadata=int_at_least(**SEED))
+    log_every: int = field(default=50, metadata=positive_int())  # steps between progress lines / metric records
+    # steps between validations; 0 = at the end of each epoch
+    eval_every: int = field(default=0, metadata=int_at_least(0, note="0 = at the end of each epoch"))
+    # validation sentences translated (greedy) for BLEU; 0 = loss only
+    eval_sentences: int = field(default=200, metadata=int_at_least(0, note="0 = loss only"))
+    # steps between checkpoints; 0 = at every validation
+    save_every: int = field(default=0, metadata=int_at_least(0, note="0 = at every validation"))
+    keep_last: int = field(default=5, metadata=positive_int())  # checkpoints kept (plus the best)
+    # at the end, average the last N checkpoints into the model (paper: 5); <= keep_last
+    average_last: int = field(default=0, metadata=int_at_least(0, note="0 = none; at most train.keep_last"))
 
 
+# The settings that are text (names, paths); a command-line override gives them its text unparsed.
+_STRING_FIELDS = {name: {f.name for f in dataclasses.fields(cls) if f.type in ("str", "str | None")}
+                  for name, cls in (("data", DataConfig), ("train", TrainConfig))}
 ARCHITECTURES = ("transformer", "rnn")  # model.architecture (or the shorthand model=rnn)
 _NOT_SET = {"src_vocab_size", "tgt_vocab_size", "extra", "architecture"}  # filled in from the data, or the section key
 TRANSFORMER_KEYS = {f.name for f in dataclasses.fields(ModelConfig)} - _NOT_SET
@@ -111,31 +136,14 @@ class RunConfig:
             raise ValueError("data.corpus=tsv needs data.tsv (a file of source<TAB>target lines)")
         if bool(d.valid_src) != bool(d.valid_tgt):
             raise ValueError("give both data.valid_src and data.valid_tgt, or neither")
-        for name in ("builtin_train", "builtin_valid", "vocab_size", "max_len", "max_tokens"):
-            _positive(f"data.{name}", getattr(d, name))
-        if not 0.0 <= d.valid_fraction < 0.5:
-            raise ValueError(f"data.valid_fraction must be in [0, 0.5), got {d.valid_fraction}")
-        if d.max_ratio < 1.0:
-            raise ValueError(f"data.max_ratio must be >= 1, got {d.max_ratio}")
-        for name in ("epochs", "warmup", "accumulate", "log_every", "keep_last"):
-            _positive(f"train.{name}", getattr(t, name))
-        for name in ("eval_every", "eval_sentences", "save_every", "average_last"):
-            if getattr(t, name) < 0:
-                raise ValueError(f"train.{name} must be >= 0, got {getattr(t, name)}")
+        config_dict.check_fields(d, "data")  # the ranges declared on the fields
+        config_dict.check_fields(t, "train")
+        for section in (d, t):
+            _check_strings(section)
         if t.average_last > t.keep_last:
             raise ValueError(
                 f"train.average_last ({t.average_last}) must not exceed train.keep_last ({t.keep_last}): only the "
                 "newest train.keep_last checkpoints are kept to average; raise train.keep_last or lower train.average_last")
-        if t.max_steps is not None:
-            _positive("train.max_steps", t.max_steps)
-        if t.time_limit is not None and t.time_limit <= 0:
-            raise ValueError(f"train.time_limit must be > 0 seconds, got {t.time_limit}")
-        if t.lr_scale <= 0:
-            raise ValueError(f"train.lr_scale must be > 0, got {t.lr_scale}")
-        if not 0.0 <= t.label_smoothing < 1.0:
-            raise ValueError(f"train.label_smoothing must be in [0, 1), got {t.label_smoothing}")
-        if t.clip_norm is not None and t.clip_norm <= 0:
-            raise ValueError(f"train.clip_norm must be > 0 (or null for none), got {t.clip_norm}")
         _choice("train.precision", t.precision, PRECISIONS)
         _choice("train.device", t.device, DEVICES)
         config_dict.check_keys(self.model, MODEL_KEYS, mapping="config section 'model' must be a mapping", owner="model")
@@ -146,6 +154,7 @@ class RunConfig:
         if foreign:
             raise ValueError(f"model keys {foreign} do not apply to architecture={architecture}; "
                              f"its keys: {sorted(own | {'preset', 'architecture'})}")
+        config_dict.check_mapping(_model_class(architecture), self.model, "model")
         if self.model.get("preset", "small") not in PRESETS:
             raise ValueError(f"model.preset must be one of {sorted(PRESETS)}, got {self.model.get('preset')!r}")
         if d.joint_vocab is False and self.model.get("share_embeddings"):
@@ -170,9 +179,12 @@ class RunConfig:
     def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
         config_dict.check_keys(raw, SECTIONS, mapping="a run config must be a mapping with sections data/model/train",
                                owner="config", noun="sections")
+        model = raw.get("model") or {"preset": "small"}
+        if isinstance(model, dict):  # numbers from YAML 1.1 text ("1e-6") and ints for float settings
+            model = config_dict.check_mapping(_model_class(model.get("architecture")), model, "model", parse_text=True)
         return cls(
             data=_section(DataConfig, raw.get("data") or {}, "data"),
-            model=dict(raw.get("model") or {"preset": "small"}),
+            model=dict(model),
             train=_section(TrainConfig, raw.get("train") or {}, "train"),
         )
 
@@ -201,7 +213,8 @@ class RunConfig:
                 raise ValueError(f"override {item!r} is not of the form key=value (e.g. train.epochs=5)")
             key = "model.architecture" if key.strip() == "model" else key
             section, name = self._resolve(key.strip())
-            raw[section][name] = _parse_value(text)
+            # a string setting takes the text as it is ("data.src_lang=no" is Norwegian, not false)
+            raw[section][name] = (text.strip() or None) if name in _STRING_FIELDS.get(section, ()) else _parse_value(text)
         return RunConfig.from_dict(raw)
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -238,48 +251,68 @@ def _parse_value(text: str) -> Any:
         return None
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except ValueError:  # not JSON (or an integer of more digits than Python converts)
         pass
     try:
         return yaml.safe_load(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError):
         return text
+
+
+def describe_ranges() -> list[str]:
+    """``"section.key: valid values"`` for every numeric setting (``transformer train --help`` lists them)."""
+    rnn_only = [line for line in config_dict.describe_fields(RNNConfig, "model")
+                if line.split(":")[0].removeprefix("model.") not in TRANSFORMER_KEYS | _NOT_SET]
+    model = [line for line in config_dict.describe_fields(ModelConfig, "model")
+             if line.split(":")[0].removeprefix("model.") not in _NOT_SET]
+    return (config_dict.describe_fields(DataConfig, "data") + config_dict.describe_fields(TrainConfig, "train")
+            + model + [f"{line} (model=rnn)" for line in rnn_only])
+
+
+def _model_class(architecture: Any) -> type:
+    """The model config class whose ranges the run config's ``model`` section is checked against."""
+    return RNNConfig if architecture == "rnn" else ModelConfig
 
 
 def _section(cls: type, values: dict[str, Any], name: str) -> Any:
     config_dict.check_keys(values, config_dict.field_names(cls), mapping=f"config section {name!r} must be a mapping",
                            owner=name)
+    ranges = config_dict.ranges(cls)
     for f in dataclasses.fields(cls):
-        if f.name in values:
-            values[f.name] = _coerce(f"{name}.{f.name}", values[f.name], f.default)
+        if f.name not in values:
+            continue
+        key = f"{name}.{f.name}"
+        if f.name in ranges:  # a number: of its kind, then in its range (NaN and infinity never are)
+            if ranges[f.name].kind is int and not config_dict.is_kind(values[f.name], ranges[f.name], parse_text=True):
+                raise ValueError(f"{key} must be of type int ({ranges[f.name].describe()}), got {values[f.name]!r}")
+            values[f.name] = config_dict.check_value(key, values[f.name], ranges[f.name], parse_text=True)
+        else:
+            values[f.name] = _coerce(key, values[f.name], f.default)
     return cls(**values)
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:
-    """Check a value against the type of its field's default (ints become floats where needed)."""
+    """Check a value against the type of its field's default (a string, a boolean, or a string or null)."""
     if value is None:
         return None
-    if isinstance(default, bool) or (default is None and isinstance(value, bool)):
+    if isinstance(default, bool):
         if not isinstance(value, bool):
             raise ValueError(f"{key} must be true or false, got {value!r}")
         return value
-    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(default, float) and isinstance(value, str):
-        try:
-            return float(value)  # YAML 1.1 reads "1e-9" as a string
-        except ValueError:
-            pass
+    if default is None and not isinstance(value, str):  # an optional path
+        raise ValueError(f"{key} must be a string or null, got {value!r}")
     if default is not None and not isinstance(value, type(default)):
         raise ValueError(f"{key} must be of type {type(default).__name__}, got {value!r}")
-    if isinstance(value, bool) and default is None:
-        raise ValueError(f"{key} must be a number or string, got {value!r}")
     return value
 
 
-def _positive(key: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{key} must be a positive integer, got {value!r}")
+def _check_strings(section: Any) -> None:
+    """The string settings of a section built in Python (``DataConfig(train_src=...)``) hold strings."""
+    name = "data" if isinstance(section, DataConfig) else "train"
+    for field_name in _STRING_FIELDS[name]:
+        value = getattr(section, field_name)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{name}.{field_name} must be a string, got {value!r}")
 
 
 def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:

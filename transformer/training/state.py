@@ -198,6 +198,18 @@ def _prune(root: Path, *, keep: int, protect: set[str]) -> None:
             doomed = root / f".tmp-del-{path.name}-{os.getpid()}"
             os.replace(path, doomed)
             shutil.rmtree(doomed, ignore_errors=True)
+    _remove_work_files(root)
+
+
+def remove_stale_work_files(run_dir: PathLike) -> None:
+    """Delete the work files (``checkpoints/.tmp-*``) that saves killed mid-way left behind; those
+    this process is writing now are kept. The trainer calls it holding the run directory's lock."""
+    root = Path(run_dir) / "checkpoints"
+    if root.is_dir():
+        _remove_work_files(root)
+
+
+def _remove_work_files(root: Path) -> None:
     for path in root.iterdir():
         if _TMP.match(path.name) and path not in _IN_FLIGHT:
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)

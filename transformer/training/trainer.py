@@ -13,6 +13,13 @@ A run directory holds everything needed to translate with, inspect or resume a r
 Running the same command again on an existing run directory resumes from its latest
 checkpoint and continues exactly as if it had never stopped (same data order, same RNG).
 A run directory that holds a different configuration is refused and left untouched.
+
+A run directory has one writer at a time: the trainer holds an exclusive OS lock on
+``run/.lock`` (:mod:`transformer.training.lock`) from before it reads the directory until the
+run ends, so a second training on the same directory is refused at once, naming the first; the
+lock dies with its process, so a killed run never blocks the next. Holding it, the trainer
+removes the work files that runs killed mid-write left behind. A read-only or full disk ends
+the run with :class:`~transformer.training.lock.RunStorageError`, one line naming the fix.
 """
 
 from __future__ import annotations
@@ -46,10 +53,15 @@ from transformer.training.loss import LabelSmoothedCrossEntropy
 from transformer.training.progress import CURVE_FILE, METRICS_FILE, MetricsLog, Progress, plot_training_curve
 from transformer.training.schedule import build_optimizer
 from transformer.training.averaging import average_last
-from transformer.training.state import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
+from transformer.training.lock import RunLock, remove_stale_files, storage_errors
+from transformer.training.state import (
+    TrainerState, latest_checkpoint, load_checkpoint, remove_stale_work_files, save_checkpoint)
+from transformer.text.tokenizer import JOINT_FILE, SRC_FILE, TGT_FILE
 from transformer.translate.translator import Translator
 
 RUN_CONFIG_FILE = "run_config.json"
+# The files of a run directory written through a temporary file and a rename.
+RUN_FILES = (CONFIG_FILE, WEIGHTS_FILE, RUN_CONFIG_FILE, JOINT_FILE, SRC_FILE, TGT_FILE, METRICS_FILE, CURVE_FILE)
 
 
 class RunDirectoryError(ValueError):
@@ -93,7 +105,17 @@ class Trainer:
         _seed_everything(t.seed)
         self.show_progress = show_progress and self.dist.is_main
         self.stream = stream
+        self.lock = RunLock(self.run_dir, command="train")
+        try:
+            self._lock()  # before anything in the run directory is read or written
+            with storage_errors(self.run_dir):
+                self._set_up(cfg)
+        except BaseException:
+            self.lock.release()
+            raise
 
+    def _set_up(self, cfg: RunConfig) -> None:
+        t = cfg.train
         vocab = self._check_run_dir()
         self.data: PreparedData = prepare_data(cfg.data, vocab=vocab)
         self.vocab: Vocabularies = self.data.vocab
@@ -121,6 +143,20 @@ class Trainer:
         self._resume()
 
     # ---------------------------------------------------------------------------------- set-up
+    def _lock(self) -> None:
+        """Take the run directory's lock (the main process only: the other ranks do not write), then
+        remove the work files of killed runs; no one else can be writing them now."""
+        if not self.dist.is_main or self.lock.held:
+            return
+        with storage_errors(self.run_dir):
+            self.lock.acquire()
+            remove_stale_files(self.run_dir, RUN_FILES)
+            remove_stale_work_files(self.run_dir)
+
+    def close(self) -> None:
+        """Release the run directory's lock (``train`` does at its end); the trainer can still be read."""
+        self.lock.release()
+
     def _check_run_dir(self) -> Vocabularies | None:
         """Refuse a run directory of another configuration; return its tokenizer when resuming."""
         saved = self.run_dir / RUN_CONFIG_FILE
@@ -165,6 +201,15 @@ class Trainer:
 
     # ---------------------------------------------------------------------------------- loop
     def train(self) -> TrainResult:
+        """Train to the end of the recipe, holding the run directory's lock throughout, then release it."""
+        self._lock()  # again, when train() is called a second time
+        try:
+            with storage_errors(self.run_dir):
+                return self._train()
+        finally:
+            self.lock.release()
+
+    def _train(self) -> TrainResult:
         t, st = self.cfg.train, self.state
         model: torch.nn.Module = self.model
         if self.dist.enabled:
