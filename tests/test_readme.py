@@ -14,3 +14,31 @@ def test_ci_runs_the_readme_test_command():
     assert "pytest" in test_command
     assert test_command in (ROOT / ".ci" / "run").read_text()
     assert "-c constraints.txt" in commands[0] and "-c constraints.txt" in test_command
+
+
+def test_readme_is_a_front_door_under_300_lines():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300, "README.md stays under 300 lines: details go on a page under docs/"
+    for heading in ("## Translate", "## Train on your own data", "## Serve", "## Import and export"):
+        assert heading in readme
+    assert "Translator.from_run_dir(" in readme and ".translate([" in readme and ".translate_text(" in readme
+
+
+def test_readme_links_and_picture_exist():
+    readme = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
+    local = [t for t in targets if not re.match(r"[a-z]+:", t)]
+    assert any(t.startswith("docs/") for t in local)
+    for target in local:
+        assert (ROOT / target).exists(), f"README.md links to {target}, which does not exist"
+    pictures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", readme)
+    assert pictures, "the README shows a picture"
+    for picture in pictures:
+        assert (ROOT / picture).stat().st_size < 100_000, f"{picture}: keep committed pictures small"
+
+
+def test_readme_map_names_every_package_folder():
+    readme = (ROOT / "README.md").read_text()
+    folders = sorted(p.name for p in (ROOT / "transformer").iterdir() if (p / "__init__.py").is_file())
+    for folder in folders:
+        assert f"`transformer/{folder}/`" in readme, f"the README's package map has no line for transformer/{folder}/"

@@ -1,0 +1,311 @@
+"""The documentation site builds strictly, and every command it shows works.
+
+* The Sphinx build with warnings as errors (``-W``: broken links, missing references, malformed
+  docstrings), into a temporary directory. Skipped only where Sphinx is not installed and CI is
+  not set; under ``CI=true`` a missing Sphinx fails.
+* Every shell command shown in ``README.md`` and ``docs/*.md`` (a line of a ``bash``/``sh``
+  code block starting with ``transformer ``, ``python benchmarks/...`` or ``torchrun ... -m
+  transformer.cli``) is parsed by the command's own argparse parser; ``train`` overrides are
+  read by ``RunConfig``. The cheap ones (``translate``, ``attend``, ``info``, ``data list`` on
+  ``runs/demo``) are run, on a tiny random model in a scratch directory.
+* Python blocks compile; those that use ``runs/demo`` or the model API are run there too.
+  YAML run configurations are read by ``RunConfig``.
+* Every configuration key of the generated reference has a default, a meaning and, for numbers,
+  a range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+SHELL = {"bash", "sh", "shell", "console"}
+RUN_DIR = "runs/demo"
+EXECUTED = {"translate", "attend", "info", "data list"}  # run on the tiny model when they name RUN_DIR or none
+ON_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+sys.path.insert(0, str(DOCS / "_ext"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Code blocks and commands
+def code_blocks(path: Path) -> list[tuple[str, str, int]]:
+    """``(language, text, line)`` of each fenced code block of a Markdown file."""
+    blocks, lines = [], path.read_text(encoding="utf-8").splitlines()
+    i = 0
+    while i < len(lines):
+        match = re.match(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)", lines[i])
+        if match and not lines[i].strip().startswith("```{"):
+            fence, language, start = match.group(2), match.group(3), i + 1
+            i += 1
+            while i < len(lines) and not lines[i].strip().startswith(fence):
+                i += 1
+            blocks.append((language, "\n".join(lines[start:i]), start + 1))
+        i += 1
+    return blocks
+
+
+def shell_commands(path: Path) -> list[tuple[list[str], str]]:
+    """``(argv, where)`` of each documented command: ``["transformer", ...]`` or ``["python", "benchmarks/x.py", ...]``."""
+    found = []
+    for language, text, line in code_blocks(path):
+        if language not in SHELL:
+            continue
+        for command in re.sub(r"\\\n\s*", " ", text).splitlines():
+            command = command.strip().removeprefix("$ ")
+            for part in re.split(r"\s*&&\s*", command):
+                argv = shlex.split(part, comments=True)
+                if "-m" in argv and "transformer.cli" in argv:  # torchrun ... -m transformer.cli train ...
+                    argv = ["transformer", *argv[argv.index("transformer.cli") + 1:]]
+                if argv[:1] == ["transformer"] or (argv[:1] == ["python"] and argv[1:2]
+                                                   and argv[1].startswith("benchmarks/")):
+                    found.append((argv, f"{path.relative_to(ROOT)}:{line}: {part}"))
+    return found
+
+
+ALL_COMMANDS = [c for page in PAGES for c in shell_commands(page)]
+
+
+def parse_transformer(argv: list[str]) -> argparse.Namespace:
+    """Parse as ``transformer.cli.main`` does (late positionals after options included); raise on error."""
+    from transformer.cli import build_parser
+
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    late = next((name for name in ("sentences", "overrides") if hasattr(args, name)), None)
+    if extra and late and not any(e.startswith("-") and e != "-" for e in extra):
+        setattr(args, late, list(getattr(args, late)) + extra)
+    elif extra:
+        raise AssertionError(f"unrecognized arguments: {extra}")
+    assert getattr(args, "handler", None) is not None, "no subcommand"
+    return args
+
+
+class _Parsed(Exception):
+    pass
+
+
+def parse_benchmark(script: Path, argv: list[str]) -> None:
+    """Run the benchmark's ``main()`` up to its ``parse_args`` and stop there (nothing is measured)."""
+    spec = importlib.util.spec_from_file_location(f"_doc_{script.stem}", script)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(script.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(script.parent))
+    original = argparse.ArgumentParser.parse_args
+
+    def parse_args(self, args=None, namespace=None):
+        raise _Parsed(original(self, argv, namespace))
+
+    argparse.ArgumentParser.parse_args = parse_args
+    try:
+        module.main()
+    except _Parsed:
+        return
+    finally:
+        argparse.ArgumentParser.parse_args = original
+    raise AssertionError(f"{script.name}: main() never parsed its arguments")
+
+
+@pytest.mark.parametrize("argv, where", ALL_COMMANDS, ids=[w.split(": ", 1)[0] for _, w in ALL_COMMANDS])
+def test_documented_command_parses(argv, where):
+    if argv[0] == "python":
+        script = ROOT / argv[1]
+        assert script.is_file(), f"{where}: no such script"
+        try:
+            parse_benchmark(script, argv[2:])
+        except SystemExit as exit_:
+            raise AssertionError(f"{where}: the script's parser refused it (exit {exit_.code})") from None
+        return
+    try:
+        args = parse_transformer(argv[1:])
+    except SystemExit as exit_:
+        raise AssertionError(f"{where}: transformer's parser refused it (exit {exit_.code})") from None
+    if args.command == "train" and not args.config:
+        from transformer.training.config import RunConfig
+
+        shortcuts = [f"data.{key}={value}" for key, value in (("corpus", args.corpus), ("src_lang", args.src),
+                                                              ("tgt_lang", args.tgt), ("data_dir", args.data_dir))
+                     if value is not None]
+        RunConfig().with_overrides(shortcuts + list(args.overrides))  # unknown keys, bad values raise
+
+
+def test_the_docs_show_commands_of_every_kind():
+    commands = {" ".join(argv[:2]) for argv, _ in ALL_COMMANDS}
+    for expected in ("transformer demo", "transformer train", "transformer translate", "transformer serve",
+                     "transformer attend", "transformer export", "transformer import-hf"):
+        assert expected in commands, f"no documented {expected!r} command"
+    assert any(argv[0] == "python" for argv, _ in ALL_COMMANDS)
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands and Python blocks run on a tiny model
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory):
+    """A scratch directory holding ``runs/demo`` (a tiny random model with a BPE) and ``text.fr``."""
+    from transformer.config import preset
+    from transformer.corpus.builtin import generate_pairs
+    from transformer.model import Transformer
+    from transformer.text import Vocabularies
+    from transformer.training.checkpoint import save_model
+
+    root = tmp_path_factory.mktemp("docs-sandbox")
+    run = root / RUN_DIR
+    vocab = Vocabularies.train(generate_pairs(300, seed=1), vocab_size=300)
+    torch.manual_seed(0)
+    save_model(Transformer(preset("tiny", src_vocab_size=vocab.src.vocab_size)), run)
+    vocab.save(run)
+    (run / "run_config.json").write_text(json.dumps({"data": {"src_lang": "fr", "tgt_lang": "en"}}))
+    (root / "text.fr").write_text("je suis étudiant\nle chat dort .\n", encoding="utf-8")
+    return root
+
+
+def _runs_here(argv: list[str]) -> bool:
+    if argv[0] != "transformer":
+        return False
+    sub = " ".join(argv[1:3]) if argv[1:2] == ["data"] else argv[1]
+    if sub not in EXECUTED:
+        return False
+    if sub == "info":
+        return "--preset" not in argv or argv[argv.index("--preset") + 1] in ("tiny", "small", "base")
+    return sub == "data list" or RUN_DIR in argv
+
+
+def _kind(argv: list[str]) -> tuple[str, ...]:
+    """A command's subcommand and option names: commands that differ only in their texts run once."""
+    return tuple(a for a in argv[:3] if not a.startswith("-") and a in ("transformer", "data", "list", *EXECUTED)) \
+        + tuple(sorted(a for a in argv if a.startswith("--")))
+
+
+CHEAP = list({_kind(c[0]): c for c in ALL_COMMANDS if _runs_here(c[0])}.values())
+
+
+@pytest.mark.parametrize("argv, where", CHEAP, ids=[w.split(": ", 1)[0] for _, w in CHEAP])
+def test_documented_command_runs_on_a_tiny_model(argv, where, sandbox, monkeypatch, capsys):
+    from transformer.cli import main
+
+    import transformer.decoding.common as common
+
+    limit = common.max_lengths  # a random model never ends a sentence: stop it after 6 tokens
+    monkeypatch.setattr(common, "max_lengths", lambda *args, **kwargs: limit(*args, **kwargs).clamp(max=6))
+    monkeypatch.chdir(sandbox)
+    for path in ("text.en",):  # outputs of an earlier command are not overwritten
+        (sandbox / path).unlink(missing_ok=True)
+    status = main(argv[1:])
+    out = capsys.readouterr()
+    assert status == 0, f"{where}: exit {status}\n{out.err[-2000:]}"
+
+
+def python_blocks() -> list[tuple[str, str]]:
+    return [(text, f"{page.relative_to(ROOT)}:{line}") for page in PAGES
+            for language, text, line in code_blocks(page) if language in ("python", "py")]
+
+
+@pytest.mark.parametrize("text, where", python_blocks(), ids=[w for _, w in python_blocks()])
+def test_python_block_compiles(text, where):
+    compile(text, where, "exec")
+
+
+RUNNABLE = [(t, w) for t, w in python_blocks()
+            if f'from_run_dir("{RUN_DIR}")' in t or "from transformer import" in t]
+
+
+@pytest.mark.parametrize("text, where", RUNNABLE, ids=[w for _, w in RUNNABLE])
+def test_python_block_runs_on_a_tiny_model(text, where, sandbox, monkeypatch):
+    import transformer.decoding.common as common
+
+    limit = common.max_lengths
+    monkeypatch.setattr(common, "max_lengths", lambda *args, **kwargs: limit(*args, **kwargs).clamp(max=6))
+    monkeypatch.chdir(sandbox)
+    with contextlib.redirect_stdout(None):
+        exec(compile(text, where, "exec"), {"__name__": "__doc_example__"})
+
+
+def yaml_blocks() -> list[tuple[str, str]]:
+    return [(text, f"{page.relative_to(ROOT)}:{line}") for page in PAGES
+            for language, text, line in code_blocks(page) if language in ("yaml", "yml")]
+
+
+@pytest.mark.parametrize("text, where", yaml_blocks(), ids=[w for _, w in yaml_blocks()])
+def test_yaml_run_config_is_read(text, where):
+    from transformer.training.config import SECTIONS, RunConfig
+
+    raw = yaml.safe_load(text)
+    if isinstance(raw, dict) and set(raw) <= set(SECTIONS):
+        RunConfig.from_dict(raw)
+
+
+# ---------------------------------------------------------------------------------------------
+# The generated references
+def test_every_config_key_has_a_default_a_meaning_and_a_range():
+    import configref
+    from transformer import config_dict
+    from transformer.config import ModelConfig
+    from transformer.model.rnn_config import RNNConfig
+    from transformer.training.config import DataConfig, TrainConfig
+
+    for cls in (DataConfig, TrainConfig, ModelConfig, RNNConfig):
+        ranges = config_dict.ranges(cls) if hasattr(config_dict, "ranges") else {}
+        for row in configref.config_rows(cls):
+            if not row["settable"]:
+                continue
+            where = f"{cls.__name__}.{row['key']}"
+            assert row["meaning"], f"{where} has no meaning: add a comment on the field (docs/_ext/configref.py reads it)"
+            assert row["default"] != "(required)", where
+            assert row["valid"], f"{where}: no valid values"
+            if row["key"] in ranges:
+                assert row["valid"] == ranges[row["key"]].describe()
+    text = configref.config_reference()
+    assert "`train.warmup` | `4000`" in text and "`model.d_model` | `512`" in text
+
+
+def test_cli_reference_lists_every_subcommand():
+    import cliref
+
+    text = cliref.cli_reference()
+    for name in cliref.subcommand_parsers():
+        assert f"## `transformer {name}`" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# The strict build
+def _sphinx_available() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in ("sphinx", "myst_parser", "furo", "autoapi"))
+
+
+def test_site_builds_strictly(tmp_path):
+    if not _sphinx_available():
+        if ON_CI:
+            pytest.fail("Sphinx (the docs extra) is not installed under CI: pip install -e '.[docs]'")
+        pytest.skip("Sphinx is not installed (pip install -c constraints.txt -e '.[docs]'); CI builds the site")
+    out = tmp_path / "html"
+    result = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", "-d", str(tmp_path / "doctrees"),
+         str(DOCS), str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, f"sphinx-build -W failed:\n{result.stderr[-6000:]}\n{result.stdout[-2000:]}"
+    for page in ("index", "getting-started", "paper-to-code", "training", "decoding", "http-api", "attention",
+                 "interop", "rnn", "benchmarks", "quality", "performance", "cli", "library", "api", "changelog",
+                 "developers", "api/transformer/index"):
+        assert (out / f"{page}.html").is_file(), f"{page}.html was not built"
+    training = (out / "training.html").read_text(encoding="utf-8")
+    assert "train.label_smoothing" in training and "model.d_model" in training
+    api = (out / "http-api.html").read_text(encoding="utf-8")
+    assert "/v1/translate" in api and "TranslateRequest" in api
+    assert (out / "_downloads").is_dir(), "openapi.json is offered for download"
