@@ -19,6 +19,11 @@ switched off because they load their scripts from a CDN):
   LibreTranslate's ``{"error": message}``).
 * ``GET /``: the web page.
 
+Every response carries ``X-Content-Type-Options: nosniff``, ``X-Frame-Options: DENY``,
+``Referrer-Policy: no-referrer`` and a Content-Security-Policy: the page's allows only its own
+inline code (:func:`transformer.serve.page.page_csp`), the API's allows nothing
+(:class:`~transformer.serve.middleware.SecurityHeaders`).
+
 No endpoint reads a path or a model name from the request: the model is the one the app was
 built with. Every error of the native API is JSON (:class:`~transformer.serve.schemas.ErrorResponse`):
 400 invalid JSON or UTF-8, 413 body too large, 422 invalid fields (empty or whitespace-only
@@ -53,8 +58,8 @@ from transformer.serve.documents import (
     split_results,
 )
 from transformer.serve.limits import ServeLimits
-from transformer.serve.middleware import BodyGuard, error_json
-from transformer.serve.page import index_html
+from transformer.serve.middleware import BodyGuard, SecurityHeaders, error_json
+from transformer.serve.page import index_html, page_csp
 from transformer.serve.schemas import (
     Decoding,
     ErrorResponse,
@@ -133,6 +138,7 @@ def create_app(translator: Translator, limits: ServeLimits | None = None, *, src
     app.state.batcher = batcher
     app.state.limits = limits
     app.add_middleware(BodyGuard, max_body_bytes=limits.max_body_bytes, plain_error_paths=libretranslate.PATHS)
+    app.add_middleware(SecurityHeaders)  # outermost: BodyGuard's errors get the headers too
     _install_error_handlers(app)
 
     async def segment(texts: list[str], max_sentences: int = limits.max_sentences,
@@ -258,9 +264,11 @@ def create_app(translator: Translator, limits: ServeLimits | None = None, *, src
     page = index_html(src_lang=src_lang, tgt_lang=tgt_lang, max_chars=limits.max_chars,
                       max_sentences=limits.max_sentences)
 
+    page_headers = {"Content-Security-Policy": page_csp(page)}
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> HTMLResponse:
-        return HTMLResponse(page)
+        return HTMLResponse(page, headers=page_headers)
 
     return app
 

@@ -2,19 +2,27 @@
 
     transformer serve runs/demo [--host 127.0.0.1] [--port 8000] [--max-batch-size 32] [--timeout 30] ...
 
-The model is loaded once; uvicorn serves the FastAPI app of :mod:`transformer.serve.app`. On
-SIGTERM uvicorn stops accepting connections, lets the requests in flight finish (at most 60 s), and
-the process exits 0; Ctrl-C (SIGINT) does the same.
+The address is bound first (a busy port is one line on stderr, exit status 3, before the model
+is loaded); then the model is loaded once and uvicorn serves the FastAPI app of
+:mod:`transformer.serve.app` through the connection guards of :mod:`transformer.serve.protocol`
+(deadlines for request heads and bodies, a cap on connections, a header size limit). The
+"listening on" line is printed once the server listens. On SIGTERM the server stops accepting
+connections, closes idle and stalled ones, lets the requests in flight finish (at most
+--shutdown-grace seconds), prints what it finished and dropped, and the process exits 0; Ctrl-C
+(SIGINT) stops it the same way, then exits 130 as an interrupted command.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import signal
+import socket
+import sys
 from dataclasses import fields
 from pathlib import Path
 
-from transformer.serve.limits import ServeLimits
+from transformer.serve.limits import ConnectionLimits, ServeLimits
 from transformer.translate.cli import INT8_HELP
 
 _DEFAULTS = ServeLimits()
@@ -34,6 +42,23 @@ _OPTIONS = {  # field -> (option, type, help)
     "timeout_s": ("--timeout", float, "seconds before a request gets 503 instead of its translation"),
 }
 assert set(_OPTIONS) == {f.name for f in fields(ServeLimits)}
+
+_CONNECTION_DEFAULTS = ConnectionLimits()
+_CONNECTION_OPTIONS = {  # field -> (option, type, help)
+    "max_connections": ("--max-connections", int, "connections open at once; a connection beyond them is answered "
+                        "503 at once and closed"),
+    "header_timeout_s": ("--header-timeout", float, "seconds a client has to send a request's line and headers "
+                         "(from the connection's opening or its previous response): then 408 and closed (closed "
+                         "quietly if it sent nothing)"),
+    "body_timeout_s": ("--body-timeout", float, "seconds a client has to send a request's body once its headers "
+                       "are in: then 408 and closed"),
+    "keep_alive_s": ("--keep-alive-timeout", float, "seconds an idle connection is kept open after a response"),
+    "max_header_bytes": ("--max-header-bytes", int, "bytes of a request's line and headers together (431 beyond)"),
+    "shutdown_grace_s": ("--shutdown-grace", float, "on SIGTERM, seconds the requests in flight get to finish "
+                         "(idle and stalled connections are closed at once); a request still running then gets "
+                         "503"),
+}
+assert set(_CONNECTION_OPTIONS) == {f.name for f in fields(ConnectionLimits)}
 
 
 def register_serve_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -60,8 +85,45 @@ def register_serve_command(subparsers: argparse._SubParsersAction) -> argparse.A
     for name, (option, kind, what) in _OPTIONS.items():
         p.add_argument(option, dest=name, type=kind, default=getattr(_DEFAULTS, name),
                        help=f"{what} (default: {getattr(_DEFAULTS, name)})")
+    connections = p.add_argument_group("connections", "bounds on slow, idle and abusive clients and on the "
+                                       "shutdown (see docs/serving.md)")
+    for name, (option, kind, what) in _CONNECTION_OPTIONS.items():
+        connections.add_argument(option, dest=name, type=kind, default=getattr(_CONNECTION_DEFAULTS, name),
+                                 metavar="SECONDS" if name.endswith("_s") else "N",
+                                 help=f"{what} (default: {getattr(_CONNECTION_DEFAULTS, name):g})")
     p.set_defaults(handler=run_serve)
     return p
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def stop_message(signal_name: str, stats, grace: float) -> str:
+    """The line printed when the server stopped: what it finished and what it dropped, as counted."""
+    parts = [f"finished {_plural(stats.finished, 'request')} in flight",
+             f"dropped {stats.dropped_idle} idle and {_plural(stats.dropped_stalled, 'stalled connection')}"]
+    if stats.cut:
+        parts.append(f"answered 503 to {_plural(stats.cut, 'request')} still running after the {grace:g} s grace")
+    if stats.went_away:
+        parts.append(f"{_plural(stats.went_away, 'client')} in flight went away before the answer")
+    took = f" in {stats.shutdown_s:.1f} s" if stats.shutdown_s is not None else ""
+    return f"transformer serve: stopped by {signal_name}{took}: " + ", ".join(parts)
+
+
+def _bind_error(err: OSError, host: str, port: int) -> tuple[str, int]:
+    """A one-line message and exit status for a failure to bind ``host:port``."""
+    where = f"{host}:{port}"
+    if err.errno == errno.EADDRINUSE:
+        return (f"cannot listen on {where}: the address is already in use (another server is running there?): "
+                "stop it or choose another --port"), 3
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return f"cannot listen on {where}: permission denied (ports below 1024 need privileges): choose another --port", 2
+    if err.errno == errno.EADDRNOTAVAIL:
+        return f"cannot listen on {where}: {host} is not an address of this machine: check --host", 2
+    if isinstance(err, socket.gaierror):
+        return f"cannot listen on {where}: unknown host {host!r} ({err.strerror}): check --host", 2
+    return f"cannot listen on {where}: {err.strerror or err}", 3
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -74,26 +136,76 @@ def run_serve(args: argparse.Namespace) -> int:
         raise ValueError(f"serving needs fastapi and uvicorn: pip install -e '.[serve]' ({err})") from None
     from transformer.translate.translator import load_translator
 
+    from transformer.serve.protocol import ConnectionStats, GuardedServer, bind_sockets, uvicorn_config
+
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in 0..65535, got {args.port}")
     limits = ServeLimits(**{name: getattr(args, name) for name in _OPTIONS})
+    try:
+        connection_limits = ConnectionLimits(**{name: getattr(args, name) for name in _CONNECTION_OPTIONS})
+    except ValueError as err:  # name the option, not the field
+        message = str(err)
+        name = next((n for n in _CONNECTION_OPTIONS if message.startswith(n + " ")), None)
+        raise ValueError(message if name is None else _CONNECTION_OPTIONS[name][0] + message[len(name):]) from None
     if not 1 <= args.beam_size <= limits.max_beam_size:
         raise ValueError(f"--beam-size must be in 1..{limits.max_beam_size} (--max-beam-size), got {args.beam_size}")
-    run_dir = Path(args.run_dir)
-    translator = load_translator(run_dir, bf16=args.bf16, int8=args.int8)
-    translator = translator.with_decoding(beam_size=args.beam_size)
-    src_lang, tgt_lang = translator.src_lang, translator.tgt_lang
-    app = create_app(translator, limits, src_lang=src_lang, tgt_lang=tgt_lang)
-    print(f"transformer serve: {run_dir} ({src_lang or '?'} -> {tgt_lang or '?'}) on http://{args.host}:{args.port}/",
-          flush=True)
-    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the handler that
-    # was installed before it: with this one the process ends with status 0 instead of dying by it.
-    stopped: list[int] = []
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum))
+    _raise_open_files_limit(connection_limits.max_connections)
+    try:  # bind before loading the model: a busy port is one line, at once
+        sockets = bind_sockets(args.host, args.port)
+    except OSError as err:
+        message, status = _bind_error(err, args.host, args.port)
+        print(f"transformer serve: error: {message}", file=sys.stderr, flush=True)
+        return status
+    port = sockets[0].getsockname()[1]
+    host = f"[{args.host}]" if ":" in args.host else args.host
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=60)
+        run_dir = Path(args.run_dir)
+        translator = load_translator(run_dir, bf16=args.bf16, int8=args.int8)
+        translator = translator.with_decoding(beam_size=args.beam_size)
+        src_lang, tgt_lang = translator.src_lang, translator.tgt_lang
+        app = create_app(translator, limits, src_lang=src_lang, tgt_lang=tgt_lang)
+        stats = ConnectionStats()
+
+        def listening() -> None:
+            print(f"transformer serve: {run_dir} ({src_lang or '?'} -> {tgt_lang or '?'}) listening on "
+                  f"http://{host}:{port}/", flush=True)
+
+        server = GuardedServer(uvicorn_config(app, connection_limits, stats, log_level=args.log_level),
+                               connection_limits, stats, on_started=listening)
+        # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the handler that
+        # was installed before it: with this one the process ends with status 0 instead of dying by it.
+        stopped: list[int] = []
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum))
+        try:
+            server.run(sockets=sockets)
+        except KeyboardInterrupt:  # SIGINT, raised again by uvicorn after its graceful shutdown
+            if stats.shutdown_s is not None:
+                print(stop_message("SIGINT", stats, connection_limits.shutdown_grace_s), flush=True)
+            raise
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sock in sockets:
+            sock.close()
     if stopped:
-        print("transformer serve: stopped by SIGTERM after finishing the requests in flight", flush=True)
+        print(stop_message("SIGTERM", stats, connection_limits.shutdown_grace_s), flush=True)
     return 0
+
+
+def _raise_open_files_limit(max_connections: int) -> None:
+    """Make room for ``max_connections`` sockets and the server's own files: raise the soft limit
+    on open files towards the hard one if needed; refuse a cap the hard limit cannot hold (an
+    accept that fails for want of descriptors is logged by asyncio with a traceback)."""
+    try:
+        import resource
+    except ImportError:  # Windows has no resource module
+        return
+    needed = max_connections + 256
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        raise ValueError(f"--max-connections {max_connections} needs about {needed} open files, more than this "
+                         f"process may have ({hard}, ulimit -Hn): lower --max-connections to {max(1, hard - 256)} "
+                         "or raise the limit")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))

@@ -1,7 +1,14 @@
-"""Every bound the translation server enforces, in one place (CLI options map onto these fields)."""
+"""Every bound the translation server enforces, in one place (CLI options map onto these fields).
+
+:class:`ServeLimits` bounds the work of a request (the app enforces them, ``/v1/model`` lists
+them); :class:`ConnectionLimits` bounds the connections themselves: how long a client may take
+to send a request, how many connections may be open, how large a request head may be, and how
+long a shutdown may take (:mod:`transformer.serve.protocol` enforces them).
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 
@@ -44,11 +51,54 @@ class ServeLimits:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"{f.name} must be a number, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{f.name} must be a finite number, got {value!r}")
             minimum = 0 if f.name in ("batch_wait_ms", "timeout_s") else 1
             if value < minimum or (f.name == "timeout_s" and value <= 0):
                 raise ValueError(f"{f.name} must be {'> 0' if f.name == 'timeout_s' else f'>= {minimum}'}, got {value!r}")
+
+    def to_dict(self) -> dict[str, float]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """Bounds on the connections of ``transformer serve`` (slow, idle and abusive clients).
+
+    max_connections: connections open at once; a connection beyond it is answered 503 (with
+        ``Retry-After: 1``) as soon as it is accepted and closed, instead of piling up.
+    header_timeout_s: seconds a client has to send a request's line and headers, counted from
+        the moment the connection opened or its previous response was sent; then a client that
+        sent part of a head gets 408 and is closed, one that sent nothing is closed quietly.
+    body_timeout_s: seconds a client has to send a request's body once its headers arrived; a
+        slower one gets 408 and is closed (its request never reaches the model).
+    keep_alive_s: seconds an idle connection is kept open after a response (uvicorn's keep-alive).
+    max_header_bytes: bytes of the request line and headers together; 431 beyond.
+    shutdown_grace_s: on SIGTERM/SIGINT, seconds the requests in flight (those whose request has
+        arrived whole) get to finish; idle and stalled connections are closed at once. A request
+        still running after it is answered 503 and its connection closed.
+    """
+
+    max_connections: int = 1000
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    keep_alive_s: float = 5.0
+    max_header_bytes: int = 16 * 1024
+    shutdown_grace_s: float = 20.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{f.name} must be a finite number, got {value!r}")
+            if f.name.endswith("_s"):
+                if value <= 0:
+                    raise ValueError(f"{f.name} must be > 0 seconds, got {value!r}")
+            elif value < 1 or value != int(value):
+                raise ValueError(f"{f.name} must be a whole number >= 1, got {value!r}")
+        if self.max_header_bytes < 1024:
+            raise ValueError(f"max_header_bytes must be >= 1024 (a browser's request head alone may be near that), "
+                             f"got {self.max_header_bytes}")
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

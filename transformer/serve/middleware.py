@@ -1,11 +1,47 @@
-"""Checks on the raw request body, before FastAPI parses it: size (413) and UTF-8 (400)."""
+"""ASGI middleware: checks on the raw request body before FastAPI parses it (size 413, UTF-8 400),
+and the security headers of every response."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from starlette.datastructures import MutableHeaders
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+# What every response carries: no MIME sniffing, never framed by another page, no Referer sent
+# on from the page. The API's answers are data, never a document: a policy that lets them load
+# and run nothing. The page at / sets its own policy (transformer.serve.page.page_csp).
+SECURITY_HEADERS: tuple[tuple[str, str], ...] = (
+    ("x-content-type-options", "nosniff"),
+    ("x-frame-options", "DENY"),
+    ("referrer-policy", "no-referrer"),
+)
+API_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+
+
+class SecurityHeaders:
+    """ASGI middleware: add :data:`SECURITY_HEADERS` to every HTTP response, and
+    ``Content-Security-Policy: API_CSP`` unless the response sets its own (the page does)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS:
+                    headers.setdefault(name, value)
+                headers.setdefault("content-security-policy", API_CSP)
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
 
 
 def error_json(status: int, error: str, message: str, details: list[dict[str, Any]] | None = None,

@@ -11,6 +11,11 @@ highlights the sentence pair and draws its attention with the interactive page o
 each answer fills in its data (``srcdoc``). After a translation the first sentence is shown.
 Everything is inline; the page needs nothing but the server itself.
 
+The page is served with a Content-Security-Policy (:func:`page_csp`) that lets it run only its
+own inline code: the SHA-256 hash of each inline ``<script>`` and ``<style>`` of this page and of
+the attention view (an ``srcdoc`` frame inherits the page's policy), ``fetch`` to its own origin,
+nothing loaded from elsewhere, no ``<base>``, never framed by another page.
+
 Hooks for tests and tools: ``#source`` (the text box), ``#translate`` (the button),
 ``#translation`` (the output; ``.sentence[data-index]`` spans), ``#source-view`` (the source, the
 same spans), ``#sentence-select``, ``#result[data-state]`` (``idle``, ``busy``, ``done`` or
@@ -20,8 +25,11 @@ server's message).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
+import re
 from importlib import resources
 
 from transformer.visualize.page import MIN_LINE_WEIGHT, PAGE_FORMAT, PAGE_VERSION
@@ -51,6 +59,41 @@ def index_html(*, src_lang: str | None = None, tgt_lang: str | None = None, max_
             .replace("__MAX_SENTENCES__", str(int(max_sentences)))
             .replace("__SETTINGS__", _script_json(settings))
             .replace("__TEMPLATE__", _script_json(attention_view_template())))
+
+
+_INLINE = re.compile(r"<(script|style)(\s[^>]*)?>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
+_TYPE = re.compile(r"""\stype\s*=\s*["']?([^"'\s>]+)""", re.IGNORECASE)
+_SCRIPT_TYPES = {"", "text/javascript", "application/javascript", "module"}
+
+
+def inline_hashes(document: str) -> tuple[list[str], list[str]]:
+    """CSP sources (``'sha256-...'``) of the inline scripts and styles of ``document``: each
+    ``<script>`` that runs (not a ``type="application/json"`` data block) and each ``<style>``."""
+    scripts: list[str] = []
+    styles: list[str] = []
+    for tag, attrs, content in _INLINE.findall(document):
+        kind = _TYPE.search(attrs or "")
+        if tag.lower() == "script" and (kind.group(1).lower() if kind else "") not in _SCRIPT_TYPES:
+            continue
+        digest = base64.b64encode(hashlib.sha256(content.encode("utf-8")).digest()).decode("ascii")
+        source = f"'sha256-{digest}'"
+        bucket = scripts if tag.lower() == "script" else styles
+        if source not in bucket:
+            bucket.append(source)
+    return scripts, styles
+
+
+def page_csp(page: str) -> str:
+    """The Content-Security-Policy of the page ``page`` (from :func:`index_html`): its inline code
+    and the attention view's, by hash, and nothing else (``fetch`` to the server itself)."""
+    scripts, styles = inline_hashes(page)
+    view_scripts, view_styles = inline_hashes(attention_view_template())
+    script_src = " ".join(dict.fromkeys(scripts + view_scripts))
+    style_src = " ".join(dict.fromkeys(styles + view_styles))
+    return ("default-src 'none'; "
+            f"script-src {script_src}; style-src {style_src}; "
+            "img-src data:; connect-src 'self'; frame-src 'self'; "
+            "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
 
 _INDEX = """<!DOCTYPE html>
