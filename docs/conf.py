@@ -13,11 +13,14 @@ pages include them. ``docstrings`` lets plain-text docstrings render without war
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
-ROOT = DOCS.parent
+# The repository; tests/test_docs.py builds a copy of docs/ elsewhere (so that concurrent builds
+# never share autoapi's and the extensions' generated files) and says where the code is.
+ROOT = Path(os.environ.get("TRANSFORMER_DOCS_SOURCE") or DOCS.parent).resolve()
 sys.path.insert(0, str(DOCS / "_ext"))
 sys.path.insert(0, str(ROOT))
 

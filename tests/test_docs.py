@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -295,10 +296,15 @@ def test_site_builds_strictly(tmp_path):
         if ON_CI:
             pytest.fail("Sphinx (the docs extra) is not installed under CI: pip install -e '.[docs]'")
         pytest.skip("Sphinx is not installed (pip install -c constraints.txt -e '.[docs]'); CI builds the site")
+    # A copy of docs/: the build writes autoapi's pages and the generated references into its
+    # source folder, which concurrent test runs in one checkout must not share.
+    source = tmp_path / "docs"
+    shutil.copytree(DOCS, source, ignore=shutil.ignore_patterns("_build", "_generated", "api", "__pycache__"))
     out = tmp_path / "html"
     result = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", "-d", str(tmp_path / "doctrees"),
-         str(DOCS), str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+         str(source), str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT,
+        env={**os.environ, "TRANSFORMER_DOCS_SOURCE": str(ROOT)})
     assert result.returncode == 0, f"sphinx-build -W failed:\n{result.stderr[-6000:]}\n{result.stdout[-2000:]}"
     for page in ("index", "getting-started", "paper-to-code", "training", "decoding", "http-api", "attention",
                  "interop", "rnn", "benchmarks", "quality", "performance", "cli", "library", "api", "changelog",
