@@ -149,7 +149,10 @@ class SentencePieceTokenizer(Tokenizer):
         return " ".join(code + ([normalized] if normalized else []))
 
     def encode(self, text: str) -> list[int]:
-        """Ids of the language code (if any) and the pieces of ``text``; ``</s>`` last when ``append_eos``."""
+        """Ids of the language code (if any) and the pieces of ``text``; ``</s>`` last when ``append_eos``.
+
+        An empty (or whitespace-only) text is ``[</s>]`` with ``append_eos``, as ``MarianTokenizer``
+        gives it: no text to translate (``Translator`` gives "" for it, never a made-up sentence)."""
         code, rest = split_language_code(self._check_str(text))
         ids = [self._vocab.get(piece, self._unk) for piece in code + self._sp.encode(rest, out_type=str)]
         return ids + [self._eos] if self.append_eos else ids

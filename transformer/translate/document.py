@@ -9,12 +9,15 @@ punctuation, then between words (``segment.fit_spans``), its pieces translated a
 a ``TranslationWarning`` naming the line: nothing is ever truncated.
 
 ``translate_document`` also says which source span produced which target span (the sentence
-alignment the server returns).
+alignment the server returns). ``translate_lines`` translates many lines at once (a chunk of a
+file: ``transformer translate``), one result per line, with n-best alternatives and scores.
 """
 
 from __future__ import annotations
 
+import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from transformer.translate.segment import fit_spans, segment_text
@@ -39,6 +42,25 @@ class TranslatedDocument:
     sentences: list[SentenceAlignment]
 
 
+
+@dataclass(frozen=True)
+class TranslatedLine:
+    """One line of a file translated by ``translate_lines``.
+
+    ``text``: the line with each sentence replaced by its best translation (whitespace, gaps and
+    an empty line kept). ``sentences``: the alignment of its sentences (``line`` is the line's
+    number in the file). ``scores``: each sentence's score (the mean of its pieces' when it was
+    translated in pieces). ``n_best``: ``(text, score)`` alternatives for the whole line, best
+    first: the k-th puts every sentence's k-th hypothesis (its last when it has fewer) in the
+    line, with the mean of their scores, as the server's ``n_best`` does; [] for a line without
+    a sentence."""
+
+    text: str
+    sentences: list[SentenceAlignment]
+    scores: list[float]
+    n_best: list[tuple[str, float]]
+
+
 def translate_document(translator: Translator, text: str, *, lang: str | None = None) -> TranslatedDocument:
     """Translate ``text`` sentence by sentence, keeping its structure (see the module doc).
 
@@ -47,35 +69,129 @@ def translate_document(translator: Translator, text: str, *, lang: str | None = 
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
     document = segment_text(text, lang or translator.src_lang)
-    pieces: list[str] = []  # what the model translates
-    owners: list[int] = []  # the sentence each piece belongs to
-    for index, segment in enumerate(document.segments):
-        spans = _fitting_spans(translator, segment.text)
-        if len(spans) > 1:
-            warnings.warn(f"line {segment.line + 1}: a sentence of {_count(translator, segment.text)} tokens is longer "
-                          f"than the model's input limit ({translator.max_input_tokens}); translated in "
-                          f"{len(spans)} pieces", TranslationWarning, stacklevel=2)
-        for a, b in spans:
-            pieces.append(segment.text[a:b])
-            owners.append(index)
-    translated = translator.translate(pieces)
-    joined: list[list[str]] = [[] for _ in document.segments]
-    for owner, translation in zip(owners, translated):
-        if translation:
-            joined[owner].append(translation)
-    out, spans = document.rebuild_with_spans([" ".join(parts) for parts in joined])
+    hypotheses = _translate_sentences(translator, [(s.text, f"line {s.line + 1}", "") for s in document.segments])
+    out, spans = document.rebuild_with_spans([h[0][0] if h else "" for h in hypotheses])
     alignment = [SentenceAlignment((segment.start, segment.end), target, segment.line + 1)
                  for segment, target in zip(document.segments, spans)]
     return TranslatedDocument(out, alignment)
+
+
+def translate_lines(translator: Translator, lines: Sequence[str], *, lang: str | None = None,
+                    first_line: int = 1) -> list[TranslatedLine]:
+    """Translate the lines of a file (or a chunk of one), all their sentences batched together.
+
+    Line i is segmented on its own and named ``first_line + i`` in warnings and alignments; the
+    result has one ``TranslatedLine`` per line, in order. A line that starts with a language code
+    (``>>fra<<``, multilingual Marian models) gives that code to each of its sentences, and the
+    code is not part of the translated line (as when the line is translated whole).
+    """
+    if isinstance(lines, str):
+        raise TypeError("translate_lines() takes a list of lines; use translate_document for one text")
+    lines = list(lines)
+    for i, line in enumerate(lines):
+        if not isinstance(line, str):
+            raise TypeError(f"line {first_line + i} is {type(line).__name__}, not str")
+    lang = lang or translator.src_lang
+    documents, codes = [], []
+    for line in lines:
+        match = _LANGUAGE_CODE.match(line)
+        code, rest = (match.group(1) + " ", line[match.end():]) if match else ("", line)
+        documents.append(segment_text(rest, lang))
+        codes.append(code)
+    items = [(s.text, f"line {first_line + i}", code) for i, (d, code) in enumerate(zip(documents, codes))
+             for s in d.segments]
+    hypotheses = iter(_translate_sentences(translator, items))
+    out = []
+    for i, document in enumerate(documents):
+        hyps = [next(hypotheses) for _ in document.segments]
+        if not hyps:
+            out.append(TranslatedLine(document.text, [], [], []))
+            continue
+        alternatives = []
+        for k in range(max(1, max(len(h) for h in hyps))):
+            chosen = [h[min(k, len(h) - 1)] if h else ("", 0.0) for h in hyps]
+            text, spans = document.rebuild_with_spans([c[0] for c in chosen])
+            alternatives.append((text, spans, sum(c[1] for c in chosen) / len(chosen)))
+        text, spans, _ = alternatives[0]
+        alignment = [SentenceAlignment((s.start, s.end), span, first_line + i) for s, span in zip(document.segments, spans)]
+        out.append(TranslatedLine(text, alignment, [h[0][1] if h else 0.0 for h in hyps],
+                                  [(t, score) for t, _, score in alternatives]))
+    return out
+
+
+# A language code at the start of a line, as multilingual Marian models take them (">>fra<< Bonjour.").
+_LANGUAGE_CODE = re.compile(r"\s*(>>[^\s<>]+<<)\s*")
+
+
+def translate_sentences(translator: Translator, sentences: Sequence[str]) -> list[str]:
+    """The best translation of each sentence, all translated in one call; a sentence longer than
+    the model's input limit is translated in pieces (a ``TranslationWarning`` names it): nothing
+    is cut. What ``translate_html`` is given to translate a page's sentences."""
+    if isinstance(sentences, str):
+        raise TypeError("translate_sentences() takes a list of sentences")
+    items = [(s, f"sentence {i + 1}", "") for i, s in enumerate(sentences)]
+    return [h[0][0] if h else "" for h in _translate_sentences(translator, items)]
+
+
+def _translate_sentences(translator: Translator, items: list[tuple[str, str, str]]) -> list[list[tuple[str, float]]]:
+    """``(sentence, where, prefix)`` items -> each sentence's ``(translation, score)`` hypotheses,
+    best first ([] when it has nothing the model can read), all translated in one call.
+
+    A sentence over the model's input limit is cut into pieces (``fit_spans``), with a
+    ``TranslationWarning`` naming it (``where``: "line 3"); its k-th hypothesis joins its pieces'
+    k-th, its score is the mean of theirs. ``prefix`` goes before every piece (a language code)."""
+    pieces: list[str] = []  # what the model translates
+    owners: list[int] = []  # the sentence each piece belongs to
+    for index, (sentence, where, prefix) in enumerate(items):
+        spans = _fitting_spans(translator, sentence, prefix)
+        if len(spans) > 1:
+            warnings.warn(f"{where}: a sentence of {_count(translator, prefix + sentence)} tokens is longer "
+                          f"than the model's input limit ({translator.max_input_tokens}); translated in "
+                          f"{len(spans)} pieces", TranslationWarning, stacklevel=4)
+        for a, b in spans:
+            pieces.append(prefix + sentence[a:b])
+            owners.append(index)
+    per_piece = translator.translate_n_best(pieces)
+    grouped: list[list[list[tuple[str, float]]]] = [[] for _ in items]
+    for owner, hyps in zip(owners, per_piece):
+        if hyps:
+            grouped[owner].append([(translator.detokenize(h), h.score) for h in hyps])
+    result = []
+    for parts in grouped:
+        alternatives = []
+        for k in range(max((len(p) for p in parts), default=0)):
+            chosen = [p[min(k, len(p) - 1)] for p in parts]
+            alternatives.append((" ".join(t for t, _ in chosen if t), sum(s for _, s in chosen) / len(chosen)))
+        result.append(alternatives)
+    return result
 
 
 def _count(translator: Translator, text: str) -> int:
     return len(translator.vocab.src.encode(text))
 
 
-def _fitting_spans(translator: Translator, sentence: str) -> list[tuple[int, int]]:
-    """Spans of ``sentence`` that each fit the model's input limit (one span if it fits whole)."""
+# Sentences longer than this many characters per token of the limit are first cut into blocks of
+# that size at whitespace, so finding the pieces stays linear in the sentence's length (fit_spans
+# searches each block; a whole 10 MB "sentence" would be tokenized again and again).
+BLOCK_CHARS_PER_TOKEN = 16
+
+
+def _fitting_spans(translator: Translator, sentence: str, prefix: str = "") -> list[tuple[int, int]]:
+    """Spans of ``sentence`` that each fit the model's input limit with ``prefix`` before them
+    (one span if the sentence fits whole)."""
     limit = translator.max_input_tokens
-    if _count(translator, sentence) <= limit:
+    count = (lambda piece: _count(translator, prefix + piece)) if prefix else (lambda piece: _count(translator, piece))
+    block = max(limit * BLOCK_CHARS_PER_TOKEN, 1)
+    if len(sentence) <= block:
+        return [(0, len(sentence))] if count(sentence) <= limit else fit_spans(sentence, count, limit)
+    if count(sentence) <= limit:
         return [(0, len(sentence))]
-    return fit_spans(sentence, lambda piece: _count(translator, piece), limit)
+    spans, start = [], 0
+    while start < len(sentence):
+        end = len(sentence)
+        if end - start > block:
+            cut = max(sentence.rfind(c, start + 1, start + block) for c in " \t\u00a0\u3000")
+            end = cut if cut > start else start + block
+        spans += [(start + a, start + b) for a, b in fit_spans(sentence[start:end], count, limit)]
+        start = end
+    return spans

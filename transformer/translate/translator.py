@@ -4,9 +4,11 @@ A ``Translator`` owns a model, its vocabularies and a ``DecodeConfig``. It token
 sentences, sorts them by length so each batch wastes little padding, decodes, and returns the
 translations in the input order.
 
-Bad input never loses the other sentences' translations: an empty (or whitespace-only)
-sentence translates to "" and a sentence longer than ``max_input_tokens`` is cut to that
-length with a warning (``TranslationWarning``).
+Bad input never loses the other sentences' translations: a sentence with no token the model
+can read (empty, whitespace only; with a tokenizer that appends ``</s>``, a text that is only
+``</s>``) translates to "" and a sentence longer than ``max_input_tokens`` is cut to that
+length with a warning (``TranslationWarning``), keeping the ``</s>`` a source tokenizer appends.
+``translate_text`` cuts a text into sentences first, so nothing is cut there.
 
 ``bf16=True`` translates with a bfloat16 copy of the model (weights and activations in bf16,
 log-probabilities and beam scores in float32): no weight is cast again during decoding.
@@ -29,7 +31,7 @@ import os
 import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import torch
 
@@ -144,35 +146,46 @@ class Translator:
 
         return translate_document(self, text).text
 
-    def translate(self, texts: Sequence[str]) -> list[str]:
-        """The best translation of each text (one sentence, or one pre-segmented line), in input order."""
+    def translate(self, texts: Iterable[str]) -> list[str]:
+        """The best translation of each text (one sentence, or one pre-segmented line), in input order.
+
+        ``texts``: any iterable of str (a list, a generator...), not a single str."""
         return [self.vocab.tgt.decode(n_best[0].tokens) if n_best else "" for n_best in self.translate_n_best(texts)]
 
-    def translate_n_best(self, texts: Sequence[str]) -> list[list[Hypothesis]]:
-        """``decoding.n_best`` hypotheses per text (best first), in input order; [] for an empty text."""
-        if isinstance(texts, str):
-            raise TypeError("translate() takes a list of sentences; wrap a single sentence in a list")
+    def translate_n_best(self, texts: Iterable[str]) -> list[list[Hypothesis]]:
+        """``decoding.n_best`` hypotheses per text (best first), in input order; [] for a text with
+        no token the model can read (empty, whitespace only)."""
+        if isinstance(texts, (str, bytes)):
+            raise TypeError("translate() takes a list of sentences; wrap a single sentence in a list "
+                            "(or use translate_text for a text of any length)")
+        texts = list(texts)  # read an iterator once
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise TypeError(f"text {i} is {type(text).__name__}, not str")
         src_ids = self.encode_sources(texts)
         results: list[list[Hypothesis]] = [[] for _ in texts]
-        todo = [i for i, ids in enumerate(src_ids) if ids]
+        framing = {self.vocab.src.bos_id, self.vocab.src.eos_id, self.vocab.src.pad_id}
+        todo = [i for i, ids in enumerate(src_ids) if any(t not in framing for t in ids)]
         for batch in self._length_sorted_batches(todo, src_ids):
             for i, hyps in zip(batch, self._decode_batch([src_ids[i] for i in batch])):
                 results[i] = hyps
         return results
 
     def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
-        """Source token ids, cut to ``max_input_tokens`` (with a ``TranslationWarning``)."""
+        """Source token ids, cut to ``max_input_tokens`` (with a ``TranslationWarning``); the
+        ``</s>`` a source tokenizer appends (Marian's) stays the last token of a cut sequence."""
         ids = self.vocab.src.encode_batch(list(texts))
+        limit = self.max_input_tokens
+        appends_eos = bool(getattr(self.vocab.src, "append_eos", False))
         for i, seq in enumerate(ids):
-            if len(seq) > self.max_input_tokens:
+            if len(seq) > limit:
+                keep_eos = appends_eos and limit > 1 and seq[-1] == self.vocab.src.eos_id
                 warnings.warn(
-                    f"sentence {i} has {len(seq)} tokens; translating its first {self.max_input_tokens} "
-                    "(the model's input limit)", TranslationWarning, stacklevel=3,
+                    f"sentence {i} has {len(seq)} tokens; translating its first "
+                    + (f"{limit - 1} and the end-of-source token" if keep_eos else f"{limit}")
+                    + " (the model's input limit)", TranslationWarning, stacklevel=3,
                 )
-                ids[i] = seq[: self.max_input_tokens]
+                ids[i] = seq[: limit - 1] + seq[-1:] if keep_eos else seq[:limit]
         return ids
 
     def detokenize(self, hypothesis: Hypothesis) -> str:
