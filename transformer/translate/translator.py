@@ -25,7 +25,6 @@ constructor is prepared in place; ``close()`` gives it back as it was.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import warnings
@@ -38,6 +37,7 @@ import torch
 from transformer.training.checkpoint import CheckpointError, load_model
 from transformer.decoding import DecodeConfig, Hypothesis, decode
 from transformer.cpu import Swaps, available as cpu_kernels_available, prepare_for_decoding
+from transformer.cpu.swap import plain_copy
 from transformer.cpu.precision import slow_bf16_warning
 from transformer.model import RNNSeq2Seq, Transformer
 from transformer.text import Vocabularies
@@ -263,7 +263,7 @@ def to_bf16(model: Transformer | RNNSeq2Seq) -> Transformer | RNNSeq2Seq:
     """
     if all(p.dtype == torch.bfloat16 for p in model.parameters()):
         return model
-    return copy.deepcopy(model).to(torch.bfloat16).eval()
+    return plain_copy(model).to(torch.bfloat16).eval()
 
 
 def load_translator(run_dir: str | os.PathLike[str], *, decoding: DecodeConfig | None = None, bf16: bool = False,
