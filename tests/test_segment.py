@@ -244,3 +244,18 @@ def test_split_to_fit_never_loses_text(sentence, limit, count):
     limit = max(limit, count("x"))
     pieces = split_to_fit(sentence, count, limit)
     check_pieces(sentence, pieces, count, limit)
+
+
+@pytest.mark.parametrize("text, lang, expected", [
+    # all-lowercase text (what the demo model was trained on): a full word and a period end a sentence
+    ("je suis étudiant. nous allons manger du fromage délicieux. elle n'est jamais allée à la gare.", "fr",
+     ["je suis étudiant.", "nous allons manger du fromage délicieux.", "elle n'est jamais allée à la gare."]),
+    ("ich bin müde. wir gehen nach hause.", "de", ["ich bin müde.", "wir gehen nach hause."]),
+    # lowercase after an abbreviation, a month, ? inside quotes or an ellipsis continues the sentence
+    ("Es kostet ca. zehn Euro.", "de", ["Es kostet ca. zehn Euro."]),
+    ("Rendez-vous le 12 janv. à 18 h.", "fr", ["Rendez-vous le 12 janv. à 18 h."]),
+    ("« Tu viens ? » demanda-t-elle.", "fr", ["« Tu viens ? » demanda-t-elle."]),
+    ("He waited... then left.", "en", ["He waited... then left."]),
+])
+def test_lowercase_after_a_period(text, lang, expected):
+    assert segment_text(text, lang).sentences == expected

@@ -82,13 +82,13 @@ def _rules(lang: str) -> tuple[set[str], set[str], re.Pattern]:
 
 def _keep_together(left: str, right: str, lang: str) -> bool:
     """Whether the boundary between ``left`` (ends with non-space) and ``right`` must go."""
-    if right[0].islower():
-        return True
     never_end, before_number, _ = _rules(lang)
     before = left.split()
     token = before[-1].lstrip(_OPENERS)
     word = token.lower()
     if word in never_end:
+        return True
+    if right[0].islower() and _lowercase_continues(token):
         return True
     if right[0].isdigit() and word in before_number:
         return True
@@ -99,6 +99,23 @@ def _keep_together(left: str, right: str, lang: str) -> bool:
         next_word = re.match(r"\w*", right).group().lower()
         return previous in GERMAN_ORDINAL_AFTER or next_word in GERMAN_MONTHS
     return False
+
+
+def _lowercase_continues(token: str) -> bool:
+    """Whether a lowercase word after ``token`` continues its sentence: after ? ! or an ellipsis
+    (« Tu viens ? » demanda-t-elle), or after a short or dotted word, which is more likely an
+    abbreviation than a sentence end ("ca. zehn", "z.B. hier"). After a full word and a period
+    ("je suis étudiant. nous allons"), lowercase text still starts a new sentence."""
+    if not token.endswith("."):
+        return True
+    stem = token.rstrip(".")
+    return (stem.endswith("…") or len(stem) <= 3 or "." in stem or not any(ch.isalpha() for ch in stem)
+            or stem.lower() in _MONTH_ABBREVIATIONS)
+
+
+# Shortened month names ("le 12 janv. à 18 h"), which lowercase words often follow.
+_MONTH_ABBREVIATIONS = set("janv févr fevr avr juil sept déc dec jan feb febr mär apr aug okt dez mar jun jul oct "
+                           "nov".split())
 
 
 def _gap_at(text: str, i: int) -> tuple[int, int] | None:
@@ -128,6 +145,8 @@ def split_sentences(text: str, lang: str | None = None) -> list[tuple[int, int]]
     for m in _rules(lang)[2].finditer(text):
         if text[m.end(1)].isupper():
             gaps.add((m.start(1), m.end(1)))
+    for m in _WORD_PERIOD_LOWERCASE.finditer(text):  # lowercase text: "ich bin müde. wir gehen"
+        gaps.add((m.start(1), m.end(1)))
     gaps.discard(None)
     # The rules look at two words either side: a window keeps long lines linear.
     cuts = {(a, b) for a, b in gaps if not _keep_together(text[max(0, a - 100) : a], text[b : b + 100], lang)}
@@ -138,6 +157,11 @@ def split_sentences(text: str, lang: str | None = None) -> list[tuple[int, int]]
         return []
     edges = [start, *(i for gap in cuts for i in gap), end]
     return list(zip(edges[::2], edges[1::2]))
+
+
+# A period after a word of four or more letters, then a lowercase word: a boundary that
+# sentencex does not propose in every language (the rules above may still drop it).
+_WORD_PERIOD_LOWERCASE = re.compile(r"(?<=[^\W\d_]{4}\.)(\s+)(?=[a-zß-öø-ÿ])")
 
 
 # --- Whole texts ----------------------------------------------------------------------
