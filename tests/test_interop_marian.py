@@ -193,3 +193,90 @@ def test_cli_import_then_translate(marian, tmp_path, capsys):
         expected = hf_model.generate(**tok(["je suis étudiant"], return_tensors="pt"), num_beams=1,
                                      do_sample=False, max_new_tokens=len(tr.vocab.src.encode("je suis étudiant")) + MAX_NEW)
     assert printed == tok.decode(expected[0], skip_special_tokens=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sharded weights and pickles: only files inside the model directory, only tensors.
+
+
+def _sharded(marian, tmp_path, entries):
+    """A copy of the Marian directory whose weights are split over shard files named by ``entries``
+    (a list of file names, one per tensor group); returns the directory."""
+    from safetensors.torch import load_file, save_file
+
+    directory = tmp_path / "sharded"
+    shutil.copytree(marian[0], directory)
+    state = load_file(str(directory / "model.safetensors"))
+    (directory / "model.safetensors").unlink()
+    names = sorted(state)
+    weight_map = {}
+    for i, entry in enumerate(entries):
+        part = names[i::len(entries)]
+        weight_map.update({name: entry for name in part})
+        if not entry.startswith("/") and ".." not in entry:
+            save_file({name: state[name].contiguous() for name in part}, str(directory / entry))
+    (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return directory
+
+
+def test_sharded_weights_inside_the_directory_are_read(marian, tmp_path):
+    directory = _sharded(marian, tmp_path, ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"])
+    tr = Translator.from_run_dir(import_hf(directory, tmp_path / "run"))
+    for a, b in zip(tr.model.state_dict().values(), marian[3].model.state_dict().values()):
+        torch.testing.assert_close(a.float(), b.float())
+
+
+@pytest.mark.parametrize("entry", ["/etc/passwd", "../outside.safetensors", "sub/../../outside.safetensors"])
+def test_sharded_index_pointing_outside_the_directory_is_refused(marian, tmp_path, capsys, entry):
+    """An index entry that is absolute or climbs out with ``..`` was followed (``/etc/passwd`` gave
+    ``list index out of range``): refused, naming the entry, before any file is read."""
+    from safetensors.torch import save_file
+
+    save_file({"x": torch.zeros(1)}, str(tmp_path / "outside.safetensors"))
+    directory = _sharded(marian, tmp_path, ["model-00001-of-00002.safetensors", entry])
+    with pytest.raises(InteropError) as err:
+        import_hf(directory, tmp_path / "out")
+    assert repr(entry) in str(err.value) and "outside the model directory" in str(err.value)
+    assert main(["import-hf", str(directory), str(tmp_path / "out")]) == 2
+    stderr = capsys.readouterr().err.strip().splitlines()
+    assert len(stderr) == 1 and repr(entry) in stderr[0], stderr
+    assert not (tmp_path / "out").exists()
+
+
+class _Payload:
+    """A pickle that would run a command when loaded without weights_only."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.parametrize("how", ["torch.save", "pickle"])
+def test_a_pickle_that_is_not_weights_only_is_refused_in_one_line(marian, tmp_path, capsys, how):
+    """The refusal used to be torch's many-line message advising that ``weights_only=False``
+    "will likely succeed": now one line naming the file, why, and safetensors."""
+    import pickle
+
+    directory = tmp_path / "pickled"
+    shutil.copytree(marian[0], directory)
+    (directory / "model.safetensors").unlink()
+    marker = tmp_path / "ran"
+    state = {"model.shared.weight": torch.zeros(2), "evil": _Payload(marker)}
+    if how == "torch.save":
+        torch.save(state, directory / "pytorch_model.bin")
+    else:
+        (directory / "pytorch_model.bin").write_bytes(pickle.dumps(state, protocol=4))
+    with pytest.raises(InteropError) as err:
+        import_hf(directory, tmp_path / "out")
+    message = str(err.value)
+    assert "\n" not in message and str(directory / "pytorch_model.bin") in message
+    assert "refused" in message and "not a weights-only file" in message and "safetensors" in message
+    assert "weights_only=False" not in message and "likely succeed" not in message
+    assert main(["import-hf", str(directory), str(tmp_path / "out")]) == 2
+    stderr = capsys.readouterr().err.strip().splitlines()
+    assert len(stderr) == 1 and "not a weights-only file" in stderr[0], stderr
+    assert not marker.exists() and not (tmp_path / "out").exists()

@@ -7,6 +7,8 @@ import json
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from transformer.text import (
     BOS, BYTE_TOKENS, EOS, JOINT_FILE, PAD, SRC_FILE, TGT_FILE, UNK,
@@ -277,3 +279,60 @@ def test_bad_encode_decode_inputs(tok):
         tok.decode([tok.vocab_size])
     with pytest.raises(ValueError, match="token ids"):
         tok.pieces([-1])
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)], ids=["022", "002", "077"])
+def test_saved_tokenizer_has_the_mode_of_the_other_run_files(tok, tmp_path, umask, mode):
+    """``tokenizer.json`` was written 0600 (``tempfile.mkstemp``) while the other run files get
+    what the umask allows (0644 with the usual 022): now it gets the same."""
+    old = os.umask(umask)
+    try:
+        tok.save(tmp_path / "tok.json")
+        (tmp_path / "plain.txt").write_text("x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "tok.json").stat().st_mode & 0o777 == mode == (tmp_path / "plain.txt").stat().st_mode & 0o777
+    assert sorted(os.listdir(tmp_path)) == ["plain.txt", "tok.json"]
+
+
+# ------------------------------------------------------------------ a literal "▁" (U+2581) in the text
+@pytest.mark.parametrize("text", ["x▁y", "▁", "▁▁", "▁x", "x▁", "le ▁ chat", "x ▁y", "▁ x", "x▁ y", "漢▁字",
+                                  "le chat▁mange une pomme", "<s>▁</s>", "a▁▁ ▁b"])
+def test_a_literal_word_boundary_mark_survives(tok, text):
+    """``▁`` is the Metaspace word mark, so a literal one in the text came back as a space
+    (``decode(encode("x▁y")) == "x y"``); it is now encoded as its UTF-8 byte tokens."""
+    ids = tok.encode(text)
+    assert tok.decode(ids) == tok.normalize(text) == text
+    assert tok.unk_id not in ids
+    assert tok.encode_batch([text, "le chat"]) == [ids, tok.encode("le chat")]
+    assert tok.decode_batch([ids]) == [text]
+
+
+def test_texts_without_the_mark_encode_as_before(tok):
+    """The escape touches only texts holding ``▁``: every other text gets the ids of the plain
+    ``tokenizers`` pipeline, and a word after a literal ``▁`` gets the pieces it has elsewhere."""
+    texts = [fr for fr, _ in PAIRS[::23]] + ["Le chat 漢字 🙂", "  a  b ", ""]
+    assert tok.encode_batch(texts) == [e.ids for e in tok._hf.encode_batch(texts, add_special_tokens=False)]
+    mark = tok.encode("▁")
+    assert tok.pieces(mark) == ["<0xE2>", "<0x96>", "<0x81>"]
+    assert tok.pieces(tok.encode("le chat ▁ mange")) == [
+        *tok.pieces(tok.encode("le chat")), "▁", "<0xE2>", "<0x96>", "<0x81>", *tok.pieces(tok.encode("mange"))]
+
+
+def test_a_tokenizer_saved_before_the_fix_round_trips_the_mark_once_loaded(tok, tmp_path):
+    data = json.loads(tok._hf.to_str())
+    data["decoder"] = {"type": "Sequence", "decoders": [
+        {"type": "ByteFallback"}, {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": True}]}
+    (tmp_path / "old.json").write_text(json.dumps(data), encoding="utf-8")
+    old = BPETokenizer.load(tmp_path / "old.json")
+    assert old.decode(old.encode("x▁y z")) == "x▁y z"
+    assert old.encode_batch(["le chat mange", "x▁y"]) == tok.encode_batch(["le chat mange", "x▁y"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet=st.sampled_from(list("ab é漢🙂<>s/\t\u00a0\u202f.'"))
+                        | st.characters(exclude_categories=("Cs",)), max_size=8), min_size=1, max_size=6))
+def test_round_trip_holds_for_text_with_the_mark(tok, parts):
+    text = "▁".join(parts)
+    assert tok.decode(tok.encode(text)) == tok.normalize(text)
+    assert tok.decode_batch(tok.encode_batch([text])) == [tok.normalize(text)]

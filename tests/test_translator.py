@@ -113,18 +113,56 @@ def test_close_gives_the_model_back_as_it_was_handed_in(run_dir):
     assert {name: type(m) for name, m in model.named_modules()} == before
 
 
-def test_empty_and_too_long_inputs_never_lose_other_translations(run_dir, engine):
-    translator = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
-    good = "je suis étudiant"
-    expected = translator.translate([good])[0]
-    long_text = " ".join(["le chat noir mange"] * 40)  # far more tokens than the 64 learned positions
-    with pytest.warns(TranslationWarning, match="translating its first 64"):
-        out = translator.translate(["", good, "   ", long_text, good])
+@pytest.fixture(scope="module")
+def marian_run_dir(tmp_path_factory):
+    """An imported Marian model (SentencePiece tokenizers whose source side appends ``</s>``):
+    built locally by tests/interop_helpers.py in a few seconds, shared with the interop tests."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("sentencepiece")
+    from interop_helpers import built_marian
+
+    from transformer.interop import import_hf
+
+    root = tmp_path_factory.mktemp("marian")
+    return import_hf(built_marian(root)[0], root / "run")
+
+
+@pytest.mark.parametrize("model", ["bpe", "sentencepiece"])
+def test_empty_and_too_long_inputs_never_lose_other_translations(run_dir, engine, request, model):
+    """An empty line translates to "", an over-long one is cut to the model's input limit and still
+    translated (non-empty, as it is alone), and neither changes the translations around them."""
+    directory = run_dir if model == "bpe" else request.getfixturevalue("marian_run_dir")
+    # the BPE run reads 64 learned positions; the Marian one 1024 sinusoidal ones, cut to 100 here
+    translator = Translator.from_run_dir(directory, decoding=DecodeConfig(strategy="greedy"),
+                                         max_input_tokens=None if model == "bpe" else 100)
+    limit = translator.max_input_tokens
+    good, other = "je suis étudiant", "le chat mange une pomme"
+    long_text = " ".join(["le chat noir mange"] * 60)  # far more tokens than the model reads
+    assert len(translator.vocab.src.encode(long_text)) > limit
+    alone = {text: translator.translate([text])[0] for text in (good, other)}
+    with pytest.warns(TranslationWarning, match=f"translating its first {limit}|first {limit - 1} and the end"):
+        long_alone = translator.translate([long_text])[0]
+    with pytest.warns(TranslationWarning, match="sentence [34] has"):  # index 3, numbered from 0 or 1
+        out = translator.translate(["", good, "   ", long_text, other, good])
     assert out[0] == "" and out[2] == ""
-    assert out[1] == expected and out[4] == expected
-    assert isinstance(out[3], str)
+    assert out[1] == out[5] == alone[good] and out[4] == alone[other]
+    assert out[3] == long_alone and out[3].strip()
     with pytest.raises(TypeError, match="list of sentences"):
         translator.translate("je suis étudiant")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_seeded_sample_does_not_depend_on_the_other_sentences(run_dir, seed):
+    """``--seed`` promises the same samples for the same seed: a sentence sampled alone and second in
+    a batch differed for 6 of 6 seeds."""
+    translator = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="sample", seed=seed, n_best=2))
+    sentence = "le chat noir mange une pomme rouge"
+    alone = translator.translate_n_best([sentence])[0]
+    for batch in (["bonjour", sentence], [sentence, "je suis étudiant", "nous mangeons"]):
+        with_others = translator.translate_n_best(batch)[batch.index(sentence)]
+        assert [h.tokens for h in with_others] == [h.tokens for h in alone]
+    other = translator.with_decoding(seed=seed + 10)
+    assert [h.tokens for h in other.translate_n_best([sentence])[0]] != [h.tokens for h in alone]
 
 
 def test_translate_command_arguments_file_stdin_and_json(run_dir, tmp_path):
@@ -150,14 +188,37 @@ def test_translate_command_arguments_file_stdin_and_json(run_dir, tmp_path):
     assert sampled[0] == sampled[1]
 
 
-def test_evaluate_command_prints_signatures(run_dir):
-    result = cli("evaluate", str(run_dir), "--src", str(run_dir / "pairs.fr"), "--ref", str(run_dir / "pairs.en"),
-                 "--greedy", "--json")
+def test_evaluate_command_prints_signatures(run_dir, tmp_path):
+    """The scores printed are sacreBLEU's BLEU and chrF of the translations against the references,
+    computed here again with sacrebleu. The model is untrained, so the references are made from its
+    own translations (every other one kept as is, the others changed) for scores far from 0 and 100."""
+    import sacrebleu
+
+    first = cli("evaluate", str(run_dir), "--src", str(run_dir / "pairs.fr"), "--ref", str(run_dir / "pairs.en"),
+                "--greedy", "--output", str(tmp_path / "first.txt"))
+    assert first.returncode == 0, first.stderr
+    hypotheses = (tmp_path / "first.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(hypotheses) == 20
+    references = [h if i % 2 == 0 else "the cat " + " ".join(h.split()[: len(h.split()) // 2])
+                  for i, h in enumerate(hypotheses)]
+    (tmp_path / "refs.txt").write_text("".join(r + "\n" for r in references), encoding="utf-8")
+    result = cli("evaluate", str(run_dir), "--src", str(run_dir / "pairs.fr"), "--ref", str(tmp_path / "refs.txt"),
+                 "--greedy", "--json", "--output", str(tmp_path / "second.txt"))
     assert result.returncode == 0, result.stderr
-    assert "BLEU = " in result.stdout and "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in result.stdout
-    assert "chrF = " in result.stdout and "chrF2" in result.stdout or "nc:6" in result.stdout
-    scores = json.loads(result.stdout.strip().splitlines()[-1])
-    assert 0 <= scores["bleu"] <= 100 and scores["sentences"] == 20
+    assert (tmp_path / "second.txt").read_text(encoding="utf-8").split("\n")[:-1] == hypotheses
+    bleu = sacrebleu.metrics.BLEU()
+    chrf = sacrebleu.metrics.CHRF()
+    expected_bleu = bleu.corpus_score(hypotheses, [references]).score
+    expected_chrf = chrf.corpus_score(hypotheses, [references]).score
+    assert 10 < expected_bleu < 90 and 10 < expected_chrf < 90  # the comparison below can tell scores apart
+    lines = result.stdout.splitlines()
+    assert f"BLEU = {expected_bleu:.2f}  {bleu.get_signature()}" in lines
+    assert f"chrF = {expected_chrf:.2f}  {chrf.get_signature()}" in lines
+    assert "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in str(bleu.get_signature())
+    assert "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:" in str(chrf.get_signature())
+    scores = json.loads(lines[-1])
+    assert scores["bleu"] == round(expected_bleu, 2) and scores["chrf"] == round(expected_chrf, 2)
+    assert scores["exact_match"] == 0.5 and scores["sentences"] == 20
 
 
 @kernels_built
@@ -222,10 +283,25 @@ def test_bf16_translator_decodes_with_a_bf16_copy(run_dir, engine):
     assert beam.model is bf16.model and len(beam.translate(sentences)) == 10
 
 
+@kernels_built
 def test_translate_command_int8(run_dir):
-    result = cli("translate", str(run_dir), "--int8", "--greedy", "je suis étudiant")
+    """``translate --int8`` prints, line by line, what an int8 Translator gives: the same text and
+    the same scores, which differ from float32's (the int8 weights are in use, not ignored)."""
+    sentences = [f for f, _ in generate_pairs(6, seed=3)]
+    result = cli("translate", str(run_dir), "--int8", "--greedy", "--json", *sentences)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip()
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    int8 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"), quantize="int8")
+    fp32 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
+    expected, plain = int8.translate_n_best(sentences), fp32.translate_n_best(sentences)
+    assert [r["source"] for r in records] == sentences
+    for record, hyps in zip(records, expected):
+        assert record["translations"][0]["text"] == int8.detokenize(hyps[0])
+        assert record["translations"][0]["score"] == pytest.approx(hyps[0].score, abs=1e-4)  # printed to 4 places
+    # measured: int8 and float32 scores 0.03 to 0.39 apart on these sentences
+    assert max(abs(r["translations"][0]["score"] - h[0].score) for r, h in zip(records, plain)) > 0.01
+    text = cli("translate", str(run_dir), "--int8", "--greedy", *sentences)
+    assert text.stdout.split("\n")[:-1] == int8.translate(sentences)
     both = cli("translate", str(run_dir), "--int8", "--bf16", "je suis étudiant")
     assert both.returncode == 2 and "--int8 or --bf16" in both.stderr
 

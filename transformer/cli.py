@@ -234,7 +234,9 @@ def _register_average(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("run_dir")
     p.add_argument("--last", type=int, default=5, help="how many checkpoints (default: 5; at most the run's train.keep_last)")
-    p.add_argument("--out", help="output file (default: RUN_DIR/model.safetensors)")
+    p.add_argument("--out", help="output file, which must not exist unless --overwrite is given (default: "
+                   "RUN_DIR/model.safetensors, the run's model, which averaging replaces)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     p.set_defaults(handler=_average)
 
 
@@ -247,7 +249,15 @@ def _average(args: argparse.Namespace) -> int:
     from transformer.training.lock import RunLock, storage_errors
     from transformer.training.trainer import RUN_CONFIG_FILE
 
-    out = Path(args.out) if args.out else Path(args.run_dir) / WEIGHTS_FILE
+    model = Path(args.run_dir) / WEIGHTS_FILE
+    out = Path(args.out) if args.out else model
+    # --out never replaces a file (a file that is not a checkpoint was silently lost) unless told to;
+    # the default output, the run's own model, is what averaging is for. The file is written through
+    # a temporary name and renamed into place (averaging.average_last), so nothing is half-written.
+    if out.is_dir():
+        raise UsageError(f"--out {out} is a directory; give a file name such as {out / 'averaged.safetensors'}")
+    if (out.exists() or out.is_symlink()) and not args.overwrite and out.resolve() != model.resolve():
+        raise UsageError(f"--out {out} already exists; give a new file name, or --overwrite to replace it")
     target = out.parent
     # Writing into a run directory (its own by default) takes that run's lock: never while it trains.
     into_run = target.is_dir() and (target.resolve() == Path(args.run_dir).resolve()

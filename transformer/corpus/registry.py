@@ -11,7 +11,8 @@ Two corpora are registered (see ``../shared/data/*/SOURCE.md`` for where the has
 an existing local copy when given one (``local_dir``, ``--from DIR`` or ``$TRANSFORMER_DATA``,
 laid out as ``<root>/<corpus>/<file>``), verifying every file's sha256, and otherwise downloads
 the missing files into ``<cache>/<corpus>/`` (verified before they get their final name, see
-:mod:`transformer.corpus.download`). :func:`corpus_pairs` then reads sentence pairs from it.
+:mod:`transformer.corpus.download`). :func:`corpus_pairs` then reads sentence pairs from it
+(:func:`read_corpus`: with the reading statistics).
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from transformer.corpus.download import download_verified, verify_file
-from transformer.corpus.files import CorpusError, read_parallel, read_tsv
+from transformer.corpus.files import CorpusError, ReadStats, read_parallel, read_tsv
 
 __all__ = [
     "DATA_ENV", "CACHE_ENV", "REGISTRY", "CorpusInfo", "RemoteFile", "corpus_pairs", "data_command",
-    "default_cache_dir", "fetch", "get_corpus", "register_data_command", "tatoeba_splits",
+    "default_cache_dir", "fetch", "get_corpus", "read_corpus", "register_data_command", "tatoeba_splits",
 ]
 
 DATA_ENV = "TRANSFORMER_DATA"
@@ -259,7 +260,20 @@ def corpus_pairs(
     ``directory`` is what :func:`fetch` returned. ``multi30k`` reads ``<split>.<src>.gz`` and
     ``<split>.<tgt>.gz`` with :func:`read_parallel`; ``tatoeba`` has the one split ``"all"``,
     read with :func:`read_tsv` (column 0 is ``en``, column 1 is ``fr``), in file order (sorted
-    by length: split it with :func:`tatoeba_splits`).
+    by length: split it with :func:`tatoeba_splits`). Pairs with an empty side are skipped;
+    :func:`read_corpus` also returns how many.
+
+    Raises:
+        CorpusError: unknown corpus, language or split (the known ones listed), ``src == tgt``,
+            or a problem with the files (see :mod:`transformer.corpus.files`).
+    """
+    return read_corpus(name, src=src, tgt=tgt, split=split, directory=directory)[0]
+
+
+def read_corpus(
+    name: str | CorpusInfo, *, src: str, tgt: str, split: str, directory: str | os.PathLike[str]
+) -> tuple[list[tuple[str, str]], ReadStats]:
+    """:func:`corpus_pairs` with the reading statistics (lines read, pairs with an empty side skipped).
 
     Raises:
         CorpusError: unknown corpus, language or split (the known ones listed), ``src == tgt``,
@@ -275,12 +289,10 @@ def corpus_pairs(
         raise CorpusError(f"{info.name} has no split {split!r}; it has {', '.join(info.splits)}")
     directory = Path(directory)
     if info.name == "multi30k":
-        pairs, _ = read_parallel(directory / f"{split}.{src}.gz", directory / f"{split}.{tgt}.gz")
-    elif info.name == "tatoeba":
-        pairs, _ = read_tsv(directory / "eng-fra.txt", src_column=_TATOEBA_COLUMNS[src], tgt_column=_TATOEBA_COLUMNS[tgt])
-    else:
-        raise CorpusError(f"no reader for corpus {info.name!r}; readable: multi30k, tatoeba")
-    return pairs
+        return read_parallel(directory / f"{split}.{src}.gz", directory / f"{split}.{tgt}.gz")
+    if info.name == "tatoeba":
+        return read_tsv(directory / "eng-fra.txt", src_column=_TATOEBA_COLUMNS[src], tgt_column=_TATOEBA_COLUMNS[tgt])
+    raise CorpusError(f"no reader for corpus {info.name!r}; readable: multi30k, tatoeba")
 
 
 def tatoeba_splits(

@@ -24,6 +24,7 @@ T output length, V vocabulary, L decoder layers, H heads.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Callable
 
@@ -57,9 +58,9 @@ __all__ = ["LENGTH_PENALTIES", "STOPPING", "STRATEGIES", "DecodeConfig", "Hypoth
 
 
 def _ancestral(model: Transformer, memory: Tensor, src_mask: Tensor, limits: Tensor, *, bos_id: int, eos_id: int,
-               pick: Callable[[Tensor], Tensor] | None) -> list[Hypothesis]:
-    """Extend every row by ``pick(log_probs (N, V)) -> (N,)`` (None: the most probable token) until
-    ``</s>`` or its limit; finished rows leave."""
+               pick: Callable[[Tensor, Tensor, int], Tensor] | None) -> list[Hypothesis]:
+    """Extend every row by ``pick(log_probs (n, V), rows (n,), step) -> (n,)`` (None: the most probable
+    token; ``rows``: the original row of each active row) until ``</s>`` or its limit; finished rows leave."""
     N, dev = memory.shape[0], memory.device
     T = int(limits.max())
     cache = model.new_cache(initial_capacity=_CACHE_CAPACITY)
@@ -75,7 +76,7 @@ def _ancestral(model: Transformer, memory: Tensor, src_mask: Tensor, limits: Ten
             step_lp, nxt = (x.squeeze(1) for x in _best_tokens(model, logits, 1))  # (n,)
         else:
             log_probs = _log_probs(logits)
-            nxt = pick(log_probs)  # (n,)
+            nxt = pick(log_probs, rows, t)  # (n,)
             step_lp = log_probs.gather(1, nxt.unsqueeze(1)).squeeze(1)  # (n,)
         if score is None:
             score, out_lp = step_lp, torch.zeros(N, dtype=step_lp.dtype, device=dev)
@@ -125,21 +126,32 @@ def sample(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eo
 
     Each step samples from ``softmax(log_probs / temperature)`` restricted to the ``top_k`` most
     probable tokens (0 = all) and to the smallest set whose probability reaches ``top_p``
-    (nucleus sampling, Holtzman et al. 2020). Randomness comes from a private
-    ``torch.Generator`` seeded with ``seed`` (None: a fresh random seed); the global RNG is
-    never used. ``score`` and ``log_prob`` are the model's log-probability of the sample
-    (temperature 1, unfiltered). Samples are returned best score first.
+    (nucleus sampling, Holtzman et al. 2020). ``score`` and ``log_prob`` are the model's
+    log-probability of the sample (temperature 1, unfiltered). Samples are returned best score first.
+
+    Randomness: each sentence has its own ``torch.Generator``, seeded from ``seed`` and the
+    sentence's source tokens, which draws the uniform numbers of its ``n`` samples for every step
+    up front (step-major, so a longer limit only adds numbers); a step picks the token where the
+    number falls in the cumulative distribution. So with a fixed ``seed`` a sentence gets the same
+    samples whatever else is in its batch and wherever it stands in it (identical sentences get
+    identical samples). ``seed=None`` draws a fresh base seed; the global RNG is never used.
     """
     DecodeConfig("sample", n_best=n, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                  max_len_a=max_len_a, max_len_b=max_len_b)
-    B = src.shape[0]
-    gen = torch.Generator(device=src.device)
-    if seed is None:
-        gen.seed()
-    else:
-        gen.manual_seed(seed)
+    B, dev = src.shape[0], src.device
+    base = torch.Generator().seed() if seed is None else seed
+    sentence_limits = _limits(model, src_mask, max_len_a, max_len_b).tolist()  # (B,)
+    T = max(sentence_limits, default=1)
+    uniform = torch.full((B * n, T), 0.5, dtype=torch.float64)  # (B*n, T); past a row's limit: never read
+    src_cpu, mask_cpu = src.cpu(), src_mask.cpu()
+    for b, limit in enumerate(sentence_limits):
+        tokens = src_cpu[b][mask_cpu[b]].to(torch.int64).numpy().astype("<i8").tobytes()
+        digest = hashlib.blake2b(b"%d:" % base + tokens, digest_size=8).digest()
+        gen = torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
+        uniform[b * n : (b + 1) * n, :limit] = torch.rand(limit, n, generator=gen, dtype=torch.float64).T
+    uniform = uniform.to(dev)
 
-    def pick(log_probs: Tensor) -> Tensor:  # (n, V) -> (n,)
+    def pick(log_probs: Tensor, rows: Tensor, t: int) -> Tensor:  # (n, V), (n,) -> (n,)
         x = log_probs / temperature
         if top_k and top_k < x.shape[-1]:
             kth = x.topk(top_k, dim=-1).values[:, -1:]  # (n, 1)
@@ -149,9 +161,14 @@ def sample(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eo
             p = sorted_x.softmax(-1)
             before = p.cumsum(-1) - p  # probability mass of the more probable tokens; 0 for the first
             x = torch.full_like(x, -math.inf).scatter(1, order, sorted_x.masked_fill(before >= top_p, -math.inf))
-        return torch.multinomial(x.softmax(-1), 1, generator=gen).squeeze(1)
+        probs = x.softmax(-1)  # (n, V)
+        cdf = probs.cumsum(-1)  # non-decreasing: a token of probability 0 is never the first above u
+        u = uniform[rows, t].to(cdf.dtype) * cdf[:, -1]  # (n,)
+        token = torch.searchsorted(cdf, u.unsqueeze(1), right=True).squeeze(1)
+        last = probs.shape[-1] - 1 - (probs > 0).flip(-1).to(torch.uint8).argmax(-1)  # rounding at the top
+        return torch.minimum(token, last)
 
-    rows = torch.arange(B, device=src.device).repeat_interleave(n)  # (B*n,)
+    rows = torch.arange(B, device=dev).repeat_interleave(n)  # (B*n,)
     memory = (model.encode(src, src_mask) if memory is None else memory).index_select(0, rows)  # (B*n, S, E)
     mask = src_mask.index_select(0, rows)
     hyps = _ancestral(model, memory, mask, _limits(model, mask, max_len_a, max_len_b), bos_id=bos_id, eos_id=eos_id,

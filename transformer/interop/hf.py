@@ -4,16 +4,20 @@ A Marian directory saved by ``transformers`` holds ``config.json``, the weights
 (``model.safetensors``, ``pytorch_model.bin`` or their sharded ``*.index.json`` forms) and the
 tokenizer: ``source.spm``, ``target.spm``, ``vocab.json`` (and ``target_vocab.json`` with
 separate vocabularies). ``.bin`` weights are read with ``torch.load(weights_only=True)``, which
-never runs pickled code. Both directions write into a temporary directory beside the target
-and rename it at the end, so a failure leaves nothing behind.
+never runs pickled code (a pickle holding anything but tensors is refused in one line); a sharded
+index may name only files inside the model directory (no absolute path, no ``..``). Both
+directions write into a temporary directory beside the target and rename it at the end, so a
+failure leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
-from pathlib import Path
+import warnings
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import torch
 from torch import Tensor
@@ -41,15 +45,34 @@ def read_hf_weights(directory: str | os.PathLike[str]) -> dict[str, Tensor]:
         if (directory / single).is_file():
             return _read_weight_file(directory / single)
         if (directory / index).is_file():
-            try:
-                shards = sorted(set(json.loads((directory / index).read_text(encoding="utf-8"))["weight_map"].values()))
-            except (ValueError, KeyError, TypeError) as err:
-                raise InteropError(f"{directory / index} is not a valid weight index: {err!r}") from None
             state: dict[str, Tensor] = {}
-            for shard in shards:
+            for shard in _shard_names(directory / index):
                 state.update(_read_weight_file(directory / shard))
             return state
     raise InteropError(f"no weights in {directory}: expected model.safetensors or pytorch_model.bin")
+
+
+def _shard_names(index: Path) -> list[str]:
+    """The shard files a ``*.index.json`` names, each checked to be a plain relative path inside
+    the model directory: an absolute path or a ``..`` component is refused before anything is read
+    (an index naming ``/etc/passwd`` was followed). Symbolic links inside the directory (the
+    Hugging Face cache's snapshots) are fine: only what the index says is checked."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        if not isinstance(weight_map, dict):
+            raise TypeError(f"weight_map is a {type(weight_map).__name__}, not an object")
+    except (ValueError, KeyError, TypeError) as err:
+        raise InteropError(f"{index} is not a valid weight index: {err!r}") from None
+    shards = []
+    for entry in weight_map.values():
+        if not isinstance(entry, str) or not entry:
+            raise InteropError(f"{index} names the shard {entry!r}, which is not a file name")
+        as_windows = PureWindowsPath(entry)  # splits on both "/" and "\\"
+        if PurePosixPath(entry).is_absolute() or as_windows.drive or as_windows.root or ".." in as_windows.parts:
+            raise InteropError(f"{index} names the shard {entry!r}, outside the model directory; shards must be "
+                               "files in that directory (a path relative to it, without '..')")
+        shards.append(entry)
+    return sorted(set(shards))
 
 
 def _read_weight_file(path: Path) -> dict[str, Tensor]:
@@ -60,9 +83,22 @@ def _read_weight_file(path: Path) -> dict[str, Tensor]:
             from safetensors.torch import load_file
 
             return load_file(str(path))
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # truncated files, foreign pickles refused by weights_only, ...
-        raise InteropError(f"cannot read weights {path}: {err}") from None
+        with path.open("rb") as f:
+            header = f.read(4)
+        if not header.startswith((b"PK\x03\x04", b"\x80")):  # torch.save writes a zip archive or a pickle
+            raise InteropError(f"cannot read weights {path}: not a PyTorch weights file (neither the zip archive "
+                               "nor the pickle torch.save writes)")
+        with warnings.catch_warnings():  # torch's note on the pickle protocol: noise on top of the refusal
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:  # weights_only refused what the pickle holds; its advice is to load it anyway
+        raise InteropError(f"refused {path}: not a weights-only file (its pickle holds objects other than tensors, "
+                           "which could run code, so it is never loaded); use the model's safetensors weights "
+                           "(model.safetensors) instead") from None
+    except InteropError:
+        raise
+    except Exception as err:  # truncated files, ...
+        raise InteropError(f"cannot read weights {path}: {' '.join(str(err).split())}") from None
     if not isinstance(state, dict) or not all(isinstance(t, Tensor) for t in state.values()):
         raise InteropError(f"{path} does not hold a state dict of tensors")
     return state

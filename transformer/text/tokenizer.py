@@ -9,7 +9,10 @@ Pipeline of every trained :class:`BPETokenizer`:
   Accents, curly quotes/apostrophes, ``« »`` and ``€`` are kept. Zero-width characters are kept.
 * **Pre-tokenization**: Metaspace: each space becomes the word-boundary mark ``▁`` (U+2581)
   prefixed to the next word, so pieces read like ``▁chat``, ``s`` and decoding is exact:
-  ``decode(encode(x)) == normalize(x)``.
+  ``decode(encode(x)) == normalize(x)``. A literal ``▁`` in the text (which Metaspace would
+  take for a space) is encoded as its three UTF-8 byte tokens ``<0xE2> <0x96> <0x81>``, and the
+  decoder turns the marks of the pieces into spaces before it turns byte tokens into text, so
+  it comes back as ``▁``.
 * **Model**: BPE with *byte fallback*: a character never seen in training is encoded as its
   UTF-8 bytes (tokens ``<0x00>`` .. ``<0xFF>``, always in the vocabulary), so nothing becomes
   ``<unk>`` and decoding still restores it. An invalid byte sequence (a model emitting a lone
@@ -26,7 +29,7 @@ from __future__ import annotations
 import abc
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -37,6 +40,7 @@ PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, BOS, EOS, UNK)
 BYTE_TOKENS: tuple[str, ...] = tuple(f"<0x{b:02X}>" for b in range(256))
 WORD_BOUNDARY = "\u2581"  # "▁"
+_MARK_BYTES = tuple(f"<0x{b:02X}>" for b in WORD_BOUNDARY.encode("utf-8"))  # a literal "▁": <0xE2> <0x96> <0x81>
 
 JOINT_FILE = "tokenizer.json"
 SRC_FILE = "tokenizer.src.json"
@@ -44,15 +48,27 @@ TGT_FILE = "tokenizer.tgt.json"
 
 
 def _atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same directory and ``os.replace``."""
+    """Write ``text`` to ``path`` via a temporary file in the same directory and ``os.replace``.
+
+    The file gets the mode a plain ``open(path, "w")`` gives (0666 less the umask: 0644 with the
+    usual 022), like the other run files; ``tempfile.mkstemp`` would make it 0600.
+    """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"cannot create a temporary file beside {path}")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
@@ -169,6 +185,8 @@ class BPETokenizer(Tokenizer):
         self._hf.encode_special_tokens = True  # literal "<s>" in text is text (not serialized: set here)
         self._pad, self._bos, self._eos, self._unk = (hf.token_to_id(t) for t in SPECIAL_TOKENS)
         self._size = hf.get_vocab_size(with_added_tokens=True)
+        mark = [hf.token_to_id(t) for t in _MARK_BYTES]
+        self._mark_ids: list[int] | None = None if None in mark else mark  # a literal "▁" as byte tokens
 
     @classmethod
     def train(cls, texts: Iterable[str], *, vocab_size: int, min_frequency: int = 2) -> BPETokenizer:
@@ -191,8 +209,10 @@ class BPETokenizer(Tokenizer):
         hf.normalizer = normalizers.Sequence(
             [normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()])
         hf.pre_tokenizer = pre_tokenizers.Metaspace(replacement=WORD_BOUNDARY, prepend_scheme="always")
+        # Metaspace first: the marks of the pieces become spaces, then the byte tokens become text,
+        # so the byte tokens of a literal "▁" stay "▁".
         hf.decoder = decoders.Sequence(
-            [decoders.ByteFallback(), decoders.Metaspace(replacement=WORD_BOUNDARY, prepend_scheme="always")])
+            [decoders.Metaspace(replacement=WORD_BOUNDARY, prepend_scheme="always"), decoders.ByteFallback()])
         trainer = trainers.BpeTrainer(vocab_size=vocab_size - len(BYTE_TOKENS), min_frequency=min_frequency,
                                       special_tokens=list(SPECIAL_TOKENS), show_progress=False)
         hf.train_from_iterator(texts, trainer, length=len(texts))
@@ -220,6 +240,10 @@ class BPETokenizer(Tokenizer):
         data = _read_json(path)
         if data["model"].get("type") != "BPE":
             raise ValueError(f"{path} holds a {data['model'].get('type')!r} model, not BPE")
+        decoder = data.get("decoder") or {}
+        steps = decoder.get("decoders") if decoder.get("type") == "Sequence" else None
+        if isinstance(steps, list) and [d.get("type") for d in steps] == ["ByteFallback", "Metaspace"]:
+            decoder["decoders"] = steps[::-1]  # saved before a literal "▁" was kept: the order that keeps it
         try:
             hf = HFTokenizer.from_str(json.dumps(data))
         except Exception as e:  # the Rust side raises a plain Exception
@@ -238,13 +262,37 @@ class BPETokenizer(Tokenizer):
         return self._hf.normalizer.normalize_str(self._check_str(text))
 
     def encode(self, text: str) -> list[int]:
-        return self._hf.encode(self._check_str(text), add_special_tokens=False).ids
+        if WORD_BOUNDARY in self._check_str(text) and self._mark_ids:
+            return self._encode_marked(text)
+        return self._hf.encode(text, add_special_tokens=False).ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         if isinstance(texts, str):
             raise TypeError("encode_batch expects a sequence of str, not a single str")
         texts = [self._check_str(t) for t in texts]
-        return [e.ids for e in self._hf.encode_batch(texts, add_special_tokens=False)]
+        out = [e.ids for e in self._hf.encode_batch(texts, add_special_tokens=False)]
+        if self._mark_ids:
+            for i, text in enumerate(texts):
+                if WORD_BOUNDARY in text:
+                    out[i] = self._encode_marked(text)
+        return out
+
+    def _encode_marked(self, text: str) -> list[int]:
+        """Ids of a text holding a literal ``▁``: each one becomes its byte tokens; the parts between
+        them go through the pipeline's own pre-tokenizer and model, a part after a literal ``▁``
+        continuing its word (without the mark Metaspace prepends to a text's first word)."""
+        hf = self._hf
+        ids: list[int] = []
+        for k, part in enumerate(hf.normalizer.normalize_str(text).split(WORD_BOUNDARY)):
+            if k:
+                ids += self._mark_ids or []
+            words = [w for w, _ in hf.pre_tokenizer.pre_tokenize_str(part)] if part else []
+            if k and words and not part.startswith(" ") and words[0].startswith(WORD_BOUNDARY):
+                words[0] = words[0][len(WORD_BOUNDARY):]
+            for word in words:
+                if word:
+                    ids += [t.id for t in hf.model.tokenize(word)]
+        return ids
 
     def decode(self, ids: Sequence[int], *, skip_special: bool = True) -> str:
         return self._hf.decode(self._check_ids(ids), skip_special_tokens=skip_special)

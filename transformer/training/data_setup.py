@@ -17,7 +17,7 @@ from typing import Any
 
 from transformer.corpus.builtin import builtin_splits
 from transformer.corpus.files import CorpusError, read_parallel, read_tsv
-from transformer.corpus.registry import REGISTRY, corpus_pairs, fetch, tatoeba_splits
+from transformer.corpus.registry import REGISTRY, fetch, read_corpus, tatoeba_splits
 from transformer.data import filter_examples
 from transformer.text import Vocabularies
 from transformer.training.config import DataConfig
@@ -50,12 +50,14 @@ def load_text_splits(cfg: DataConfig) -> tuple[dict[str, list[Pair]], dict[str, 
         stats["corpus"] = cfg.corpus
         stats["attribution"] = info.attribution
         if cfg.corpus == "multi30k":
-            splits = {
-                split: corpus_pairs(cfg.corpus, src=cfg.src_lang, tgt=cfg.tgt_lang, split=name, directory=directory)
-                for split, name in (("train", "train"), ("valid", "val"), ("test", "test_2016_flickr"))
-            }
+            splits = {}
+            for split, name in (("train", "train"), ("valid", "val"), ("test", "test_2016_flickr")):
+                splits[split], read = read_corpus(cfg.corpus, src=cfg.src_lang, tgt=cfg.tgt_lang, split=name,
+                                                  directory=directory)
+                stats[f"{split}_read"] = vars(read)
         else:
-            pairs = corpus_pairs(cfg.corpus, src=cfg.src_lang, tgt=cfg.tgt_lang, split="all", directory=directory)
+            pairs, read = read_corpus(cfg.corpus, src=cfg.src_lang, tgt=cfg.tgt_lang, split="all", directory=directory)
+            stats["corpus_read"] = vars(read)  # one file for all splits, read before it is split
             splits = tatoeba_splits(pairs, seed=cfg.seed)
         return splits, stats
     if cfg.corpus == "files":

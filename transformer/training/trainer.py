@@ -381,15 +381,22 @@ class Trainer:
 
 
 def _data_report(stats: dict[str, Any]) -> str:
-    """One line on what reading and filtering kept and dropped."""
+    """One line on what reading and filtering kept and dropped, for the training and the validation pairs."""
     parts = []
-    read = stats.get("train_read")
-    if read:
-        parts.append(f"{read['n_read']:,} training lines read, {read['n_empty_skipped']:,} with an empty side skipped")
-    kept = stats.get("train_filter")
-    if kept:
-        parts.append(f"{kept['kept']:,} pairs kept, dropped {kept['too_long']:,} too long, {kept['bad_ratio']:,} "
-                     f"with a bad length ratio, {kept['empty']:,} empty after tokenization")
+    if read := stats.get("corpus_read"):  # a registry corpus in one file (Tatoeba), read before the split
+        files = ", ".join(Path(name).name for name in read.get("sources", ())) or "the corpus"
+        parts.append(f"{read['n_read']:,} lines read from {files} (all splits), "
+                     f"{read['n_empty_skipped']:,} with an empty side skipped")
+    for split, name in (("train", "training"), ("valid", "validation"), ("test", "test")):
+        if read := stats.get(f"{split}_read"):
+            parts.append(f"{read['n_read']:,} {name} lines read, "
+                         f"{read['n_empty_skipped']:,} with an empty side skipped")
+    if kept := stats.get("train_filter"):
+        parts.append(f"{kept['kept']:,} training pairs kept, dropped {kept['too_long']:,} too long, "
+                     f"{kept['bad_ratio']:,} with a bad length ratio, {kept['empty']:,} empty after tokenization")
+    if kept := stats.get("valid_filter"):  # no length-ratio filter on validation pairs
+        parts.append(f"{kept['kept']:,} validation pairs kept, dropped {kept['too_long']:,} too long, "
+                     f"{kept['empty']:,} empty after tokenization")
     if stats.get("attribution"):
         parts.append(f"corpus {stats['corpus']}: {stats['attribution']}")
     return "data: " + "; ".join(parts) if parts else "data: built-in corpus"
