@@ -5,58 +5,38 @@ translated, and the translations are put back in the line (``translate_lines``):
 N lines out, blank lines, indentation, the gaps between sentences and CRLF line ends kept.
 ``--segment lines`` translates each line whole (pre-segmented test sets; what ``evaluate`` does).
 
-Input (arguments, ``--input FILE`` or standard input) is read as a stream of lines: plain or
-gzip (told by its magic bytes), UTF-8 with a byte-order mark dropped; invalid UTF-8 is replaced
-and NUL bytes removed, each with a warning naming the line, the other lines translated as usual.
-Lines are translated in chunks (``--chunk-lines``, all the chunk's sentences batched together)
-and written in order as each chunk is done, so a file of any length takes bounded memory.
-
-``--output FILE`` gets whole chunks only: each is appended, synced to disk, and recorded in
-``FILE.resume`` (the input's size, mtime and a hash of its head; the settings; the lines, bytes
-and a hash of the output so far). An interrupted run (Ctrl-C, SIGTERM) leaves only complete lines;
-one killed outright may leave part of a chunk after them, which ``--resume`` cuts off before it
-continues from the next line: the output is then byte for byte what an uninterrupted run writes.
-The state file is removed when the run completes.
+This module holds the options, the two commands and the formatting of each translated line
+(text, n-best, JSON). How the input is read (plain or gzip, UTF-8 defects fixed with a warning
+naming the line) is ``inputs.py``; how lines stream through in chunks, with ``--output`` kept
+whole-chunk and resumable (``--resume``) and the progress shown, is ``stream.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import gzip
-import hashlib
-import io
 import json
 import os
 import re
-import signal
 import sys
-import threading
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator, TextIO
+from typing import Iterable
 
 from transformer.decoding import DecodeConfig
 from transformer.translate.evaluation import score
+from transformer.translate.inputs import InputText, Line, Reporter, count_lines, read_lines
+from transformer.translate.stream import (
+    CHUNK_CHARS, PROGRESS_EVERY, Progress, encode_output, open_output, same_file, write_chunks,
+)
 from transformer.translate.translator import TranslationWarning, Translator, load_translator
 
 
 INT8_HELP = ("decode with int8 copies of the linear layers' weights (one scale per output feature) in the "
              "CPU engine's kernels, activations and sums in float32: a quarter of the weights' memory traffic "
              "(Transformer models on CPU)")
-GZIP_MAGIC = b"\x1f\x8b"
-UTF8_BOM = b"\xef\xbb\xbf"
-UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 DEFAULT_CHUNK_LINES = 2000
-CHUNK_CHARS = 1_000_000  # a chunk also ends once its lines hold this many characters
 DEFAULT_MAX_LINE_CHARS = 1_000_000
-PROGRESS_EVERY = 30.0  # seconds between progress lines when standard error is not a terminal
-WARNINGS_PER_KIND = 10  # then only counted, and the count given at the end
-STATE_SUFFIX = ".resume"
-STATE_VERSION = 1
-HEAD_BYTES = 1 << 20  # the input's first bytes, hashed to recognise it on --resume
 
 
 def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
@@ -106,283 +86,6 @@ def translator_from_args(args: argparse.Namespace) -> Translator:
                            int8=args.int8)
 
 
-# ------------------------------------------------------------------------------------------------ input
-class Reporter:
-    """Warnings on standard error, each naming its line. After ``WARNINGS_PER_KIND`` warnings of
-    one kind the others are only counted; ``summary()`` gives the counts."""
-
-    def __init__(self, stream: TextIO | None = None) -> None:
-        self.stream = stream
-        self.counts: dict[str, int] = {}
-        self.lines: dict[str, list[int]] = {}
-
-    def warn(self, kind: str, message: str, line: int | None = None) -> None:
-        n = self.counts[kind] = self.counts.get(kind, 0) + 1
-        if line is not None and len(self.lines.setdefault(kind, [])) < 20:
-            self.lines[kind].append(line)
-        stream = self.stream or sys.stderr
-        if n <= WARNINGS_PER_KIND:
-            print(f"warning: {message}", file=stream)
-        elif n == WARNINGS_PER_KIND + 1:
-            print(f"warning: further warnings like this ({KINDS.get(kind, kind)}) are counted, not shown", file=stream)
-
-    def summary(self) -> None:
-        for kind, n in self.counts.items():
-            if n > WARNINGS_PER_KIND:
-                lines = ", ".join(map(str, self.lines.get(kind, [])))
-                print(f"warning: {n} warnings in all: {KINDS.get(kind, kind)}"
-                      + (f" (first lines: {lines}{', ...' if n > len(self.lines[kind]) else ''})" if lines else ""),
-                      file=self.stream or sys.stderr)
-
-
-KINDS = {"utf8": "invalid UTF-8 replaced", "nul": "NUL bytes removed", "long-line": "lines copied untranslated",
-         "long-sentence": "sentences over the model's input limit"}
-
-
-@dataclass(frozen=True)
-class Line:
-    """One input line: its number (from 1), its text, how it ended ("\\n", "\\r\\n", or "" for a
-    last line without a line break) and its size in the (decompressed) input, in bytes."""
-
-    number: int
-    text: str
-    ending: str
-    size: int = 0
-
-    @property
-    def newline(self) -> str:
-        """The line end its output line gets: CRLF in, CRLF out; "\\n" otherwise."""
-        return "\r\n" if self.ending == "\r\n" else "\n"
-
-
-class _Prefixed(io.RawIOBase):
-    """A stream's first bytes, read to tell gzip from text, put back in front of the rest."""
-
-    def __init__(self, head: bytes, rest: BinaryIO) -> None:
-        self.head, self.rest = head, rest
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        if self.head:
-            n = min(len(buffer), len(self.head))
-            buffer[:n], self.head = self.head[:n], self.head[n:]
-            return n
-        data = self.rest.read1(len(buffer)) if hasattr(self.rest, "read1") else self.rest.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
-
-class InputText:
-    """The lines of a file or of standard input ("-"), read as a stream (see the module doc)."""
-
-    def __init__(self, path: str, reporter: Reporter, *, stream: TextIO | None = None) -> None:
-        self.path, self.reporter = path, reporter
-        self.name = "standard input" if path == "-" else path
-        if path == "-":
-            raw = (stream or sys.stdin).buffer
-            head = raw.read(2)
-            self._closing = None
-            binary: BinaryIO = io.BufferedReader(_Prefixed(head, raw))
-        else:
-            p = Path(path)
-            if not p.is_file():
-                raise FileNotFoundError(f"input file not found: {path}")
-            binary = self._closing = p.open("rb")
-            head = binary.read(2)
-            binary.seek(0)
-        self.gzipped = head == GZIP_MAGIC
-        self._file: BinaryIO = gzip.GzipFile(fileobj=binary, mode="rb") if self.gzipped else binary
-        self._number = 0
-        try:
-            first = self._file.peek(2)[:2]
-        except (OSError, EOFError) as err:
-            raise ValueError(f"{self.name}: cannot be read as gzip ({err})") from None
-        if first in UTF16_BOMS:
-            self._refuse_utf16()
-
-    def _refuse_utf16(self) -> None:
-        self.close()
-        raise ValueError(f"{self.name} starts with a UTF-16 byte-order mark; translate reads UTF-8: "
-                         f"convert it first, e.g. iconv -f UTF-16 -t UTF-8 {self.path} > converted.txt")
-
-    def close(self) -> None:
-        if self._closing is not None:
-            self._closing.close()
-
-    def skip(self, lines: int, offset: int) -> None:
-        """Go on after the first ``lines`` lines, which end at byte ``offset`` (--resume)."""
-        if self.gzipped:
-            for _ in range(lines):
-                if not self._file.readline():
-                    break
-        else:
-            self._file.seek(offset)
-        self._number = lines
-
-    def __iter__(self) -> Iterator[Line]:
-        try:
-            for raw in self._file:
-                self._number += 1
-                yield self._decode(self._number, raw)
-        except (OSError, EOFError) as err:  # a truncated or corrupt gzip stream
-            raise ValueError(f"{self.name}: line {self._number + 1}: cannot be read ({err})") from None
-
-    def _decode(self, number: int, raw: bytes) -> Line:
-        size = len(raw)
-        if raw.endswith(b"\r\n"):
-            body, ending = raw[:-2], "\r\n"
-        elif raw.endswith(b"\n"):
-            body, ending = raw[:-1], "\n"
-        else:
-            body, ending = raw, ""
-        if number == 1:
-            if body.startswith(UTF8_BOM):
-                body = body[len(UTF8_BOM):]
-            elif body.startswith(UTF16_BOMS):
-                self._refuse_utf16()
-        try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError as err:
-            self.reporter.warn("utf8", f"{self.name}: line {number}: invalid UTF-8 ({err.reason} at byte {err.start}); "
-                               "undecodable bytes replaced by U+FFFD", number)
-            text = body.decode("utf-8", errors="replace")
-        if "\x00" in text:
-            self.reporter.warn("nul", f"{self.name}: line {number}: {text.count(chr(0))} NUL bytes removed "
-                               "(binary data?); the rest of the line is translated", number)
-            text = text.replace("\x00", "")
-        return Line(number, text, ending, size)
-
-
-def count_lines(path: str) -> int:
-    """Lines in a (plain or gzip) file, as ``InputText`` reads them."""
-    with open(path, "rb") as f:
-        stream: BinaryIO = gzip.GzipFile(fileobj=f) if f.read(2) == GZIP_MAGIC else f
-        f.seek(0)
-        n, last = 0, b"\n"
-        while block := stream.read(1 << 20):
-            n += block.count(b"\n")
-            last = block[-1:]
-        return n + (last != b"\n")
-
-
-def read_lines(path: str, stream: TextIO | None = None) -> list[str]:
-    """Lines of a file (plain or gzip) or stdin ("-"): a byte-order mark dropped, invalid UTF-8
-    replaced and NUL bytes removed, each with a warning naming the line."""
-    source = InputText(path, Reporter(), stream=stream)
-    try:
-        return [line.text for line in source]
-    finally:
-        source.close()
-
-
-def _chunks(lines: Iterable[Line], max_lines: int, max_chars: int = CHUNK_CHARS) -> Iterator[list[Line]]:
-    """Consecutive lines, at most ``max_lines`` (or about ``max_chars`` characters) at a time."""
-    chunk: list[Line] = []
-    chars = 0
-    for line in lines:
-        chunk.append(line)
-        chars += len(line.text)
-        if len(chunk) >= max_lines or chars >= max_chars:
-            yield chunk
-            chunk, chars = [], 0
-    if chunk:
-        yield chunk
-
-
-# ------------------------------------------------------------------------------------------------ output
-class StdoutSink:
-    def write(self, text: str, lines: int, input_bytes: int) -> None:
-        try:
-            sys.stdout.write(text)
-            sys.stdout.flush()
-        except BrokenPipeError:  # `transformer translate ... | head`: the reader has what it wanted
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            raise SystemExit(141) from None
-
-    def interrupted(self) -> str:
-        return ""
-
-    def finish(self) -> None:
-        pass
-
-
-def _encode(text: str) -> bytes:
-    try:
-        return text.encode("utf-8", errors="surrogateescape")  # bytes of an argument that was not UTF-8, as given
-    except UnicodeEncodeError:
-        return text.encode("utf-8", errors="replace")
-
-
-class FileSink:
-    """``--output FILE``: whole chunks appended and synced, the progress recorded in the state
-    file (``FILE.resume``) after each; the state file removed at the end.
-
-    ``state``: what identifies the run (input, settings), None where it cannot be resumed
-    (arguments or standard input). ``done``: ``(lines, bytes, input offset, output hash)``
-    already in the file (``--resume``)."""
-
-    def __init__(self, path: Path, state: dict | None, done: tuple[int, int, int, "hashlib._Hash"] | None = None):
-        self.path, self.state_path = path, _state_path(path)
-        self.run = state
-        self.lines, self.bytes, self.offset, self.hash = done or (0, 0, 0, hashlib.sha256())
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o666)
-        os.ftruncate(self.fd, self.bytes)  # a resumed file: what a killed run left after its last chunk goes
-        os.lseek(self.fd, self.bytes, os.SEEK_SET)
-        if state is None:
-            self.state_path.unlink(missing_ok=True)
-        else:
-            self._save_state()
-
-    def write(self, text: str, lines: int, input_bytes: int) -> None:
-        data = _encode(text)
-        self.hash.update(data)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view):]
-        os.fsync(self.fd)
-        self.lines += lines
-        self.bytes += len(data)
-        self.offset += input_bytes
-        if self.run is not None:
-            self._save_state()
-
-    def interrupted(self) -> str:
-        """Cut off a chunk the interruption left half written; say how to go on."""
-        os.ftruncate(self.fd, self.bytes)
-        os.close(self.fd)
-        self.fd = -1
-        how = "; --resume continues from the next line" if self.run is not None else ""
-        return f"{self.path} holds the translations of the first {self.lines} lines, all complete{how}"
-
-    def finish(self) -> None:
-        os.close(self.fd)
-        self.fd = -1
-        self.state_path.unlink(missing_ok=True)
-
-    def _save_state(self) -> None:
-        state = {**self.run, "lines": self.lines, "output_bytes": self.bytes, "input_offset": self.offset,
-                 "output_sha256": self.hash.hexdigest()}
-        tmp = self.state_path.with_name(self.state_path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(state, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.state_path)
-
-
-def _state_path(output: Path) -> Path:
-    return output.with_name(output.name + STATE_SUFFIX)
-
-
-def _input_identity(path: str) -> dict:
-    st = os.stat(path)
-    with open(path, "rb") as f:
-        head = hashlib.sha256(f.read(HEAD_BYTES)).hexdigest()
-    return {"path": str(Path(path).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "head_sha256": head}
-
-
 def _settings(args: argparse.Namespace) -> dict:
     """What the output depends on, besides the input: --resume refuses to mix two runs' outputs."""
     run = Path(args.run_dir).resolve()
@@ -392,136 +95,6 @@ def _settings(args: argparse.Namespace) -> dict:
             "segment": args.segment, "format": args.format, "src_lang": args.src_lang, "json": args.json,
             "chunk_lines": args.chunk_lines, "max_line_chars": args.max_line_chars,
             **{name: getattr(args, name) for name in DECODING_ARGUMENTS}}
-
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return Path(a).resolve() == Path(b).resolve()
-
-
-def _open_output(args: argparse.Namespace) -> tuple[Callable[[], FileSink | StdoutSink], int, int]:
-    """What opens the sink (called once the model is loaded: a run that fails before leaves no
-    file behind), and the lines (and input bytes) already translated when resuming. Raises
-    ValueError for an output that is the input, exists without --resume/--overwrite, or does not
-    match the state recorded for --resume."""
-    if not args.output:
-        if args.resume:
-            raise ValueError("--resume needs --output FILE (the file an interrupted run was writing)")
-        return StdoutSink, 0, 0
-    output = Path(args.output)
-    resumable = bool(args.input) and args.input != "-"
-    if resumable and _same_file(args.input, args.output):
-        raise ValueError(f"--output {args.output} is the --input file: write the translation to another file")
-    if output.is_dir():
-        raise ValueError(f"--output {args.output} is a directory")
-    if args.resume and not resumable:
-        raise ValueError("--resume needs --input FILE: it reads the input again from where the output stopped")
-    run = {"version": STATE_VERSION, "input": _input_identity(args.input), "settings": _settings(args)} \
-        if resumable else None
-    state_path = _state_path(output)
-    if not output.exists() or args.overwrite:
-        return (lambda: FileSink(output, run)), 0, 0
-    if not args.resume:
-        raise ValueError(f"{args.output} exists: give --overwrite to replace it, or --resume to continue "
-                         "an interrupted run")
-    if not state_path.is_file():
-        raise ValueError(f"{args.output} exists but {state_path.name} does not: nothing to resume (the run "
-                         "finished, or the file was not written by an interrupted run); --overwrite translates again")
-    try:
-        state = json.loads(state_path.read_text(encoding="utf-8"))
-        lines, size, offset, digest = (state[k] for k in ("lines", "output_bytes", "input_offset", "output_sha256"))
-        recorded_input, recorded_settings = state["input"], state["settings"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{state_path} is not a readable resume state ({err}); --overwrite translates again") from None
-    if state.get("version") != STATE_VERSION:
-        raise ValueError(f"{state_path} was written by another version of transformer translate; --overwrite")
-    changed = [k for k in ("size", "mtime_ns", "head_sha256") if recorded_input.get(k) != run["input"][k]]
-    if changed:
-        raise ValueError(f"--resume: {args.input} is not the input {args.output} was translated from "
-                         f"({recorded_input.get('path')}: its {', '.join(changed)} changed); --overwrite "
-                         "translates it anew")
-    differ = [k for k in run["settings"] if recorded_settings.get(k) != run["settings"][k]]
-    if differ:
-        k = differ[0]
-        raise ValueError(f"--resume with other settings than the interrupted run ({k}: "
-                         f"{recorded_settings.get(k)!r} then, {run['settings'][k]!r} now); give the same options, "
-                         "or --overwrite")
-    hasher, newlines = hashlib.sha256(), 0
-    with open(output, "rb") as f:
-        left = size
-        while left > 0 and (block := f.read(min(left, 1 << 20))):
-            hasher.update(block)
-            newlines += block.count(b"\n")
-            left -= len(block)
-    if left > 0 or hasher.hexdigest() != digest:
-        raise ValueError(f"--resume: {args.output} no longer starts with the {lines} lines {state_path.name} "
-                         "recorded (changed since the run stopped?); --overwrite translates again")
-    if newlines < lines:
-        raise ValueError(f"--resume: {args.output} holds {newlines} complete lines, not {lines}; --overwrite")
-    return (lambda: FileSink(output, run, (lines, size, offset, hasher))), lines, offset
-
-
-# ------------------------------------------------------------------------------------------------ progress
-class Progress:
-    """A tqdm bar on a terminal (lines, sentences/s, ETA); otherwise a plain line every
-    ``PROGRESS_EVERY`` seconds. ``total``: the input's lines, when known."""
-
-    def __init__(self, total: int | None, initial: int, *, enabled: bool, stream: TextIO | None = None) -> None:
-        self.stream = stream or sys.stderr
-        self.total, self.initial, self.enabled = total, initial, enabled
-        self.lines = self.sentences = 0
-        self.start = self.last = time.perf_counter()
-        self.bar = None
-        if enabled and self.stream.isatty():
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, initial=initial, unit="line", file=self.stream, dynamic_ncols=True,
-                            smoothing=0.1)
-
-    def update(self, lines: int, sentences: int) -> None:
-        self.lines += lines
-        self.sentences += sentences
-        if not self.enabled:
-            return
-        now = time.perf_counter()
-        rate = self.sentences / max(now - self.start, 1e-9)
-        if self.bar is not None:
-            self.bar.set_postfix_str(f"{rate:,.1f} sentences/s", refresh=False)
-            self.bar.update(lines)
-        elif now - self.last >= PROGRESS_EVERY:
-            self.last = now
-            done = self.initial + self.lines
-            text = f"{done:,}" + (f"/{self.total:,} lines ({100 * done / max(self.total, 1):.1f}%)" if self.total
-                                  else " lines")
-            eta = ""
-            if self.total and self.lines:
-                seconds = (self.total - done) * (now - self.start) / self.lines
-                eta = f", ETA {int(seconds // 3600)}:{int(seconds % 3600 // 60):02d}:{int(seconds % 60):02d}"
-            print(f"progress: {text}, {self.sentences:,} sentences, {rate:,.1f} sentences/s{eta}", file=self.stream,
-                  flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-@contextlib.contextmanager
-def _terminate_as_interrupt():
-    """SIGTERM handled as Ctrl-C while translating: the output is left with complete lines."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 # ------------------------------------------------------------------------------------------------ translate
@@ -588,7 +161,7 @@ def translate_command(args: argparse.Namespace) -> int:
         raise ValueError("nothing to translate: give texts, --input FILE, or pipe text into standard input")
     if args.format == "html":
         return _translate_html(args)
-    open_sink, done, offset = _open_output(args)  # refusals come before the model is loaded
+    open_sink, done, offset = open_output(args, _settings)  # refusals come before the model is loaded
     reporter = Reporter()
     source: InputText | None = None
     try:
@@ -604,22 +177,13 @@ def translate_command(args: argparse.Namespace) -> int:
             total = count_lines(args.input) if args.input and args.input != "-" else None
         show = not args.no_progress and not args.sentences
         progress = Progress(total, done, enabled=show and (args.output is not None or not sys.stdout.isatty()
-                                                           or not sys.stderr.isatty()))
+                                                           or not sys.stderr.isatty()),
+                            every=PROGRESS_EVERY)  # this module's, read now: it can be changed here (tests)
         sink = open_sink()
         start = time.perf_counter()
-        try:
-            with _terminate_as_interrupt():
-                for chunk in _chunks(lines, args.chunk_lines):
-                    text, sentences = _translate_chunk(translator, chunk, args, reporter)
-                    sink.write(text, len(chunk), sum(line.size for line in chunk))
-                    progress.update(len(chunk), sentences)
-        except KeyboardInterrupt:
-            progress.close()
-            if message := sink.interrupted():
-                print(f"transformer translate: {message}", file=sys.stderr)
-            raise
-        progress.close()
-        sink.finish()
+        # _translate_chunk looked up at each chunk, so that it can be replaced here (tests do)
+        write_chunks(lines, args.chunk_lines, lambda chunk: _translate_chunk(translator, chunk, args, reporter),
+                     sink, progress)
     finally:
         if source is not None:
             source.close()
@@ -715,7 +279,7 @@ def _translate_html(args: argparse.Namespace) -> int:
         raise ValueError(f"--format html needs transformer.translate.html, which this installation lacks ({err})") \
             from None
     if args.output:
-        if args.input and args.input != "-" and _same_file(args.input, args.output):
+        if args.input and args.input != "-" and same_file(args.input, args.output):
             raise ValueError(f"--output {args.output} is the --input file: write the translation to another file")
         if Path(args.output).exists() and not args.overwrite:
             raise ValueError(f"{args.output} exists: give --overwrite to replace it")
@@ -742,7 +306,7 @@ def _translate_html(args: argparse.Namespace) -> int:
     output = "".join(t + ("\n" if args.sentences else "") for t in texts)
     if args.output:
         tmp = Path(args.output).with_name(Path(args.output).name + ".tmp")
-        tmp.write_bytes(_encode(output))
+        tmp.write_bytes(encode_output(output))
         os.replace(tmp, args.output)
     else:
         sys.stdout.write(output)

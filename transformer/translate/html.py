@@ -72,11 +72,11 @@ from __future__ import annotations
 import bisect
 import html as _html
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Callable, Sequence
 
+from transformer.translate.html_placement import render_sentence, sentence_events
 from transformer.translate.segment import split_sentences
 
 __all__ = ["translate_html", "html_sentences", "Translate", "Align"]
@@ -435,292 +435,6 @@ def _plan(source: str, lang: str | None) -> tuple[list, list[_Sentence]]:
     return parts, sentences
 
 
-# --- Putting the tags into a translated sentence ---------------------------------------
-
-
-@dataclass
-class _Event:
-    atom: _Atom
-    kind: str  # open close point verbatim
-    b: int  # target word boundary (0..m)
-    b2: int  # verbatim: the boundary where its words end
-    attach: str  # left right free inner: the whitespace around it in the source
-    source_b: int = 0
-    source_b2: int = 0
-    trim_start: bool = False  # goes after the leading punctuation of its word ("(<b>word")
-    trim_end: bool = False  # goes before the trailing punctuation of its word ("word</b>.")
-    part: tuple[float, float] | None = None  # kept code that is this part of a source word
-    in_word: bool = False  # placed inside a translated word
-    loc: int = 0
-    loc_end: int = 0
-    space_after: bool = False
-
-
-def _escape(text: str) -> str:
-    return _html.escape(text, quote=False).replace("\xa0", "&nbsp;")
-
-
-def _proportional(k: int, n: int, m: int, way: str = "round") -> int:
-    """Source word boundary k of n -> target boundary of m: k * m / n rounded ``way`` (floor,
-    ceil, round), a boundary inside the sentence kept inside it (1..m-1) when m > 1."""
-    if k <= 0 or m == 0:
-        return 0
-    if k >= n:
-        return m
-    t = {"floor": k * m // n, "ceil": -(-k * m // n), "round": (2 * k * m + n) // (2 * n)}[way]
-    return min(max(t, 1), m - 1) if m >= 2 else t
-
-
-def _by_proportion(events: list[_Event], n: int, m: int) -> list[_Event]:
-    """Each tag at the proportional word boundary, in source order; an element that wraps words
-    in the source wraps at least one in the translation when it can."""
-    stack, pairs = [], []
-    for event in events:
-        if event.kind == "open":
-            event.b = _proportional(event.source_b, n, m, "floor")
-            stack.append(event)
-        elif event.kind == "close":
-            event.b = _proportional(event.source_b, n, m, "ceil")
-            if stack and stack[-1].atom.name == event.atom.name:
-                pairs.append((stack.pop(), event))
-        elif event.kind == "verbatim":
-            event.b = _proportional(event.source_b, n, m, "floor")
-            event.b2 = _proportional(event.source_b2, n, m, "ceil")
-        else:
-            event.b = _proportional(event.source_b, n, m)
-    for _ in range(len(events) + m + 1):  # values only grow, up to m: this ends
-        changed, last = False, 0
-        for event in events:
-            if event.b < last:
-                event.b, changed = last, True
-            if event.kind == "verbatim":  # never widened: it would take the place of more words
-                event.b2 = last = max(event.b2, event.b)
-            else:
-                event.b2 = last = event.b
-        for opening, closing in pairs:
-            if closing.source_b > opening.source_b and closing.b <= opening.b < m:
-                closing.b, changed = opening.b + 1, True
-        if not changed:
-            break
-    return events
-
-
-@dataclass
-class _Node:
-    """An inline element (or a point) of a sentence and the ones it holds."""
-
-    event: _Event | None
-    close: _Event | None = None
-    children: list = field(default_factory=list)
-
-
-def _aligned(events: list[_Event], n: int, m: int, links: list[int | None]) -> list[_Event] | None:
-    """``events`` re-placed by the word alignment, as a forest laid out without overlap; None
-    when the tags of the sentence do not nest within it."""
-    root = _Node(None)
-    stack = [root]
-    for event in events:
-        if event.kind == "open":
-            node = _Node(event)
-            stack[-1].children.append(node)
-            stack.append(node)
-        elif event.kind == "close":
-            if len(stack) == 1 or stack[-1].event.atom.name != event.atom.name:
-                return None
-            stack[-1].close = event
-            stack.pop()
-        else:
-            stack[-1].children.append(_Node(event))
-    if len(stack) != 1:
-        return None
-    targets: dict[int, list[int]] = {}  # source word -> the target words aligned to it
-    for j, w in enumerate(links):
-        if w is not None:
-            targets.setdefault(w, []).append(j)
-
-    def span(a: int, b: int) -> tuple[int, int]:
-        js = [j for w in range(a, b) for j in targets.get(w, ())]
-        if js:
-            return min(js), max(js) + 1
-        return _proportional(a, n, m, "floor"), _proportional(b, n, m, "ceil")
-
-    def wish(node: _Node) -> tuple[int, int]:
-        """Where the node would go: the target words aligned to its source words."""
-        event = node.event
-        if event.kind == "open":
-            return span(event.source_b, node.close.source_b)
-        if event.kind == "verbatim" and event.source_b2 > event.source_b:
-            return span(event.source_b, event.source_b2)
-        k = event.source_b  # a point: before the word aligned to the next source word
-        after, before = targets.get(k), targets.get(k - 1)
-        if before and (event.attach == "left" or not after):
-            return max(before) + 1, max(before) + 1
-        if after:
-            return min(after), min(after)
-        return (_proportional(k, n, m),) * 2
-
-    out: list[_Event] = []
-
-    def layout(node: _Node, low: int, high: int) -> None:
-        """Children in the order of their wishes, each within [low, high), none overlapping."""
-        wishes = sorted((*wish(child), index, child) for index, child in enumerate(node.children))
-        cursor = low
-        for a, b, _, child in wishes:
-            start = min(max(a, cursor), high)
-            end = min(max(b, start), high)
-            cursor = end
-            child.event.b, child.event.b2 = start, end
-            out.append(child.event)
-            if child.close is not None:
-                layout(child, start, end)
-                child.close.b = child.close.b2 = end
-                out.append(child.close)
-
-    layout(root, 0, m)
-    return out
-
-
-def _place(translation: str, events: list[_Event]) -> str:
-    """The translation, escaped, with each event's markup at its word boundary."""
-    words = [(w.start(), w.end()) for w in re.finditer(r"\S+", translation)]
-    m = len(words)
-
-    def left(j, trim=False):  # right after word j-1 (before its trailing punctuation)
-        if j <= 0:
-            return 0
-        a, b = words[j - 1]
-        if trim and not _punctuation(translation[a:b]):
-            while _punctuation(translation[b - 1]):
-                b -= 1
-        return b
-
-    def right(j, trim=False):  # right before word j (after its leading punctuation)
-        if j >= m:
-            return len(translation)
-        a, b = words[j]
-        if trim and not _punctuation(translation[a:b]):
-            while _punctuation(translation[a]):
-                a += 1
-        return a
-
-    last, previous_b, state = 0, None, "left"
-    for event in events:
-        if event.b != previous_b:
-            previous_b, state = event.b, "left"
-        spans_words = event.kind == "verbatim" and event.b2 > event.b
-        if state == "left" and not spans_words and (event.kind == "close" or event.attach == "left" or event.trim_end):
-            event.loc = left(event.b, event.trim_end)
-        else:
-            state = "right"
-            event.loc = right(event.b, event.trim_start)
-        event.loc = max(event.loc, last)
-        event.loc_end = max(left(event.b2, event.trim_end), event.loc) if spans_words else event.loc
-        if spans_words and event.part and event.b2 == event.b + 1 and words[event.b][0] >= last:
-            # Part of one word: the same part of the translated word (its own text if it is there).
-            a, z = words[event.b]
-            at = translation.find(event.atom.text, a, z)
-            if at >= 0:
-                event.loc, event.loc_end = at, at + len(event.atom.text)
-            else:
-                event.loc = a + round(event.part[0] * (z - a))
-                event.loc_end = max(a + round(event.part[1] * (z - a)), event.loc + 1)
-            event.in_word = True
-        event.space_after = (
-            not spans_words
-            and event.kind in ("point", "verbatim")
-            and event.attach == "free"
-            and 0 < event.b < m
-            and event.loc == right(event.b)
-        )
-        last = event.loc_end
-    # Kept inline code: where the translation has its text as written, use that.
-    for k, event in enumerate(events):
-        if event.kind != "verbatim" or event.in_word:
-            continue
-        low = events[k - 1].loc_end if k else 0
-        high = events[k + 1].loc if k + 1 < len(events) else len(translation)
-        text, found, at = event.atom.text, None, translation.find(event.atom.text, low)
-        while text and at >= 0 and at + len(text) <= high:
-            if (at == 0 or not translation[at - 1].isalnum()) and (
-                at + len(text) == len(translation) or not translation[at + len(text)].isalnum()
-            ):
-                if found is None or abs(at - event.loc) < abs(found - event.loc):
-                    found = at
-            at = translation.find(text, at + 1)
-        if found is not None:
-            event.loc, event.loc_end, event.space_after = found, found + len(text), False
-    out, position = [], 0
-    for event in events:
-        at = max(event.loc, position)
-        out += [_escape(translation[position:at]), event.atom.raw]
-        position = max(event.loc_end, at)
-        if event.space_after:
-            out.append(" ")
-    out.append(_escape(translation[position:]))
-    return "".join(out)
-
-
-def _events(sentence: _Sentence) -> list[_Event]:
-    """The atoms inside ``sentence`` (not at its edges), with their source word boundaries."""
-    run, a, b = sentence.run, sentence.start, sentence.end
-    plain = run.plain
-    starts, ends = [], []
-    i = a
-    while i < b:  # the words of the sentence, as the model saw them
-        if plain[i].isspace():
-            i += 1
-            continue
-        starts.append(i)
-        while i < b and not plain[i].isspace():
-            i += 1
-        ends.append(i)
-    events = []
-    first = bisect.bisect_left(run.offsets, a)
-    for atom in run.atoms[first : bisect.bisect_left(run.offsets, b, first)]:
-        inside = a <= atom.offset < b if atom.kind == "verbatim" else a < atom.offset < b
-        if not inside:
-            continue
-        o, o2 = atom.offset, atom.end if atom.kind == "verbatim" else atom.offset
-        space_before = o == a or plain[o - 1].isspace()
-        space_after = o2 >= b or plain[o2].isspace()
-        attach = {(True, True): "free", (False, True): "left", (True, False): "right"}.get(
-            (space_before, space_after), "inner")
-        # Inside a word, next to its punctuation only: "word</b>." or "(<b>word".
-        w = bisect.bisect_right(starts, o) - 1
-        lead = w >= 0 and starts[w] < o < ends[w] and _punctuation("".join(plain[starts[w] : o]))
-        w2 = bisect.bisect_right(starts, o2) - 1
-        trail = w2 >= 0 and starts[w2] < o2 < ends[w2] and _punctuation("".join(plain[o2 : ends[w2]]))
-        event = _Event(atom, atom.kind, 0, 0, attach)
-        if atom.kind == "close" or (atom.kind == "point" and trail and not lead):
-            event.source_b = event.source_b2 = bisect.bisect_left(starts, o)
-            event.trim_end = trail
-        else:
-            event.source_b = bisect.bisect_right(ends, o)
-            event.source_b2 = bisect.bisect_left(starts, o2) if atom.kind == "verbatim" else event.source_b
-            event.trim_start = lead
-            event.trim_end = trail and atom.kind == "verbatim"
-            if atom.kind == "verbatim" and w == w2 >= 0 and not (lead or trail) and (
-                starts[w] < o or o2 < ends[w]
-            ):  # part of a word with letters around it: <code>foo</code>s
-                size = ends[w] - starts[w]
-                event.part = ((o - starts[w]) / size, (o2 - starts[w]) / size)
-        events.append(event)
-    return events
-
-
-def _punctuation(text: str) -> bool:
-    return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
-
-
-def _render_sentence(sentence: _Sentence, translation: str, links: list | None) -> str:
-    events = sentence.events
-    n, m = len(sentence.text.split()), len(translation.split())
-    placed = _aligned(events, n, m, links) if links is not None and events else None
-    if placed is None:
-        placed = _by_proportion(events, n, m)
-    return _place(translation, placed)
-
-
 # --- The API ---------------------------------------------------------------------------
 
 
@@ -753,7 +467,7 @@ def translate_html(html: str, translate: Translate, *, lang: str | None = None, 
             targets.append(re.sub(r"\s*[\r\n]+\s*", " ", translation.strip()))
         changed = [k for k, s in enumerate(sentences) if targets[k] != s.text]
         for k in changed:
-            sentences[k].events = _events(sentences[k])
+            sentences[k].events = sentence_events(sentences[k])
         links: dict[int, list] = {}
         if align is not None:
             asked = [k for k in changed if sentences[k].events]
@@ -768,5 +482,5 @@ def translate_html(html: str, translate: Translate, *, lang: str | None = None, 
                                          f"{len(targets[k].split())} words: {targets[k]!r}")
                     links[k] = answer
         for k in changed:
-            sentences[k].translation = _render_sentence(sentences[k], targets[k], links.get(k))
+            sentences[k].translation = render_sentence(sentences[k], targets[k], links.get(k))
     return "".join(part if isinstance(part, str) else part.render() for part in parts)
