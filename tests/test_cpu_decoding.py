@@ -762,9 +762,9 @@ def test_undo_restores_the_classes_and_drops_the_packed_copies(trained):
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     assert linears and all("packed" in m.__dict__ for m in linears)
     assert model.state_dict().keys() == state.keys()  # nothing added, nothing renamed
-    again = prepare_for_decoding(model)  # preparing twice swaps nothing more (and packs again)
-    assert not again.changed
-    assert all(m.packed[0].dtype == torch.float32 for m in linears)
+    with pytest.raises(ValueError, match="already prepared for decoding"):
+        prepare_for_decoding(model)  # its packed copies belong to whoever prepared it
+    assert all(m.packed[0].dtype == torch.int8 for m in linears)  # left as they were
     swaps.undo()
     assert {name: type(m) for name, m in model.named_modules()} == before
     assert not any("packed" in m.__dict__ for m in model.modules())

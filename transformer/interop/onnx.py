@@ -69,14 +69,14 @@ class DecoderStepGraph(nn.Module):
         keys, values = [], []
         for i, layer in enumerate(dec.layers):
             attn = layer.self_attn
-            q, k, v = (attn._split(t) for t in attn.qkv_proj(layer.self_block.pre(x)).chunk(3, dim=-1))  # (B, H, 1, D)
+            q, k, v = (attn.split_heads(t) for t in attn.qkv_proj(layer.self_block.pre(x)).chunk(3, dim=-1))  # (B, H, 1, D)
             k, v = torch.cat([past_keys[i], k], dim=2), torch.cat([past_values[i], v], dim=2)  # (B, H, P + 1, D)
             keys.append(k)
             values.append(v)
-            x = layer.self_block.post(x, attn._merge_and_project(_attend(q, k, v, None)))
+            x = layer.self_block.post(x, attn.out_proj(attn.merge_heads(_attend(q, k, v, None))))
             cross = layer.cross_attn
-            q = cross._split(cross.q_proj(layer.cross_block.pre(x)))
-            x = layer.cross_block.post(x, cross._merge_and_project(_attend(q, cross_keys[i], cross_values[i], memory_mask)))
+            q = cross.split_heads(cross.q_proj(layer.cross_block.pre(x)))
+            x = layer.cross_block.post(x, cross.out_proj(cross.merge_heads(_attend(q, cross_keys[i], cross_values[i], memory_mask))))
             x = layer.ffn_block.post(x, layer.ffn(layer.ffn_block.pre(x)))
         if dec.final_norm is not None:
             x = dec.final_norm(x)
