@@ -142,7 +142,7 @@ def test_empty_and_too_long_inputs_never_lose_other_translations(run_dir, engine
     alone = {text: translator.translate([text])[0] for text in (good, other)}
     with pytest.warns(TranslationWarning, match=f"translating its first {limit}|first {limit - 1} and the end"):
         long_alone = translator.translate([long_text])[0]
-    with pytest.warns(TranslationWarning, match="sentence [34] has"):  # index 3, numbered from 0 or 1
+    with pytest.warns(TranslationWarning, match="sentence 4 has"):  # the fourth, numbered from 1
         out = translator.translate(["", good, "   ", long_text, other, good])
     assert out[0] == "" and out[2] == ""
     assert out[1] == out[5] == alone[good] and out[4] == alone[other]

@@ -204,7 +204,7 @@ def _translate_chunk(translator: Translator, chunk: list[Line], args: argparse.N
             warnings.simplefilter("always", TranslationWarning)
             n_best = translator.translate_n_best([line.text for line in chunk])
         for w in caught:
-            message = re.sub(r"^sentence (\d+)", lambda m: f"line {chunk[int(m.group(1))].number}", str(w.message))
+            message = re.sub(r"^sentence (\d+)", lambda m: f"line {chunk[int(m.group(1)) - 1].number}", str(w.message))
             reporter.warn("long-sentence", f"{_name(args)}: {message}")
         for line, hyps in zip(chunk, n_best):
             alternatives = [(_one_line(translator.detokenize(h)), h.score) for h in hyps]

@@ -181,7 +181,7 @@ class Translator:
             if len(seq) > limit:
                 keep_eos = appends_eos and limit > 1 and seq[-1] == self.vocab.src.eos_id
                 warnings.warn(
-                    f"sentence {i} has {len(seq)} tokens; translating its first "
+                    f"sentence {i + 1} has {len(seq)} tokens; translating its first "
                     + (f"{limit - 1} and the end-of-source token" if keep_eos else f"{limit}")
                     + " (the model's input limit)", TranslationWarning, stacklevel=3,
                 )
