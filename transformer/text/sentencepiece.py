@@ -182,17 +182,6 @@ class SentencePieceTokenizer(Tokenizer):
     def pieces(self, ids: Sequence[int]) -> list[str]:
         return [self._pieces[i] for i in self._check_ids(ids)]
 
-    def _check_str(self, text: str) -> str:
-        if not isinstance(text, str):
-            raise TypeError(f"expected str, got {type(text).__name__}")
-        return text
-
-    def _check_ids(self, ids: Sequence[int]) -> list[int]:
-        ids = [int(i) for i in ids]
-        if ids and (min(ids) < 0 or max(ids) >= len(self._vocab)):
-            raise ValueError(f"token ids must lie in [0, {len(self._vocab)}), got min {min(ids)}, max {max(ids)}")
-        return ids
-
     def __repr__(self) -> str:
         return (f"SentencePieceTokenizer(vocab_size={len(self._vocab)}, start_token={self.start_token!r}, "
                 f"append_eos={self.append_eos})")

@@ -100,7 +100,20 @@ def _read_json(path: str | os.PathLike) -> dict:
 
 
 class Tokenizer(abc.ABC):
-    """Text <-> token ids. Backends: :class:`BPETokenizer`, ``transformer.spm_tokenizer.SentencePieceTokenizer``."""
+    """Text <-> token ids. Backends: :class:`BPETokenizer`, ``transformer.text.sentencepiece.SentencePieceTokenizer``."""
+
+    @staticmethod
+    def _check_str(text: str) -> str:
+        if not isinstance(text, str):
+            raise TypeError(f"expected str, got {type(text).__name__}")
+        return text
+
+    def _check_ids(self, ids: Sequence[int]) -> list[int]:
+        """Ids as a list of Python ints (accepts tensor/numpy elements); ValueError if out of range."""
+        ids = [int(i) for i in ids]
+        if ids and (min(ids) < 0 or max(ids) >= self.vocab_size):
+            raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got min {min(ids)}, max {max(ids)}")
+        return ids
 
     # Backends set ``_pad``, ``_bos``, ``_eos`` and ``_unk`` when they load their vocabulary.
     _pad: int
@@ -302,18 +315,6 @@ class BPETokenizer(Tokenizer):
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
         return [self._hf.id_to_token(i) for i in self._check_ids(ids)]
-
-    def _check_str(self, text: str) -> str:
-        if not isinstance(text, str):
-            raise TypeError(f"expected str, got {type(text).__name__}")
-        return text
-
-    def _check_ids(self, ids: Sequence[int]) -> list[int]:
-        """Ids as a list of Python ints (accepts tensor/numpy elements); ValueError if out of range."""
-        ids = [int(i) for i in ids]
-        if ids and (min(ids) < 0 or max(ids) >= self._size):
-            raise ValueError(f"token ids must lie in [0, {self._size}), got min {min(ids)}, max {max(ids)}")
-        return ids
 
     def __repr__(self) -> str:
         return f"BPETokenizer(vocab_size={self._size})"
