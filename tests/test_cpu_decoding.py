@@ -50,11 +50,13 @@ KERNELS = ("pack", "packed_linear", "decode_attention", "decoder_layer_step", "b
 
 @pytest.fixture
 def calls(monkeypatch):
-    """Counts the kernel calls the engine's modules make (the ops functions as
-    ``transformer.cpu.decoding`` reaches them), and ``F.linear`` calls (PyTorch's products)."""
+    """Counts the kernel calls the engine's modules make (the ops as ``transformer.cpu.decoding``
+    calls them: ``ops.pack``, and ``_packed_linear`` etc., see ``ops.eager``), and ``F.linear``
+    calls (PyTorch's products)."""
     counts = collections.Counter()
     for name in KERNELS:
-        original = getattr(engine.ops, name)
+        owner, attribute = (engine.ops, name) if name == "pack" else (engine, f"_{name}")
+        original = getattr(owner, attribute)
 
         def counting(*args, _name=name, _original=original, **kwargs):
             counts[_name] += 1
@@ -62,7 +64,7 @@ def calls(monkeypatch):
                 counts["packed_linear with ReLU"] += 1
             return _original(*args, **kwargs)
 
-        monkeypatch.setattr(engine.ops, name, counting)
+        monkeypatch.setattr(owner, attribute, counting)
     linear = F.linear
     monkeypatch.setattr(F, "linear", lambda *a, **k: counts.update(["F.linear"]) or linear(*a, **k))
     return counts
@@ -442,11 +444,7 @@ def test_opcheck_decode_attention_and_best_tokens():
 def test_opcheck_decoder_layer_step(int8):
     layer = _layer(norm_first=int8)
     prepare_for_decoding(layer, precision="int8" if int8 else "fp32")
-    weights = []
-    for i, norm in enumerate(layer._norms()):
-        for lin in layer._linears()[2 * i: 2 * i + 2]:
-            weights += [*lin.packed, lin.bias.detach()]
-        weights += [norm.weight.detach(), norm.bias.detach()]
+    weights = [w.detach() if w is not None else None for w in layer.step_weights]
     B, H, D = 4, 4, 8
     kv = layer.cross_attn.memory_kv(torch.randn(2, 5, 32))
     args = (torch.randn(B, 1, 32), weights, torch.zeros(B, H, 3, D), torch.zeros(B, H, 3, D), 1,

@@ -52,8 +52,9 @@ def test_translations_come_back_in_input_order_whatever_the_batching(run_dir, en
 def _count(monkeypatch, name: str) -> list:
     """The calls of one kernel (its arguments), as the engine's modules make them."""
     calls = []
-    original = getattr(cpu_decoding.ops, name)
-    monkeypatch.setattr(cpu_decoding.ops, name, lambda *a: calls.append(a) or original(*a))
+    owner, attribute = (cpu_decoding.ops, name) if name == "pack" else (cpu_decoding, f"_{name}")
+    original = getattr(owner, attribute)
+    monkeypatch.setattr(owner, attribute, lambda *a: calls.append(a) or original(*a))
     return calls
 
 

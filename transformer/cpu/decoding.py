@@ -36,6 +36,9 @@ from transformer.model.layers import DecoderLayer, FeedForward
 from transformer.model.transformer import Transformer
 
 PRECISIONS = ("fp32", "int8")
+# The decoding kernels as this module calls them (see ops.eager).
+_packed_linear, _decode_attention = ops.eager(ops.packed_linear), ops.eager(ops.decode_attention)
+_decoder_layer_step, _best_tokens = ops.eager(ops.decoder_layer_step), ops.eager(ops.best_tokens)
 # Queries per row up to which inference attention takes the decoding kernel (decoding steps; a
 # beam search's cross-attention stacks a sentence's beams); more, e.g. a whole encoder, go to
 # PyTorch's fused kernel, which works in blocks.
@@ -65,7 +68,7 @@ class PackedLinear(nn.Linear):
 
     def forward(self, x: Tensor, relu: bool = False) -> Tensor:
         if self.applies(x):
-            return ops.packed_linear(x, *self.packed, self.bias, self.out_features, relu)
+            return _packed_linear(x, *self.packed, self.bias, self.out_features, relu)
         y = super().forward(x)
         return F.relu(y) if relu else y
 
@@ -101,7 +104,7 @@ class DecodingSelfAttention(SelfAttention):
         if cache is not None:
             k, v = cache.append(k, v)
         if ops.fits_decode_attention(q, k, v, mask):
-            return self.out_proj(ops.decode_attention(q, k, v, mask, causal)), None
+            return self.out_proj(_decode_attention(q, k, v, mask, causal)), None
         return self.out_proj(self.merge_heads(_explicit_small(q, k, v, mask, causal))), None
 
 
@@ -120,7 +123,7 @@ class DecodingCrossAttention(CrossAttention):
         kv = memory_kv if memory_kv is not None else self.memory_kv(memory)
         q = self.split_heads(self.q_proj(x))
         if ops.fits_decode_attention(q, kv.k, kv.v, mask):
-            return self.out_proj(ops.decode_attention(q, kv.k, kv.v, mask, False)), None
+            return self.out_proj(_decode_attention(q, kv.k, kv.v, mask, False)), None
         return super().forward(x, memory, mask=mask, memory_kv=kv, need_weights=False)
 
 
@@ -138,27 +141,38 @@ class DecodingDecoderLayer(DecoderLayer):
         return super().forward(x, memory, memory_mask=memory_mask, self_cache=self_cache, memory_kv=memory_kv,
                                need_weights=need_weights)
 
-    def _linears(self) -> tuple[nn.Module, ...]:
-        return (self.self_attn.qkv_proj, self.self_attn.out_proj, self.cross_attn.q_proj, self.cross_attn.out_proj,
-                self.ffn.linear1, self.ffn.linear2)
+    engine_state = ("step_weights",)
+    step_weights: list[Tensor | None] | None = None  # what the kernel reads, set by prepare()
 
-    def _norms(self) -> tuple[nn.LayerNorm, ...]:
-        return self.self_block.norm, self.cross_block.norm, self.ffn_block.norm
+    def prepare(self) -> None:
+        """Collect the packed weights, biases and LayerNorm parameters the step kernel reads (after
+        the linear layers were packed), or None where the layer does not fit the kernel."""
+        linears = (self.self_attn.qkv_proj, self.self_attn.out_proj, self.cross_attn.q_proj,
+                   self.cross_attn.out_proj, self.ffn.linear1, self.ffn.linear2)
+        norms = (self.self_block.norm, self.cross_block.norm, self.ffn_block.norm)
+        E = self.self_attn.d_model
+        fits = (self.ffn.activation is F.relu
+                and all(isinstance(lin, PackedLinear) and lin.packed is not None for lin in linears)
+                and all(n.weight is not None and n.bias is not None and tuple(n.normalized_shape) == (E,)
+                        and n.weight.dtype == torch.float32 for n in norms))
+        self.step_weights = None
+        if fits:
+            weights: list[Tensor | None] = []
+            for i, norm in enumerate(norms):
+                for lin in linears[2 * i: 2 * i + 2]:
+                    weights += [*lin.packed, lin.bias]
+                weights += [norm.weight, norm.bias]
+            self.step_weights = weights
 
     def _step_applies(self, x: Tensor, cache: KVCache | None, kv: StaticKV | None, mask: Tensor | None) -> bool:
-        if self.training or cache is None or kv is None or not _inference_time(x):
+        if self.step_weights is None or self.training or cache is None or kv is None or not _inference_time(x):
             return False
         keys = cache.key_buffer
         if keys is not None and not (keys.dtype == torch.float32 and keys.is_contiguous()):
             return False  # the kernel writes float32 rows into a contiguous buffer
-        if not (x.dim() == 3 and x.shape[1] == 1 and x.is_contiguous() and self.ffn.activation is F.relu):
-            return False
-        if not all(isinstance(lin, PackedLinear) and lin.packed is not None for lin in self._linears()):
+        if not (x.dim() == 3 and x.shape[1] == 1 and x.is_contiguous()):
             return False
         B, _, E = x.shape
-        if not all(n.weight is not None and n.bias is not None and tuple(n.normalized_shape) == (E,)
-                   and n.weight.dtype == torch.float32 for n in self._norms()):
-            return False
         H = self.cross_attn.n_heads
         return ops.keys_fit(B, H, E // H, kv.k, kv.v, mask)
 
@@ -166,14 +180,9 @@ class DecodingDecoderLayer(DecoderLayer):
         B, _, E = x.shape
         H = self.self_attn.n_heads
         keys, values = cache.reserve(x.new_empty(B, H, 1, E // H), E // H)
-        weights: list[Tensor | None] = []
-        linears = self._linears()
-        for i, norm in enumerate(self._norms()):
-            for lin in linears[2 * i: 2 * i + 2]:
-                weights += [*lin.packed, lin.bias]
-            weights += [norm.weight, norm.bias]
-        out = ops.decoder_layer_step(x, weights, keys, values, cache.length, kv.k, kv.v, mask, H,
-                                     self.ffn.linear1.out_features, self.self_block.norm_first, self.self_block.norm.eps)
+        out = _decoder_layer_step(x, self.step_weights, keys, values, cache.length, kv.k, kv.v, mask, H,
+                                  self.ffn.linear1.out_features, self.self_block.norm_first,
+                                  self.self_block.norm.eps)
         cache.length += 1
         return out
 
@@ -189,7 +198,7 @@ class DecodingTransformer(Transformer):
         logits without autograd, best first (ties: smaller id first); None elsewhere."""
         if torch.is_grad_enabled() or not ops.fits_best_tokens(logits, k):
             return None
-        return ops.best_tokens(logits, k)
+        return _best_tokens(logits, k)
 
 
 DECODING_CLASSES: dict[type, type] = {
@@ -222,4 +231,7 @@ def prepare_for_decoding(model: nn.Module, *, precision: str = "fp32") -> Swaps:
     for module in model.modules():
         if isinstance(module, PackedLinear):
             module.pack(int8=precision == "int8")
+    for module in model.modules():
+        if isinstance(module, DecodingDecoderLayer):
+            module.prepare()
     return swaps

@@ -303,9 +303,27 @@ def attention(q_src: Tensor, kv_src: Tensor | None, n_heads: int, mask: Tensor |
     return attention_op(q_src, kv_src, mask, n_heads, causal, seed, threshold, drop_scale)[0]
 
 
+# ----------------------------------------------------------------- decoding ops
+_DECODING_IMPLS: dict = {}
+
+
+def _decoding_op(name: str, impl, *, mutates_args: tuple[str, ...]):
+    """Register ``impl`` as the custom op ``transformer_cpu::name`` and remember it for ``eager``."""
+    op = torch.library.custom_op(f"transformer_cpu::{name}", impl, mutates_args=mutates_args)
+    _DECODING_IMPLS[op] = impl
+    return op
+
+
+def eager(op):
+    """A decoding op as the engine calls it: its implementation directly in eager mode, the
+    registered op under ``torch.compile``. The dispatcher's checks (defaults, aliasing of the
+    mutated caches) cost more per call than a decoding step's kernel for a few rows."""
+    impl = _DECODING_IMPLS[op]
+    return lambda *args: op(*args) if torch.compiler.is_compiling() else impl(*args)
+
+
 # ----------------------------------------------------------------- attention for decoding steps
-@torch.library.custom_op("transformer_cpu::decode_attention", mutates_args=())
-def decode_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: bool) -> Tensor:
+def _decode_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: bool) -> Tensor:
     """softmax(Q K^T / sqrt(D)) V for every head, heads merged: ``(B, T, H * D)`` float32.
 
     Query row b of ``q`` ``(B, H, T, D)`` attends over key row ``b // (B / M)`` of ``k``, ``v``
@@ -323,6 +341,9 @@ def decode_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], ca
             v.data_ptr(), v.stride(0), v.stride(1), v.stride(2), _ptr(m), m.stride(0) if m is not None else 0,
             m.stride(3) if m is not None else 0, int(causal), out.data_ptr(), B, H, T, S, D, B // M, 1.0 / D**0.5)
     return out
+
+
+decode_attention = _decoding_op("decode_attention", _decode_attention, mutates_args=())
 
 
 @decode_attention.register_fake
@@ -354,8 +375,7 @@ def fits_decode_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) 
 
 
 # ------------------------------------------------------------------ choosing tokens in decoding
-@torch.library.custom_op("transformer_cpu::best_tokens", mutates_args=())
-def best_tokens(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
+def _best_tokens(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """The k largest values of each row of ``log_softmax(logits)`` ``(N, V)`` and their ids, best
     first (equal values: the smaller id first), in one pass per row: ``(values float32, ids int64)``."""
     N, V = logits.shape
@@ -365,6 +385,9 @@ def best_tokens(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
     if N:
         library().best_tokens_f32(logits.data_ptr(), N, V, logits.stride(0), k, values.data_ptr(), ids.data_ptr())
     return values, ids
+
+
+best_tokens = _decoding_op("best_tokens", _best_tokens, mutates_args=())
 
 
 @best_tokens.register_fake
@@ -412,8 +435,7 @@ def _(weight, int8):
     return weight.new_empty(size, dtype=torch.int8 if int8 else torch.float32), scales
 
 
-@torch.library.custom_op("transformer_cpu::packed_linear", mutates_args=())
-def packed_linear(x: Tensor, packed: Tensor, scales: Tensor, bias: Optional[Tensor], out_features: int,
+def _packed_linear(x: Tensor, packed: Tensor, scales: Tensor, bias: Optional[Tensor], out_features: int,
                   relu: bool) -> Tensor:
     """``x W^T + b`` (then ReLU with ``relu``) from ``pack``'s output, float32 ``(..., out_features)``."""
     K, N = x.shape[-1], out_features
@@ -430,6 +452,9 @@ def packed_linear(x: Tensor, packed: Tensor, scales: Tensor, bias: Optional[Tens
     return y.view(*x.shape[:-1], N)
 
 
+packed_linear = _decoding_op("packed_linear", _packed_linear, mutates_args=())
+
+
 @packed_linear.register_fake
 def _(x, packed, scales, bias, out_features, relu):
     return x.new_empty(*x.shape[:-1], out_features)
@@ -439,8 +464,7 @@ def _(x, packed, scales, bias, out_features, relu):
 STEP_POINTERS = 24  # per sub-layer: 2 x (packed weight, scales, bias) and LayerNorm weight, bias
 
 
-@torch.library.custom_op("transformer_cpu::decoder_layer_step", mutates_args=("cache_k", "cache_v"))
-def decoder_layer_step(x: Tensor, weights: Sequence[Optional[Tensor]], cache_k: Tensor, cache_v: Tensor,
+def _decoder_layer_step(x: Tensor, weights: Sequence[Optional[Tensor]], cache_k: Tensor, cache_v: Tensor,
                        position: int, mem_k: Tensor, mem_v: Tensor, mask: Optional[Tensor], n_heads: int, d_ff: int,
                        norm_first: bool, eps: float) -> Tensor:
     """A post-LN (or pre-LN) decoder layer for one new position of each row of ``x`` ``(B, 1, E)``
@@ -464,6 +488,9 @@ def decoder_layer_step(x: Tensor, weights: Sequence[Optional[Tensor]], cache_k: 
         mem_k.stride(1), mem_k.stride(2), mem_v.stride(0), mem_v.stride(1), mem_v.stride(2), S, B // M, _ptr(m),
         m.stride(0) if m is not None else 0, m.stride(3) if m is not None else 0, int(norm_first), eps, _threads())
     return out
+
+
+decoder_layer_step = _decoding_op("decoder_layer_step", _decoder_layer_step, mutates_args=("cache_k", "cache_v"))
 
 
 @decoder_layer_step.register_fake
