@@ -305,9 +305,7 @@ def _translate_html(args: argparse.Namespace) -> int:
         reporter.warn("long-sentence", f"{_name(args)}: {w.message}")
     output = "".join(t + ("\n" if args.sentences else "") for t in texts)
     if args.output:
-        tmp = Path(args.output).with_name(Path(args.output).name + ".tmp")
-        tmp.write_bytes(encode_output(output))
-        os.replace(tmp, args.output)
+        _write_whole(args.output, encode_output(output))
     else:
         sys.stdout.write(output)
     reporter.summary()
@@ -334,25 +332,32 @@ def register_evaluate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--src-lang", help="source language (default: the run's data.src_lang)")
     p.add_argument("--tgt-lang", help="target language (default: the run's data.tgt_lang)")
     p.add_argument("--from", dest="data_dir", metavar="DIR", help="local copy of registry corpora (e.g. ../shared/data)")
-    p.add_argument("--output", "-o", help="also write the translations to this file")
+    p.add_argument("--output", "-o", help="also write the translations to this file (never over the test set)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     p.add_argument("--json", action="store_true", help="print the scores as one JSON object on the last line")
     add_decoding_arguments(p)
     p.set_defaults(handler=evaluate_command)
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
+    if args.output:
+        for name in ("src", "ref"):
+            if getattr(args, name) and same_file(getattr(args, name), args.output):
+                raise ValueError(f"--output {args.output} is the --{name} file: write the translations to another file")
+        if Path(args.output).exists() and not args.overwrite:
+            raise ValueError(f"{args.output} exists: give --overwrite to replace it")
     sources, references = _test_set(args)
     translator = translator_from_args(args)
     start = time.perf_counter()
     hypotheses = translator.translate(sources)
     elapsed = time.perf_counter() - start
     if args.output:
-        Path(args.output).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+        _write_whole(args.output, "".join(h + "\n" for h in hypotheses).encode("utf-8"))
     s = score(hypotheses, references)
     print(f"BLEU = {s.bleu:.2f}  {s.bleu_signature}")
     print(f"chrF = {s.chrf:.2f}  {s.chrf_signature}")
     print(f"exact match = {s.exact_match:.1%}; {s.n} sentences translated in {elapsed:.1f} s "
-          f"({translator.decoding.strategy}, beam {translator.decoding.beam_size})")
+          f"({_strategy(translator.decoding)})")
     if args.json:
         print(json.dumps({**s.as_dict(), "seconds": round(elapsed, 2)}))
     return 0
@@ -394,3 +399,22 @@ def _corpus_test_set(args: argparse.Namespace) -> tuple[list[str], list[str]]:
             raise ValueError(f"tatoeba has splits {sorted(splits)}, not {split!r}")
         pairs = splits[split]
     return [s for s, _ in pairs], [t for _, t in pairs]
+
+
+def _strategy(decoding: DecodeConfig) -> str:
+    """How the sentences were decoded, for the summary line."""
+    if decoding.strategy == "beam":
+        return f"beam {decoding.beam_size}"
+    if decoding.strategy == "sample":
+        return f"sampling, {decoding.n_best} per sentence" if decoding.n_best > 1 else "sampling"
+    return "greedy"
+
+
+def _write_whole(path: str, data: bytes) -> None:
+    """Write a whole output file through a temporary file beside it and a rename: never half-written."""
+    tmp = Path(path).with_name(f".{Path(path).name}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
