@@ -22,13 +22,6 @@ def cpu_bf16_units() -> bool:
     return any(check is not None and bool(check()) for check in checks)
 
 
-def cpu_int8_units() -> bool:
-    """Whether this CPU has int8 dot-product instructions (AVX-512 VNNI or AMX)."""
-    cpu = getattr(torch, "cpu", None)
-    checks = (getattr(cpu, "_is_vnni_supported", None), getattr(cpu, "_is_amx_tile_supported", None))
-    return any(check is not None and bool(check()) for check in checks)
-
-
 def fast_bf16(device: torch.device | str) -> bool:
     """Whether bf16 matrix products on ``device`` run in hardware (faster than float32)."""
     device = torch.device(device)
