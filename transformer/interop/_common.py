@@ -12,6 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 INSTALL_HINT = 'pip install -c constraints.txt -e ".[interop]"'
+MARIAN_TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")  # what a MarianTokenizer reads (+ target_vocab.json)
 
 
 class InteropError(ValueError):
@@ -31,6 +32,14 @@ def require(module: str, purpose: str) -> ModuleType:
                                 f"{INSTALL_HINT}") from None
 
 
+def refuse_existing(target: str | os.PathLike[str]) -> Path:
+    """``target`` as a Path; InteropError if it exists (checked before a download, and again when writing)."""
+    target = Path(target)
+    if target.exists():
+        raise InteropError(f"output {target} already exists; choose a new directory")
+    return target
+
+
 @contextlib.contextmanager
 def staged_output(target: str | os.PathLike[str]) -> Iterator[Path]:
     """A fresh temporary directory beside ``target`` that becomes ``target`` only on success.
@@ -38,9 +47,7 @@ def staged_output(target: str | os.PathLike[str]) -> Iterator[Path]:
     Refuses an existing ``target`` (nothing is ever overwritten). On any exception the temporary
     directory is removed, so no half-written output is left behind.
     """
-    target = Path(target)
-    if target.exists():
-        raise InteropError(f"output {target} already exists; choose a new directory")
+    target = refuse_existing(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:

@@ -12,13 +12,18 @@ def register_interop_commands(sub: argparse._SubParsersAction) -> None:
     """Add the ``import-hf`` and ``export`` subcommands."""
     p = sub.add_parser(
         "import-hf",
-        help="convert a Hugging Face Marian (opus-mt) model directory into a run directory",
-        description="Read a MarianMTModel directory saved by transformers (config.json, model.safetensors or "
-        "pytorch_model.bin, source.spm, target.spm, vocab.json) and write a run directory that translate, "
-        "evaluate, attend and serve use. OUT_RUN_DIR must not exist.",
+        help="convert a Hugging Face Marian (opus-mt) model, a directory or a name on the Hub, into a run directory",
+        description="Read a MarianMTModel (config.json, model.safetensors or pytorch_model.bin, source.spm, "
+        "target.spm, vocab.json; or a directory 'transformer export --format hf' wrote) and write a run directory "
+        "that translate, evaluate, attend and serve use. MODEL is a directory, or a model name on the Hugging Face "
+        "Hub (Helsinki-NLP/opus-mt-fr-en), fetched into the Hub cache (HF_HUB_CACHE or HF_HOME; HF_HUB_OFFLINE=1 "
+        "uses only the cache): only the config, tokenizer and one weights file. OUT_RUN_DIR must not exist.",
     )
-    p.add_argument("directory", metavar="DIR", help="the Marian model directory")
+    p.add_argument("source", metavar="MODEL", help="a Marian model directory, or a model name on the Hugging Face Hub")
     p.add_argument("out", metavar="OUT_RUN_DIR", help="the run directory to create")
+    p.add_argument("--revision", metavar="REV",
+                   help="with a model name: the branch, tag or commit hash to fetch (default: main); the run "
+                   "records the commit it got")
     p.set_defaults(handler=_import_hf)
 
     p = sub.add_parser(
@@ -39,8 +44,12 @@ def register_interop_commands(sub: argparse._SubParsersAction) -> None:
 def _import_hf(args: argparse.Namespace) -> int:
     from transformer.interop.hf import import_hf
 
-    out = import_hf(args.directory, args.out)
-    print(f"imported {args.directory} into {out}")
+    from transformer.training.checkpoint import load_config
+
+    out = import_hf(args.source, args.out, revision=args.revision)
+    hub = load_config(out).extra.get("hf_hub")
+    commit = f" (commit {hub['commit']})" if hub else ""
+    print(f"imported {args.source}{commit} into {out}")
     return 0
 
 

@@ -3,7 +3,10 @@
 A Marian directory saved by ``transformers`` holds ``config.json``, the weights
 (``model.safetensors``, ``pytorch_model.bin`` or their sharded ``*.index.json`` forms) and the
 tokenizer: ``source.spm``, ``target.spm``, ``vocab.json`` (and ``target_vocab.json`` with
-separate vocabularies). ``.bin`` weights are read with ``torch.load(weights_only=True)``, which
+separate vocabularies); a directory ``export_hf`` wrote for a BPE run holds our tokenizer file(s)
+instead, and our config under ``OUR_CONFIG_KEY``, so importing it
+gives the exported run back. A model name instead of a directory is fetched from the Hugging Face
+Hub (``transformer.interop.hub``). ``.bin`` weights are read with ``torch.load(weights_only=True)``, which
 never runs pickled code (a pickle holding anything but tensors is refused in one line); a sharded
 index may name only files inside the model directory (no absolute path, no ``..``). Both
 directions write into a temporary directory beside the target and rename it at the end, so a
@@ -23,14 +26,18 @@ import torch
 from torch import Tensor
 
 from transformer.training.checkpoint import CheckpointError, load_model, save_model
-from transformer.interop._common import InteropError, require, staged_output
+from transformer.interop._common import (
+    MARIAN_TOKENIZER_FILES as TOKENIZER_FILES, InteropError, refuse_existing, require, staged_output,
+)
+from transformer.interop.hub import locate_model
 from transformer.interop.marian import (
-    config_from_marian, marian_config_kwargs, state_from_marian, state_to_marian, to_concat_layout,
+    OUR_CONFIG_KEY, as_original, config_from_marian, marian_config_kwargs, original_config, state_from_marian,
+    state_to_marian, to_concat_layout,
 )
 from transformer.model import Transformer
-from transformer.text import JOINT_FILE, Tokenizer, Vocabularies
+from transformer.text import JOINT_FILE, SRC_FILE, TGT_FILE, Tokenizer, Vocabularies
 
-TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
+RUN_TOKENIZER_FILES = (JOINT_FILE, SRC_FILE, TGT_FILE)  # a BPE run's tokenizer, as export_hf writes it
 
 
 # ------------------------------------------------------------------------------------------------
@@ -104,8 +111,41 @@ def _read_weight_file(path: Path) -> dict[str, Tensor]:
     return state
 
 
-def read_marian_tokenizers(directory: Path, start_id: int, sizes: tuple[int, int]) -> Vocabularies:
-    """Source and target :class:`SentencePieceTokenizer` of a Marian directory, checked against the model sizes."""
+def read_tokenizers(directory: Path, hf_config, sizes: tuple[int, int]) -> Vocabularies:
+    """The source and target tokenizers of a model directory, checked against the config.
+
+    Marian's files (``source.spm``, ...) give SentencePiece tokenizers; without them, the run
+    tokenizer files that ``export --format hf`` writes for a BPE run (``tokenizer.json``, or
+    ``tokenizer.src.json`` + ``tokenizer.tgt.json``) are read as they are.
+    """
+    marian = any((directory / name).is_file() for name in TOKENIZER_FILES)
+    ours = any((directory / name).is_file() for name in RUN_TOKENIZER_FILES)
+    if not marian and not ours:
+        raise InteropError(f"{directory} holds no tokenizer: expected the Marian files {list(TOKENIZER_FILES)}, or "
+                           f"the {JOINT_FILE} (or {SRC_FILE} + {TGT_FILE}) that transformer export --format hf writes")
+    if marian:
+        vocab = read_marian_tokenizers(directory, hf_config.decoder_start_token_id)
+    else:
+        try:
+            vocab = Vocabularies.load(directory)
+        except (ValueError, FileNotFoundError) as err:
+            raise InteropError(f"cannot read the tokenizer in {directory}: {err}") from None
+        if vocab.tgt.bos_id != hf_config.decoder_start_token_id:
+            raise InteropError(f"config.json says decoder_start_token_id={hf_config.decoder_start_token_id} but the "
+                               f"tokenizer's start token is {vocab.tgt.bos_id}")
+    for side, tok, size, name in (("source", vocab.src, sizes[0], "vocab_size"),
+                                  ("target", vocab.tgt, sizes[1], "decoder_vocab_size")):
+        if tok.vocab_size != size:
+            raise InteropError(f"vocabulary size mismatch: the {side} vocabulary has {tok.vocab_size} entries but "
+                               f"config.json says {name}={size}")
+    if vocab.tgt.eos_id != hf_config.eos_token_id:
+        raise InteropError(f"config.json says eos_token_id={hf_config.eos_token_id} but the tokenizer's </s> "
+                           f"is {vocab.tgt.eos_id}")
+    return vocab
+
+
+def read_marian_tokenizers(directory: Path, start_id: int) -> Vocabularies:
+    """Source and target :class:`SentencePieceTokenizer` of a Marian directory."""
     from transformer.text.sentencepiece import SentencePieceTokenizer
 
     settings = {}
@@ -131,22 +171,26 @@ def read_marian_tokenizers(directory: Path, start_id: int, sizes: tuple[int, int
                                                 start_token=start, append_eos=False, **specials)
     except (ValueError, AttributeError) as err:
         raise InteropError(f"cannot read the Marian tokenizer in {directory}: {err}") from None
-    for side, tok, size, name in (("source", src, sizes[0], "vocab_size"), ("target", tgt, sizes[1], "decoder_vocab_size")):
-        if tok.vocab_size != size:
-            raise InteropError(f"vocabulary size mismatch: the {side} vocabulary has {tok.vocab_size} entries but "
-                               f"config.json says {name}={size}")
     return Vocabularies(src, tgt)
 
 
-def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
-    """Convert a Marian model directory into one of our run directories ``out`` (which must not exist).
+def import_hf(source: str | os.PathLike[str], out: str | os.PathLike[str], *, revision: str | None = None) -> Path:
+    """Convert a Marian model into one of our run directories ``out`` (which must not exist).
+
+    ``source`` is a model directory, or a model name on the Hugging Face Hub
+    (``Helsinki-NLP/opus-mt-fr-en``), fetched at ``revision`` (a branch, tag or commit; default
+    main) into the Hub cache; the run's config then records the name and the commit
+    (``extra["hf_hub"]``). A directory ``export_hf`` wrote gives back the exported run: its
+    config, weights and tokenizer.
 
     Raises:
         InteropError: not a Marian directory, an unsupported architecture or variant, missing
-            tokenizer files, mismatched vocabulary sizes, or weights that do not fit the config.
-        MissingExtraError: ``transformers`` or ``sentencepiece`` is not installed.
+            tokenizer files, mismatched vocabulary sizes, weights that do not fit the config, or
+            a model name that cannot be fetched (no network and no cached copy, unknown name).
+        MissingExtraError: ``transformers``, ``sentencepiece`` or ``huggingface_hub`` is not installed.
     """
-    directory = Path(directory)
+    refuse_existing(out)  # before a download, not after it
+    directory, origin = locate_model(source, revision)
     if not (directory / "config.json").is_file():
         raise InteropError(f"{directory} is not a Hugging Face model directory (no config.json)")
     transformers = require("transformers", "import-hf")
@@ -156,10 +200,7 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str]) ->
     except (ValueError, OSError, KeyError) as err:
         raise InteropError(f"{directory}/config.json is not a config transformers can read: {err}") from None
     cfg = config_from_marian(hf_config)
-    vocab = read_marian_tokenizers(directory, hf_config.decoder_start_token_id, (cfg.src_vocab_size, cfg.tgt_vocab_size))
-    if vocab.tgt.eos_id != hf_config.eos_token_id:
-        raise InteropError(f"config.json says eos_token_id={hf_config.eos_token_id} but the tokenizer's </s> "
-                           f"is {vocab.tgt.eos_id}")
+    vocab = read_tokenizers(directory, hf_config, (cfg.src_vocab_size, cfg.tgt_vocab_size))
     model = Transformer(cfg)
     state = state_from_marian(read_hf_weights(directory), cfg)
     expected = model.state_dict()
@@ -168,6 +209,11 @@ def import_hf(directory: str | os.PathLike[str], out: str | os.PathLike[str]) ->
             raise InteropError(f"weights do not fit config.json: {name} has shape {tuple(tensor.shape)}, the "
                                f"config needs {tuple(expected[name].shape)}")
     model.load_state_dict({k: v.float() for k, v in state.items()})
+    original = original_config(hf_config, cfg)
+    if original is not None:  # our own export: back to the run's layout and config
+        model = as_original(model, original) or model
+    if origin is not None:  # a note for the run's config.json; the model never reads extra
+        model.config = model.config.replace(extra={**model.config.extra, "hf_hub": origin})
     with staged_output(out) as tmp:
         save_model(model, tmp)
         vocab.save(tmp)
@@ -199,12 +245,15 @@ def export_hf(run_dir: str | os.PathLike[str], out: str | os.PathLike[str]) -> P
     A SentencePiece run directory (an imported Marian model) also gets the ``MarianTokenizer``
     files; a BPE one gets ``tokenizer.json`` + ``tokenizer_config.json`` for
     ``PreTrainedTokenizerFast`` (joint vocabulary) or our two tokenizer files (separate).
+    ``config.json`` also records the run's own config, which :func:`import_hf` restores.
     """
     transformers = require("transformers", "export --format hf")
     model, vocab = load_run(run_dir)
+    original = model.config
     model = to_concat_layout(model)
     kwargs = marian_config_kwargs(model.config, pad_id=vocab.tgt.pad_id, eos_id=vocab.tgt.eos_id,
                                   start_id=vocab.tgt.bos_id)
+    kwargs[OUR_CONFIG_KEY] = original.to_dict()  # import_hf restores the run from it
     hf_model = transformers.MarianMTModel(transformers.MarianConfig(**kwargs)).eval()
     state = hf_model.state_dict()
     for name, tensor in state_to_marian(model).items():
@@ -244,7 +293,7 @@ def _write_hf_tokenizer(vocab: Vocabularies, out: Path, transformers) -> None:
 
 def copy_tokenizer_files(run_dir: Path, out: Path) -> list[str]:
     """Copy the run directory's tokenizer file(s) into ``out``; returns the names copied."""
-    names = [n for n in (JOINT_FILE, "tokenizer.src.json", "tokenizer.tgt.json") if (run_dir / n).is_file()]
+    names = [n for n in RUN_TOKENIZER_FILES if (run_dir / n).is_file()]
     for name in names:
         shutil.copyfile(run_dir / name, out / name)
     return names

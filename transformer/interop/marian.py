@@ -22,7 +22,9 @@ source ``... </s>``                             the source tokenizer's ``append_
 A model trained here with the paper's interleaved positions is exported exactly by permuting
 the d_model axis of every tensor on the residual stream (:func:`to_concat_layout`): LayerNorm,
 attention and the feed-forward network commute with a permutation of that axis, so the
-permuted model with sines-then-cosines computes the same function.
+permuted model with sines-then-cosines computes the same function. The export also records our
+config in ``config.json`` (``OUR_CONFIG_KEY``), and the import permutes back
+(:func:`as_original`), so a run exported and imported again has its own config and weights, bit for bit.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ SUPPORTED_ARCHITECTURE = "MarianMTModel"
 HF_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "silu", "silu": "silu"}  # Marian name -> ours
 OUR_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "silu": "swish"}
 LAYER_NORM_EPS = 1e-5  # Marian's nn.LayerNorm default
+# The config.json key under which export --format hf records our ModelConfig, so import-hf gives
+# back the run exactly (transformers keeps unknown config keys when it loads and saves a model).
+OUR_CONFIG_KEY = "transformer_model_config"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -189,18 +194,22 @@ def state_to_marian(model: Transformer) -> dict[str, Tensor]:
 # Position layout.
 
 
-def to_concat_layout(model: Transformer) -> Transformer:
-    """An equivalent model whose sinusoid table is sines-then-cosines (Marian's layout).
+def with_sinusoid_layout(model: Transformer, layout: str) -> Transformer:
+    """An equivalent model whose sinusoid table has ``layout``: "concat" (sines, then cosines:
+    Marian's) or "interleaved" (the paper's).
 
     Permutes the d_model axis everywhere it meets the residual stream: embedding columns,
     LayerNorm parameters, the input columns of every projection reading the stream and the
     output rows (and biases) of every projection writing to it. The model is returned
-    unchanged if it already uses the concat layout.
+    unchanged if it already has ``layout`` (or learned positions).
     """
     cfg = model.config
-    if cfg.positional != "sinusoidal" or cfg.sinusoid_layout == "concat":
+    if cfg.positional != "sinusoidal" or cfg.sinusoid_layout == layout:
         return model
-    perm = torch.cat([torch.arange(0, cfg.d_model, 2), torch.arange(1, cfg.d_model, 2)])
+    # Dimension j of the concat layout is dimension to_concat[j] of the interleaved one; the
+    # inverse permutation goes back.
+    to_concat = torch.cat([torch.arange(0, cfg.d_model, 2), torch.arange(1, cfg.d_model, 2)])
+    perm = to_concat if layout == "concat" else torch.argsort(to_concat)
     permuted = {}
     for name, t in model.state_dict().items():
         if ".norm." in name or "final_norm." in name:
@@ -213,6 +222,47 @@ def to_concat_layout(model: Transformer) -> Transformer:
                             "linear1.weight")) or name == "output.weight":
             t = t[:, perm]  # columns read from the stream
         permuted[name] = t
-    out = Transformer(cfg.replace(sinusoid_layout="concat"))
+    out = Transformer(cfg.replace(sinusoid_layout=layout))
     out.load_state_dict(permuted)
+    return out.eval()
+
+
+def to_concat_layout(model: Transformer) -> Transformer:
+    """An equivalent model whose sinusoid table is sines-then-cosines (Marian's layout)."""
+    return with_sinusoid_layout(model, "concat")
+
+
+# ------------------------------------------------------------------------------------------------
+# Round trip: export --format hf records our config, import-hf restores it.
+
+
+def original_config(hf: Any, cfg: ModelConfig) -> ModelConfig | None:
+    """The :class:`ModelConfig` an export recorded in ``config.json`` (key ``OUR_CONFIG_KEY``),
+    or None if there is none or it does not describe the Marian model ``cfg`` read from the same file.
+
+    Marian has no word for two of our switches, the paper's interleaved sinusoids and a
+    projection without bias; everything else must agree, so a ``config.json`` edited after the
+    export (or a foreign key of that name) is read as a plain Marian config.
+    """
+    stored = getattr(hf, OUR_CONFIG_KEY, None)
+    if not isinstance(stored, dict):
+        return None
+    try:
+        ours = ModelConfig.from_dict(stored)
+        as_marian = ours.replace(sinusoid_layout="concat", output_bias=True, extra=cfg.extra)
+    except (TypeError, ValueError):
+        return None
+    return ours if as_marian == cfg else None
+
+
+def as_original(model: Transformer, original: ModelConfig) -> Transformer | None:
+    """``model`` (read from a Marian directory) rebuilt with the ``original`` config an export recorded:
+    the d_model axis permuted back to its sinusoid layout, and the output bias dropped where the
+    original had none. None if that bias is not all zeros (the export wrote zeros; a model
+    trained further elsewhere may have changed it)."""
+    state = with_sinusoid_layout(model, original.sinusoid_layout).state_dict()
+    if not original.output_bias and state.pop("output.bias").any():
+        return None
+    out = Transformer(original)
+    out.load_state_dict(state)
     return out.eval()
