@@ -34,7 +34,9 @@ __all__ = [
     "read_parallel",
     "read_tsv",
     "FilterStats",
+    "example_lengths",
     "filter_examples",
+    "filter_lengths",
     "Batch",
     "make_batch",
     "TokenBudgetBatches",
@@ -80,23 +82,41 @@ def filter_examples(
     (``too_long``); else if ``max_ratio`` is set and ``longer / shorter > max_ratio``
     (``bad_ratio``; the usual Moses ``clean-corpus-n`` setting is 1.5 to 9).
     """
+    src_lens, tgt_lens = example_lengths(examples)
+    kept, stats = filter_lengths(src_lens, tgt_lens, max_len=max_len, max_ratio=max_ratio)
+    return kept.tolist(), stats
+
+
+def example_lengths(examples: Sequence[Example]) -> tuple[np.ndarray, np.ndarray]:
+    """Source and target lengths (int64 arrays); a memory-mapped corpus
+    (:class:`~transformer.data.indexed.IndexedPairs`) gives them from its offsets, reading no token."""
+    if hasattr(examples, "lengths"):
+        src, tgt = examples.lengths()
+        return np.asarray(src, dtype=np.int64), np.asarray(tgt, dtype=np.int64)
+    n = len(examples)
+    return (np.fromiter((len(e[0]) for e in examples), dtype=np.int64, count=n),
+            np.fromiter((len(e[1]) for e in examples), dtype=np.int64, count=n))
+
+
+def filter_lengths(
+    src_lens: np.ndarray, tgt_lens: np.ndarray, *, max_len: int, max_ratio: float | None = None
+) -> tuple[np.ndarray, FilterStats]:
+    """:func:`filter_examples` on the lengths alone: the kept indices (an ascending int64 array) and the counts."""
     if max_len < 1:
         raise ValueError(f"max_len must be >= 1, got {max_len}")
     if max_ratio is not None and not max_ratio >= 1.0:
         raise ValueError(f"max_ratio compares longer/shorter, so it must be >= 1 (or None), got {max_ratio}")
-    kept: list[int] = []
-    too_long = bad_ratio = empty = 0
-    for i, (src, tgt) in enumerate(examples):
-        ls, lt = len(src), len(tgt)
-        if ls == 0 or lt == 0:
-            empty += 1
-        elif ls > max_len or lt > max_len:
-            too_long += 1
-        elif max_ratio is not None and max(ls, lt) > max_ratio * min(ls, lt):
-            bad_ratio += 1
-        else:
-            kept.append(i)
-    return kept, FilterStats(kept=len(kept), too_long=too_long, bad_ratio=bad_ratio, empty=empty)
+    s, t = np.asarray(src_lens, dtype=np.int64), np.asarray(tgt_lens, dtype=np.int64)
+    empty = (s == 0) | (t == 0)
+    too_long = ~empty & ((s > max_len) | (t > max_len))
+    ok = ~empty & ~too_long
+    bad_ratio = np.zeros_like(ok)
+    if max_ratio is not None:
+        bad_ratio = ok & (np.maximum(s, t) > max_ratio * np.minimum(s, t))
+        ok &= ~bad_ratio
+    kept = np.flatnonzero(ok)
+    return kept, FilterStats(kept=len(kept), too_long=int(too_long.sum()), bad_ratio=int(bad_ratio.sum()),
+                             empty=int(empty.sum()))
 
 
 # --------------------------------------------------------------------------- one batch
@@ -265,8 +285,7 @@ class TokenBudgetBatches:
         self.epoch = 0
 
         n = len(examples)
-        src_lens = np.fromiter((len(e[0]) for e in examples), dtype=np.int64, count=n)  # (N,)
-        tgt_lens = np.fromiter((len(e[1]) for e in examples), dtype=np.int64, count=n)  # (N,)
+        src_lens, tgt_lens = example_lengths(examples)  # (N,) each
         if src_lens.min() == 0:
             raise ValueError(
                 f"example {int(np.argmin(src_lens))} has an empty source; drop empties with filter_examples first"
