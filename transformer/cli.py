@@ -155,6 +155,10 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tgt", help="shortcut for data.tgt_lang (e.g. en)")
     p.add_argument("--from", dest="data_dir", metavar="DIR",
                    help="shortcut for data.data_dir: a local copy of registry corpora (e.g. ../shared/data)")
+    p.add_argument("--init-from", metavar="RUN_DIR",
+                   help="shortcut for train.init_from: fine-tune, starting from this run's weights, architecture and "
+                   "tokenizer (a run of train or import-hf, or its checkpoints/step-N); fresh optimizer, schedule "
+                   "inverse_sqrt at train.lr unless train.schedule says otherwise; --run-dir must be another directory")
     p.add_argument("--run-dir", default="runs/train", help="where checkpoints, tokenizer and logs go (default: runs/train)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
@@ -168,6 +172,8 @@ def _train(args: argparse.Namespace) -> int:
     shortcuts = [f"data.{key}={value}" for key, value in
                  (("corpus", args.corpus), ("src_lang", args.src), ("tgt_lang", args.tgt), ("data_dir", args.data_dir))
                  if value is not None]
+    if args.init_from is not None:
+        shortcuts.append(f"train.init_from={args.init_from}")
     overrides = shortcuts + list(args.overrides)
     cfg = RunConfig.load(args.config, overrides) if args.config else RunConfig().with_overrides(overrides)
     retain_freed_memory()  # training reuses the same large temporaries each step (transformer/cpu/allocator.py)

@@ -23,10 +23,15 @@ from transformer.config import PRESETS, ModelConfig, preset
 from transformer.config_dict import at_least, int_at_least, positive, positive_int, probability, valid
 from transformer.model.rnn_config import RNNConfig, rnn_preset
 from transformer.cpu.precision import PRECISIONS
+from transformer.data.mixing import parse_mix
 from transformer.text.tokenizer import BYTE_TOKENS, SPECIAL_TOKENS
 
 SECTIONS = ("data", "model", "train")
 CORPORA = ("builtin", "files", "tsv", "multi30k", "tatoeba")
+SCHEDULES = ("auto", "noam", "inverse_sqrt", "constant")  # train.schedule (transformer/training/schedule.py)
+FREEZABLE = ("embeddings", "encoder", "decoder")  # train.freeze: the parts that can be kept as they are
+# train.warmup when left unset: the paper's 4000 steps for noam, a short one for fine-tuning schedules
+DEFAULT_WARMUP = {"noam": 4000, "inverse_sqrt": 100, "constant": 100}
 DEVICES = ("auto", "cpu", "cuda")
 MAX_THREADS = 1024  # torch crashes far beyond the cores a machine has (set_num_threads(100000) segfaults)
 
@@ -47,6 +52,10 @@ class DataConfig:
     valid_src: str | None = None
     valid_tgt: str | None = None
     tsv: str | None = None  # corpus=tsv: one "source<TAB>target" pair per line
+    # several corpora sampled by weight instead of data.corpus, e.g. "multi30k:0.8,tatoeba:0.2" (registry
+    # names, builtin, or .tsv files): each epoch holds every training pair of the first corpus and draws
+    # the others anew so that each has its share of the epoch's pairs; validation and test come from the first
+    mix: str | None = None
     # held out from training when no validation files are given
     valid_fraction: float = field(default=0.02, metadata=valid(float, 0.0, 0.5, high_open=True))
     builtin_train: int = field(default=30000, metadata=positive_int())  # corpus=builtin: sentence pairs per split
@@ -64,6 +73,9 @@ class DataConfig:
     # padded source + target tokens per batch (paper: ~25k + 25k)
     max_tokens: int = field(default=4096, metadata=positive_int())
     seed: int = field(default=0, metadata=int_at_least(**SEED))
+    # with train.init_from: the largest share of unknown or byte-fallback tokens the initial model's
+    # tokenizer may give the training data (per side) before the run is refused
+    max_unknown: float = field(default=0.05, metadata=valid(float, 0.0, 1.0))
 
 
 @dataclass
@@ -75,8 +87,20 @@ class TrainConfig:
     max_steps: int | None = field(default=None, metadata=positive_int(none_means="no step limit"))
     # stop after this many seconds of training (then validate and save)
     time_limit: float | None = field(default=None, metadata=positive(note="seconds", none_means="no time limit"))
-    lr_scale: float = field(default=1.0, metadata=positive())  # factor on the paper's learning-rate formula
-    warmup: int = field(default=4000, metadata=positive_int())
+    # start from the weights, architecture and tokenizer of this run directory (fine-tuning): one of ours,
+    # one made by import-hf, or a checkpoints/step-N directory of one; the run itself goes to another directory
+    init_from: str | None = None
+    # learning-rate schedule: "noam" (paper 5.3), "inverse_sqrt" or "constant" (warmup to train.lr);
+    # "auto": noam, or inverse_sqrt when train.init_from is set
+    schedule: str = "auto"
+    lr_scale: float = field(default=1.0, metadata=positive())  # factor on the paper's learning-rate formula (noam)
+    lr: float = field(default=2e-4, metadata=positive())  # peak learning rate of the inverse_sqrt and constant schedules
+    # warmup steps of the learning-rate schedule
+    warmup: int | None = field(default=None, metadata=positive_int(
+        none_means="4000 for noam (paper 5.3), 100 for inverse_sqrt and constant"))
+    # parts of the model left as they are (out of the optimizer), comma-separated: embeddings, encoder,
+    # decoder; a tensor shared by two parts (shared or tied embeddings) is frozen with either
+    freeze: str | None = None
     adam_beta1: float = field(default=0.9, metadata=probability())
     adam_beta2: float = field(default=0.98, metadata=probability())
     adam_eps: float = field(default=1e-9, metadata=positive())
@@ -104,6 +128,20 @@ class TrainConfig:
     # at the end, average the last N checkpoints into the model (paper: 5); <= keep_last
     average_last: int = field(default=0, metadata=int_at_least(0, note="0 = none; at most train.keep_last"))
 
+    def effective_schedule(self) -> tuple[str, int]:
+        """The schedule and warmup this recipe trains with: ``auto`` and an unset warmup resolved."""
+        name = self.schedule if self.schedule != "auto" else ("inverse_sqrt" if self.init_from else "noam")
+        return name, self.warmup if self.warmup is not None else DEFAULT_WARMUP[name]
+
+    def frozen_parts(self) -> list[str]:
+        """The parts named by ``freeze``, checked."""
+        parts = [p.strip() for p in (self.freeze or "").split(",") if p.strip()]
+        unknown = [p for p in parts if p not in FREEZABLE]
+        if unknown:
+            raise ValueError(f"train.freeze names unknown parts {unknown}; valid parts: {', '.join(FREEZABLE)} "
+                             "(comma-separated)")
+        return parts
+
 
 # The settings that are text (names, paths); a command-line override gives them its text unparsed.
 _STRING_FIELDS = {name: {f.name for f in dataclasses.fields(cls) if f.type in ("str", "str | None")}
@@ -122,6 +160,8 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     model: dict[str, Any] = field(default_factory=lambda: {"preset": "small"})
     train: TrainConfig = field(default_factory=TrainConfig)
+    # Written by the trainer, not a setting: where train.init_from's weights came from (path, sha256, step).
+    initialized_from: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -146,6 +186,14 @@ class RunConfig:
                 "newest train.keep_last checkpoints are kept to average; raise train.keep_last or lower train.average_last")
         _choice("train.precision", t.precision, PRECISIONS)
         _choice("train.device", t.device, DEVICES)
+        _choice("train.schedule", t.schedule, SCHEDULES)
+        t.frozen_parts()
+        if d.mix:
+            names = [name for name, _ in parse_mix(d.mix)]
+            if d.corpus != "builtin" and d.corpus != names[0]:
+                raise ValueError(f"data.corpus={d.corpus} and data.mix={d.mix} disagree: with data.mix the first corpus "
+                                 "of the mix is the in-domain one (validation, test); leave data.corpus out or make "
+                                 "it the first of the mix")
         config_dict.check_keys(self.model, MODEL_KEYS, mapping="config section 'model' must be a mapping", owner="model")
         architecture = self.model.get("architecture", "transformer")
         _choice("model.architecture", architecture, ARCHITECTURES)
@@ -173,12 +221,30 @@ class RunConfig:
 
     # ------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
+        out = self.settings()
+        if self.initialized_from is not None:
+            out["initialized_from"] = self.initialized_from
+        return out
+
+    def settings(self) -> dict[str, Any]:
+        """The three sections (what a run is resumed with), without the trainer's record of ``initialized_from``."""
         return {"data": dataclasses.asdict(self.data), "model": dict(self.model), "train": dataclasses.asdict(self.train)}
+
+    def effective_settings(self) -> dict[str, Any]:
+        """:meth:`settings` with the schedule and warmup resolved, so that a run configuration saved before
+        ``train.schedule`` existed (warmup 4000 written out) equals the same recipe written now."""
+        out = self.settings()
+        out["train"]["schedule"], out["train"]["warmup"] = self.train.effective_schedule()
+        return out
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
-        config_dict.check_keys(raw, SECTIONS, mapping="a run config must be a mapping with sections data/model/train",
+        config_dict.check_keys(raw, (*SECTIONS, "initialized_from"),
+                               mapping="a run config must be a mapping with sections data/model/train",
                                owner="config", noun="sections")
+        initialized_from = raw.get("initialized_from")
+        if initialized_from is not None and not isinstance(initialized_from, dict):
+            raise ValueError(f"initialized_from must be a mapping (written by the trainer), got {initialized_from!r}")
         model = raw.get("model") or {"preset": "small"}
         if isinstance(model, dict):  # numbers from YAML 1.1 text ("1e-6") and ints for float settings
             model = config_dict.check_mapping(_model_class(model.get("architecture")), model, "model", parse_text=True)
@@ -186,6 +252,7 @@ class RunConfig:
             data=_section(DataConfig, raw.get("data") or {}, "data"),
             model=dict(model),
             train=_section(TrainConfig, raw.get("train") or {}, "train"),
+            initialized_from=initialized_from,
         )
 
     @classmethod
@@ -206,7 +273,7 @@ class RunConfig:
 
         ``model=rnn`` (or ``model=transformer``) is short for ``model.architecture=...``.
         """
-        raw = self.to_dict()
+        raw = self.settings()
         for item in overrides:
             key, sep, text = item.partition("=")
             if not sep or not key.strip():

@@ -6,24 +6,36 @@ Splits:
   fraction of the training pairs;
 * multi30k: its train / val / test_2016_flickr splits in the chosen languages;
 * tatoeba: English-French, shuffled with the seed and split so that no source sentence of the
-  test or validation split occurs in training (``tatoeba_splits``).
+  test or validation split occurs in training (``tatoeba_splits``);
+* data.mix: each corpus of the mix read as above; validation and test from the first, the
+  training splits of all of them mixed by weight each epoch (:mod:`transformer.data.mixing`).
+
+With ``train.init_from`` the tokenizer is the initial run's; :func:`prepare_data` then refuses
+data that it encodes badly (``data.max_unknown``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
+import re
 from typing import Any
+
+import numpy as np
 
 from transformer.corpus.builtin import builtin_splits
 from transformer.corpus.files import CorpusError, read_parallel, read_tsv
 from transformer.corpus.registry import REGISTRY, fetch, read_corpus, tatoeba_splits
-from transformer.data import filter_examples
+from transformer.data import TokenBudgetBatches, filter_examples
+from transformer.data.mixing import MixedBatches, parse_mix
 from transformer.text import Vocabularies
+from transformer.text.tokenizer import Tokenizer
 from transformer.training.config import DataConfig
 
 Pair = tuple[str, str]
 Example = tuple[list[int], list[int]]
+_BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")  # a byte-fallback piece (BPE and SentencePiece alike)
 
 
 @dataclass
@@ -34,6 +46,9 @@ class PreparedData:
     valid_text: list[Pair]  # the validation pairs as text, aligned with ``valid``
     test_text: list[Pair] = field(default_factory=list)  # held-out test pairs when the corpus has them
     stats: dict[str, Any] = field(default_factory=dict)
+    # data.mix: the training pairs of each corpus (``train`` is them all) and the corpora's weights
+    parts: list[list[Example]] = field(default_factory=list)
+    weights: list[float] = field(default_factory=list)
 
 
 def load_text_splits(cfg: DataConfig) -> tuple[dict[str, list[Pair]], dict[str, Any]]:
@@ -83,30 +98,100 @@ def load_text_splits(cfg: DataConfig) -> tuple[dict[str, list[Pair]], dict[str, 
     return {"train": train, "valid": valid}, stats
 
 
-def prepare_data(cfg: DataConfig, *, vocab: Vocabularies | None = None) -> PreparedData:
-    """Read the corpus, train the tokenizer on the training pairs (unless given), encode and filter."""
-    splits, stats = load_text_splits(cfg)
+def _mix_sources(cfg: DataConfig) -> list[tuple[str, DataConfig]]:
+    """The corpora of ``data.mix`` as (name, the DataConfig that reads it)."""
+    out = []
+    for name, _ in parse_mix(cfg.mix or ""):
+        if name.endswith(".tsv"):
+            sub = dataclasses.replace(cfg, corpus="tsv", tsv=name, mix=None)
+        else:
+            sub = dataclasses.replace(cfg, corpus=name, mix=None)
+        out.append((name, sub))
+    return out
+
+
+def prepare_data(cfg: DataConfig, *, vocab: Vocabularies | None = None, max_unknown: float | None = None) -> PreparedData:
+    """Read the corpus (or the corpora of ``data.mix``), train the tokenizer on the training pairs
+    (unless given), encode and filter. With ``max_unknown``, refuse training data of which a larger
+    share of tokens (on either side) is unknown or byte fallback (:class:`TokenizerCoverageError`)."""
+    if cfg.mix:
+        sources = _mix_sources(cfg)
+        loaded = [load_text_splits(sub) for _, sub in sources]
+        splits, stats = loaded[0]
+        trains = [s["train"] for s, _ in loaded]
+        weights = [w for _, w in parse_mix(cfg.mix)]
+    else:
+        splits, stats = load_text_splits(cfg)
+        trains, weights = [splits["train"]], []
     if vocab is None:
-        vocab = Vocabularies.train(splits["train"], vocab_size=cfg.vocab_size, joint=cfg.joint_vocab)
-    train = _encode(vocab, splits["train"])
-    kept, fstats = filter_examples(train, max_len=cfg.max_len, max_ratio=cfg.max_ratio)
-    stats["train_filter"] = vars(fstats)
-    if not kept:
-        raise CorpusError(
-            f"every training pair was filtered out (max_len={cfg.max_len}, max_ratio={cfg.max_ratio}): {vars(fstats)}"
-        )
+        vocab = Vocabularies.train([p for part in trains for p in part], vocab_size=cfg.vocab_size, joint=cfg.joint_vocab)
+    parts: list[list[Example]] = []
+    for i, text in enumerate(trains):
+        encoded = _encode(vocab, text)
+        if max_unknown is not None:
+            check_coverage(vocab, encoded, max_unknown, what=sources[i][0] if cfg.mix else cfg.corpus)
+        kept, fstats = filter_examples(encoded, max_len=cfg.max_len, max_ratio=cfg.max_ratio)
+        if not kept:
+            raise CorpusError(f"every training pair{f' of {sources[i][0]}' if cfg.mix else ''} was filtered out "
+                              f"(max_len={cfg.max_len}, max_ratio={cfg.max_ratio}): {vars(fstats)}")
+        if i == 0:
+            stats["train_filter"] = vars(fstats)
+        parts.append([encoded[j] for j in kept])
+    if cfg.mix:
+        stats["mix"] = [{"corpus": name, "weight": w, "pairs": len(part)}
+                        for (name, _), w, part in zip(sources, weights, parts)]
     valid_text = splits.get("valid", [])
     valid = _encode(vocab, valid_text)
     vkept, vstats = filter_examples(valid, max_len=cfg.max_len, max_ratio=None) if valid else ([], None)
     stats["valid_filter"] = vars(vstats) if vstats else None
     return PreparedData(
         vocab=vocab,
-        train=[train[i] for i in kept],
+        train=[e for part in parts for e in part],
         valid=[valid[i] for i in vkept],
         valid_text=[valid_text[i] for i in vkept],
         test_text=splits.get("test", []),
         stats=stats,
+        parts=parts if cfg.mix else [],
+        weights=weights,
     )
+
+
+def make_batches(data: PreparedData, *, max_tokens: int, seed: int, rank: int = 0,
+                 world_size: int = 1) -> TokenBudgetBatches | MixedBatches:
+    """The training batches: token-budget batches, or, with ``data.mix``, the corpora mixed by weight."""
+    ids = dict(pad_id=data.vocab.src.pad_id, bos_id=data.vocab.tgt.bos_id, eos_id=data.vocab.tgt.eos_id)
+    if data.parts:
+        return MixedBatches(data.parts, data.weights, max_tokens=max_tokens, shuffle=True, seed=seed, rank=rank,
+                            world_size=world_size, **ids)
+    return TokenBudgetBatches(data.train, max_tokens=max_tokens, shuffle=True, seed=seed, rank=rank,
+                              world_size=world_size, **ids)
+
+
+class TokenizerCoverageError(ValueError):
+    """The initial model's tokenizer encodes the new data badly: too many unknown or byte-fallback tokens."""
+
+
+def fallback_share(tokenizer: Tokenizer, sequences: list[list[int]]) -> float:
+    """The share of tokens in ``sequences`` that are ``<unk>`` or byte-fallback pieces (``<0xE2>``):
+    text the vocabulary has no pieces for."""
+    if not sequences:
+        return 0.0
+    counts = np.bincount(np.fromiter((i for seq in sequences for i in seq), dtype=np.int64), minlength=1)
+    used = np.flatnonzero(counts).tolist()
+    bad = [i for i, piece in zip(used, tokenizer.pieces(used)) if i == tokenizer.unk_id or _BYTE_PIECE.fullmatch(piece)]
+    total = int(counts.sum())
+    return float(counts[bad].sum()) / total if total else 0.0
+
+
+def check_coverage(vocab: Vocabularies, examples: list[Example], max_unknown: float, *, what: str) -> None:
+    """Raise :class:`TokenizerCoverageError` when either side's :func:`fallback_share` exceeds ``max_unknown``."""
+    for side, tokenizer, index in (("source", vocab.src, 0), ("target", vocab.tgt, 1)):
+        share = fallback_share(tokenizer, [e[index] for e in examples])
+        if share > max_unknown:
+            raise TokenizerCoverageError(
+                f"the tokenizer of train.init_from cannot encode the {side} side of {what} well: {share:.1%} of its "
+                f"tokens are unknown or byte-fallback pieces (data.max_unknown={max_unknown:.0%}); is it the "
+                "language pair and script the initial model was trained on? (raise data.max_unknown to accept it)")
 
 
 def _encode(vocab: Vocabularies, pairs: list[Pair]) -> list[Example]:

@@ -1,24 +1,58 @@
-"""Optimizer and learning-rate schedule of the paper (section 5.3).
+"""Optimizer and learning-rate schedules: the paper's (section 5.3) and two for fine-tuning.
 
-Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9 and
+Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9 and one of
 
-    lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
-
-which rises linearly for ``warmup`` steps and then decays with the inverse square root of the
-step number. ``scale`` (1.0 in the paper) lets small models on small data train faster.
+* ``noam`` (the paper's): ``scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``, which
+  rises linearly for ``warmup`` steps and then decays with the inverse square root of the step
+  number. ``scale`` (1.0 in the paper) lets small models on small data train faster.
+* ``inverse_sqrt`` (fairseq's name): a linear warmup to the peak rate ``lr``, then
+  ``lr * sqrt(warmup / step)``: the same shape as ``noam``, with the peak given directly, which is
+  what fine-tuning a trained model wants (a rate well below the one it was trained at).
+* ``constant``: a linear warmup to ``lr``, then ``lr``.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+import math
+from typing import Callable, Iterable
 
 import torch
+
+SCHEDULES = ("noam", "inverse_sqrt", "constant")
 
 
 def noam_lr(step: int, *, d_model: int, warmup: int, scale: float = 1.0) -> float:
     """The learning rate at optimizer step ``step`` (1-based; step 0 is treated as step 1)."""
     step = max(step, 1)
     return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def inverse_sqrt_lr(step: int, *, lr: float, warmup: int) -> float:
+    """``lr * step / warmup`` during the warmup, ``lr * sqrt(warmup / step)`` after (1-based steps)."""
+    step = max(step, 1)
+    return lr * min(step / warmup, math.sqrt(warmup / step))
+
+
+def constant_lr(step: int, *, lr: float, warmup: int) -> float:
+    """``lr * step / warmup`` during the warmup, ``lr`` after (1-based steps)."""
+    return lr * min(max(step, 1) / warmup, 1.0)
+
+
+def lr_function(schedule: str, *, d_model: int, warmup: int, scale: float = 1.0,
+                lr: float | None = None) -> Callable[[int], float]:
+    """The learning rate as a function of the 1-based optimizer step for ``schedule``."""
+    if warmup < 1:
+        raise ValueError(f"warmup must be >= 1 step, got {warmup}")
+    if schedule == "noam":
+        if scale <= 0:
+            raise ValueError(f"learning-rate scale must be > 0, got {scale}")
+        return lambda step: noam_lr(step, d_model=d_model, warmup=warmup, scale=scale)
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}; known: {list(SCHEDULES)}")
+    if lr is None or not lr > 0:
+        raise ValueError(f"the {schedule} schedule needs a learning rate > 0, got {lr}")
+    shape = inverse_sqrt_lr if schedule == "inverse_sqrt" else constant_lr
+    return lambda step: shape(step, lr=lr, warmup=warmup)
 
 
 def build_optimizer(
@@ -30,19 +64,20 @@ def build_optimizer(
     betas: tuple[float, float] = (0.9, 0.98),
     eps: float = 1e-9,
     weight_decay: float = 0.0,
+    schedule: str = "noam",
+    lr: float | None = None,
 ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
-    """Adam with the paper's settings and its warmup / inverse-square-root schedule."""
-    if warmup < 1:
-        raise ValueError(f"warmup must be >= 1 step, got {warmup}")
-    if scale <= 0:
-        raise ValueError(f"learning-rate scale must be > 0, got {scale}")
+    """Adam with the paper's settings and a schedule: the paper's warmup / inverse-square-root one
+    (``noam``, scaled by ``scale``), or ``inverse_sqrt`` / ``constant`` at the peak rate ``lr``.
+    Only the parameters given are updated (frozen ones are left out by the caller)."""
+    rate = lr_function(schedule, d_model=d_model, warmup=warmup, scale=scale, lr=lr)
     params = list(params)
+    if not params:
+        raise ValueError("no parameters to optimize (every part of the model is frozen)")
     # The fused kernel updates every parameter in one pass (about 2x faster than the per-tensor
     # loop on CPU); it needs floating-point parameters on CPU or CUDA.
     fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
     optimizer = torch.optim.Adam(params, lr=1.0, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused or None)
     # LambdaLR multiplies the base lr (1.0) by the factor; its step counter starts at 0.
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: noam_lr(step + 1, d_model=d_model, warmup=warmup, scale=scale)
-    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: rate(step + 1))
     return optimizer, scheduler

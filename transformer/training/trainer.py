@@ -24,6 +24,7 @@ the run with :class:`~transformer.training.lock.RunStorageError`, one line namin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -37,10 +38,10 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from transformer.training.checkpoint import CONFIG_FILE, WEIGHTS_FILE, save_weights
+from transformer.training.checkpoint import CONFIG_FILE, WEIGHTS_FILE, load_config, load_weights, save_weights
 from transformer.config import ModelConfig
 from transformer.decoding import DecodeConfig
-from transformer.data import Batch, TokenBudgetBatches, make_batch
+from transformer.data import Batch, make_batch
 from transformer.translate.evaluation import score
 from transformer.model import RNNConfig, build_model, config_from_dict
 from transformer.cpu import Swaps, accelerate_training, available as cpu_kernels_available
@@ -48,7 +49,8 @@ from transformer.cpu.precision import resolve_precision, slow_bf16_warning
 from transformer.text import Vocabularies
 from transformer.training import distributed as D
 from transformer.training.config import RunConfig
-from transformer.training.data_setup import PreparedData, prepare_data
+from transformer.training.data_setup import PreparedData, make_batches, prepare_data
+from transformer.training.finetune import freeze, model_config_for, open_source, provenance
 from transformer.training.loss import LabelSmoothedCrossEntropy
 from transformer.training.progress import CURVE_FILE, METRICS_FILE, MetricsLog, Progress, plot_training_curve
 from transformer.training.schedule import build_optimizer
@@ -116,25 +118,42 @@ class Trainer:
 
     def _set_up(self, cfg: RunConfig) -> None:
         t = cfg.train
+        self.initialized_from: dict[str, Any] | None = None  # where train.init_from's weights came from
         vocab = self._check_run_dir()
-        self.data: PreparedData = prepare_data(cfg.data, vocab=vocab)
+        # Fine-tuning (train.init_from): the initial run gives the tokenizer, the architecture and the
+        # weights; a resumed fine-tuning run has them all in its own directory and checkpoint.
+        source = None
+        if t.init_from and latest_checkpoint(self.run_dir) is None:
+            source = open_source(t.init_from, run_dir=self.run_dir)
+            vocab = vocab or source.vocab
+        self.data: PreparedData = prepare_data(cfg.data, vocab=vocab,
+                                               max_unknown=cfg.data.max_unknown if t.init_from else None)
         self.vocab: Vocabularies = self.data.vocab
-        model_cfg = cfg.model_config(src_vocab_size=self.vocab.src.vocab_size, tgt_vocab_size=self.vocab.tgt.vocab_size)
+        if source is not None:
+            model_cfg = model_config_for(source, cfg)
+            self.initialized_from = self.initialized_from or provenance(source)
+        elif t.init_from:
+            model_cfg = load_config(self.run_dir)
+        else:
+            model_cfg = cfg.model_config(src_vocab_size=self.vocab.src.vocab_size, tgt_vocab_size=self.vocab.tgt.vocab_size)
         self._check_model_config(model_cfg)
         self.model = build_model(model_cfg).to(self.device)
+        if source is not None:
+            load_weights(self.model, source.weights)
+        self.frozen = freeze(self.model, t.frozen_parts())  # out of the optimizer: they stay bit for bit
         # On CPU the engine's kernels take dropout, Add & Norm, short-row attention and the loss.
         on_cpu = self.device.type == "cpu"
         self.engine = accelerate_training(self.model) if on_cpu else Swaps()
+        schedule, warmup = t.effective_schedule()
         self.optimizer, self.scheduler = build_optimizer(
-            self.model.parameters(), d_model=model_cfg.d_model, warmup=t.warmup, scale=t.lr_scale,
-            betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps, weight_decay=t.weight_decay,
+            [p for p in self.model.parameters() if p.requires_grad], d_model=model_cfg.d_model, warmup=warmup,
+            scale=t.lr_scale, schedule=schedule, lr=t.lr, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps,
+            weight_decay=t.weight_decay,
         )
         self.criterion = LabelSmoothedCrossEntropy(smoothing=t.label_smoothing, ignore_index=self.vocab.tgt.pad_id,
                                                    cpu_kernel=on_cpu and cpu_kernels_available())
-        self.batches = TokenBudgetBatches(
-            self.data.train, max_tokens=cfg.data.max_tokens, pad_id=self.vocab.src.pad_id, bos_id=self.vocab.tgt.bos_id,
-            eos_id=self.vocab.tgt.eos_id, shuffle=True, seed=t.seed, rank=self.dist.rank, world_size=self.dist.world_size,
-        )
+        self.batches = make_batches(self.data, max_tokens=cfg.data.max_tokens, seed=t.seed, rank=self.dist.rank,
+                                    world_size=self.dist.world_size)
         self.metrics = MetricsLog(self.run_dir / METRICS_FILE)
         self.scaler = torch.amp.GradScaler("cuda") if self.precision == "fp16" else None
         self.state = TrainerState()
@@ -169,8 +188,9 @@ class Trainer:
             previous = RunConfig.from_dict(json.loads(saved.read_text(encoding="utf-8")))
         except (ValueError, json.JSONDecodeError) as err:
             raise RunDirectoryError(f"{saved} is not a readable run config ({err}); choose another --run-dir") from None
-        if previous.to_dict() != self.cfg.to_dict():
-            diffs = _differences(previous.to_dict(), self.cfg.to_dict())
+        self.initialized_from = previous.initialized_from  # kept as first recorded
+        if previous.effective_settings() != self.cfg.effective_settings():
+            diffs = _differences(previous.effective_settings(), self.cfg.effective_settings())
             raise RunDirectoryError(
                 f"{self.run_dir} holds a run with a different configuration ({'; '.join(diffs[:6])}); "
                 "choose another --run-dir to start a new run, or repeat the original settings to resume"
@@ -187,7 +207,7 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.vocab.save(self.run_dir)
             model_cfg.to_json(self.run_dir / CONFIG_FILE)
-            self.cfg.save(self.run_dir / RUN_CONFIG_FILE)
+            dataclasses.replace(self.cfg, initialized_from=self.initialized_from).save(self.run_dir / RUN_CONFIG_FILE)
         D.barrier(self.dist)
 
     def _resume(self) -> None:
@@ -397,6 +417,9 @@ def _data_report(stats: dict[str, Any]) -> str:
     if kept := stats.get("valid_filter"):  # no length-ratio filter on validation pairs
         parts.append(f"{kept['kept']:,} validation pairs kept, dropped {kept['too_long']:,} too long, "
                      f"{kept['empty']:,} empty after tokenization")
+    if mix := stats.get("mix"):  # data.mix: the corpora, their shares of each epoch's pairs, their pairs
+        parts.append("mix " + ", ".join(f"{m['corpus']} {m['weight']:.0%} ({m['pairs']:,} pairs)" for m in mix)
+                     + f"; validation on {mix[0]['corpus']}")
     if stats.get("attribution"):
         parts.append(f"corpus {stats['corpus']}: {stats['attribution']}")
     return "data: " + "; ".join(parts) if parts else "data: built-in corpus"
