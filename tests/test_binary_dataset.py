@@ -7,6 +7,7 @@ the batches with TokenBudgetBatches over the same pairs held as Python lists."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
@@ -253,3 +254,51 @@ def test_a_second_builder_waits_for_the_lock(tmp_path):
 def build_lock_and_record(path, lines, order):
     with build_lock(path, stream=lines):
         order.append("second")
+
+
+def _reference_batches(src_lens, tgt_lens, *, max_tokens, max_sentences, seed, shuffle):
+    """Grouping as TokenBudgetBatches did with np.lexsort and a per-example loop (copied from before)."""
+    n = len(src_lens)
+    tie = np.random.default_rng([seed, 0, 0]).permutation(n) if shuffle else np.arange(n)
+    order = np.lexsort((tie, np.where(src_lens % 2 == 1, -tgt_lens, tgt_lens), src_lens))
+    cap, bounds, start, ms, mt = max_sentences or n, [0], 0, 0, 0
+    for i, (s, t) in enumerate(zip(src_lens[order].tolist(), (tgt_lens[order] + 1).tolist())):
+        if s + t > max_tokens:
+            if i > start:
+                bounds.append(i)
+            bounds.append(i + 1)
+            start, ms, mt = i + 1, 0, 0
+            continue
+        ms2, mt2 = max(ms, s), max(mt, t)
+        if i - start + 1 > cap or (i - start + 1) * (ms2 + mt2) > max_tokens:
+            bounds.append(i)
+            start, ms2, mt2 = i, s, t
+        ms, mt = ms2, mt2
+    if bounds[-1] != n:
+        bounds.append(n)
+    return [order[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+class _Lengths:
+    def __init__(self, src, tgt):
+        self.src, self.tgt = src, tgt
+
+    def __len__(self):
+        return len(self.src)
+
+    def lengths(self):
+        return self.src, self.tgt
+
+
+@pytest.mark.parametrize("max_tokens, max_sentences, shuffle", [(64, None, True), (300, 7, True), (40, None, False),
+                                                                  (5000, None, True)])
+def test_grouping_equals_the_per_example_loop(max_tokens, max_sentences, shuffle):
+    rng = np.random.default_rng(4)
+    src = rng.integers(1, 50, 5000)
+    tgt = np.clip(src + rng.integers(-8, 9, 5000), 0, None)
+    src[:3] = 60  # alone over max_tokens=64 and 40: batches of their own
+    with pytest.warns(UserWarning) if max_tokens < 100 else contextlib.nullcontext():
+        batches = TokenBudgetBatches(_Lengths(src, tgt), max_tokens=max_tokens, max_sentences=max_sentences, pad_id=0,
+                                     bos_id=1, eos_id=2, seed=3, shuffle=shuffle)
+    expected = _reference_batches(src, tgt, max_tokens=max_tokens, max_sentences=max_sentences, seed=3, shuffle=shuffle)
+    assert [b.tolist() for b in batches._batches] == expected

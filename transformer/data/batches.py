@@ -218,6 +218,21 @@ def make_batch(examples: Sequence[Example], *, pad_id: int, bos_id: int, eos_id:
 # --------------------------------------------------------------------------- many batches
 
 
+def _sort_keys(first: np.ndarray, second: np.ndarray, tie: np.ndarray) -> np.ndarray:
+    """The order sorting by ``first``, then ``second``, then ``tie`` (a permutation: no two equal).
+
+    ``np.lexsort((tie, second, first))``, computed as one argsort of the three packed into an int64
+    where their ranges fit in 63 bits (as they do for sentence lengths): several times faster on
+    millions of pairs, and the same order, since the packed keys are distinct and compare alike.
+    """
+    low = second - second.min() if len(second) else second
+    bits = [int(x.max()).bit_length() if len(x) else 0 for x in (first, low, tie)]
+    if first.min(initial=0) < 0 or sum(bits) > 63:
+        return np.lexsort((tie, second, first))
+    packed = (first.astype(np.int64) << (bits[1] + bits[2])) | (low.astype(np.int64) << bits[2]) | tie
+    return np.argsort(packed)
+
+
 class TokenBudgetBatches:
     """Length-grouped batches under a token budget; deterministic, resumable, DDP-sharded.
 
@@ -299,7 +314,7 @@ class TokenBudgetBatches:
         # joins their long-target ends instead of the longest targets of one with the
         # shortest of the next (~25% less padding than a plain (src, tgt) sort).
         tgt_key = np.where(src_lens % 2 == 1, -tgt_lens, tgt_lens)
-        order = np.lexsort((tie, tgt_key, src_lens))  # (N,) the last key sorts first
+        order = _sort_keys(src_lens, tgt_key, tie)  # (N,)
         self._batches, self.n_oversize = self._cut(order, src_lens, tgt_lens + 1)
         self.num_batches_total = len(self._batches)
         if self.num_batches_total < world_size:
@@ -316,28 +331,41 @@ class TokenBudgetBatches:
             )
 
     def _cut(self, order: np.ndarray, src_lens: np.ndarray, tgt1_lens: np.ndarray) -> tuple[list[np.ndarray], int]:
-        """Greedily cut the sorted ``order`` into index arrays under the budget."""
+        """Greedily cut the sorted ``order`` into index arrays under the budget.
+
+        Each batch is as long as it can be: from its first example, the padded cost of the first
+        ``k`` examples is ``k * (running max src + running max tgt)``; the batch ends before the
+        first ``k`` over the budget or the sentence cap. Those costs are computed with numpy over a
+        window of candidates (twice the last batch's size, doubled until the batch ends inside it),
+        so the work is a few array operations per batch instead of Python steps per example.
+        """
         budget, cap = self.max_tokens, self.max_sentences or len(order)
-        s_list, t_list = src_lens[order].tolist(), tgt1_lens[order].tolist()
+        s_all, t_all = src_lens[order], tgt1_lens[order]
+        n = len(order)
         bounds: list[int] = [0]  # batch k is order[bounds[k]:bounds[k+1]]
         n_oversize = 0
-        start, ms, mt = 0, 0, 0
-        for i, (s, t) in enumerate(zip(s_list, t_list)):
-            if s + t > budget:  # too big alone: close the open batch, emit a singleton
-                if i > start:
-                    bounds.append(i)
-                bounds.append(i + 1)
+        start, window = 0, 16
+        while start < n:
+            if s_all[start] + t_all[start] > budget:  # too big alone: a batch of its own
                 n_oversize += 1
-                start, ms, mt = i + 1, 0, 0
+                start += 1
+                bounds.append(start)
                 continue
-            ms2, mt2 = max(ms, s), max(mt, t)
-            n2 = i - start + 1
-            if n2 > cap or n2 * (ms2 + mt2) > budget:
-                bounds.append(i)
-                start, ms2, mt2 = i, s, t
-            ms, mt = ms2, mt2
-        if bounds[-1] != len(order):
-            bounds.append(len(order))
+            while True:
+                end = min(n, start + window, start + cap)
+                size = np.arange(1, end - start + 1)
+                cost = size * (np.maximum.accumulate(s_all[start:end]) + np.maximum.accumulate(t_all[start:end]))
+                over = np.flatnonzero(cost > budget)
+                if len(over):
+                    k = int(over[0])
+                    break
+                if end == n or end - start == cap:
+                    k = end - start
+                    break
+                window *= 2
+            start += k
+            bounds.append(start)
+            window = max(16, 2 * k)
         return [order[a:b] for a, b in zip(bounds[:-1], bounds[1:])], n_oversize
 
     # ----------------------------------------------------------------- epochs and order
