@@ -89,9 +89,12 @@ def test_type_translate_and_explore_the_attention(browser, server):
     frame = page.query_selector("#attention-frame").content_frame()
     frame.wait_for_selector("body[data-ready=true]")
     assert SENTENCE in frame.inner_text("#sentence-text") and shown in frame.inner_text("#sentence-text")
-    last = doc["model"]["layers"]["encoder"] - 1
-    assert lines_drawn(frame) == pytest.approx(lines_expected(doc, "encoder", last, [0, 1, 2, 3]))
+    last = doc["model"]["layers"]["decoder"] - 1  # the view opens on encoder-decoder attention, the last layer
+    assert frame.input_value("#kind-select") == "cross"
+    assert lines_drawn(frame) == pytest.approx(lines_expected(doc, "cross", last, [0, 1, 2, 3]))
 
+    frame.select_option("#kind-select", "encoder")
+    assert lines_drawn(frame) == pytest.approx(lines_expected(doc, "encoder", last, [0, 1, 2, 3]))
     frame.select_option("#kind-select", "cross")
     frame.select_option("#layer-select", "0")
     frame.dblclick(".head-toggle[data-head='2']")  # only head 2
@@ -165,8 +168,8 @@ def test_paste_a_paragraph_and_pick_a_sentence(browser, server):
         frame.wait_for_selector("body[data-ready=true]")
         assert doc["source"] in frame.inner_text("#sentence-text")
         assert doc["translation"] in frame.inner_text("#sentence-text")
-        last = doc["model"]["layers"]["encoder"] - 1
-        assert lines_drawn(frame) == pytest.approx(lines_expected(doc, "encoder", last, [0, 1, 2, 3]))
+        last = doc["model"]["layers"]["decoder"] - 1
+        assert lines_drawn(frame) == pytest.approx(lines_expected(doc, "cross", last, [0, 1, 2, 3]))
 
     shown_attention(0)
     page.click("#translation .sentence[data-index='3']")  # a click on the translation

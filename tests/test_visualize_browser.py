@@ -127,13 +127,14 @@ def test_layers_kinds_heads_and_hover_draw_the_data(browser, page_file):
     layers, heads = doc["model"]["layers"]["decoder"], list(range(doc["model"]["heads"]))
     page, errors, requests = open_page(browser, page_file)
 
-    assert page.input_value("#kind-select") == "encoder" and page.input_value("#layer-select") == str(layers - 1)
-    n_last = assert_lines(page, doc, min_weight, "encoder", layers - 1, heads)
+    # the page opens on encoder-decoder attention (the alignment), the last layer
+    assert page.input_value("#kind-select") == "cross" and page.input_value("#layer-select") == str(layers - 1)
+    n_last = assert_lines(page, doc, min_weight, "cross", layers - 1, heads)
     assert n_last > 0
     page.select_option("#layer-select", "0")
-    assert_lines(page, doc, min_weight, "encoder", 0, heads)
-    page.select_option("#kind-select", "cross")
     assert_lines(page, doc, min_weight, "cross", 0, heads)
+    page.select_option("#kind-select", "encoder")
+    assert_lines(page, doc, min_weight, "encoder", 0, heads)
     page.select_option("#kind-select", "decoder")
     n_dec = assert_lines(page, doc, min_weight, "decoder", 0, heads)
     assert all(col <= row for _, row, col in drawn(page, "decoder", 0))  # causal: nothing above the diagonal
@@ -205,8 +206,9 @@ def test_sentence_selector(browser, page_file):
     page.select_option("#sentence-select", "1")
     doc = payload["sentences"][1]
     assert "le petit chat noir dort" in page.inner_text("#sentence-text")
-    assert page.locator("#attention-svg text.token-row").count() == len(doc["tokens"]["source"]["pieces"])
-    assert_lines(page, doc, payload["min_line_weight"], "encoder", 1, range(4))
+    assert page.locator("#attention-svg text.token-row").count() == len(doc["tokens"]["target_output"]["pieces"])
+    assert page.locator("#attention-svg text.token-col").count() == len(doc["tokens"]["source"]["pieces"])
+    assert_lines(page, doc, payload["min_line_weight"], "cross", 1, range(4))
     assert errors == []
     page.close()
 
@@ -219,12 +221,65 @@ def test_long_sentence_page_scrolls_and_draws_every_line(browser, translator, tm
     payload = read_page_data(path)
     page, errors, _ = open_page(browser, path)
     n = len(data.tokens["source"])
+    assert_lines(page, payload["sentences"][0], payload["min_line_weight"], "cross", 1, range(4))
+    page.select_option("#kind-select", "encoder")
     assert page.locator("#attention-svg text.token-row").count() == n >= 120
     assert page.eval_on_selector("#lines-view", "v => v.scrollHeight > v.clientHeight")  # scrolls, fonts stay
     assert page.eval_on_selector("#attention-svg text.token", "t => parseFloat(getComputedStyle(t).fontSize)") >= 12
     assert_lines(page, payload["sentences"][0], payload["min_line_weight"], "encoder", 1, range(4))
-    page.select_option("#kind-select", "cross")
-    assert_lines(page, payload["sentences"][0], payload["min_line_weight"], "cross", 1, range(4))
     page.screenshot(path=str(ARTIFACTS / "attention_page_long.png"))
+    assert errors == []
+    page.close()
+
+
+def test_head_grid_labels_its_rows_and_columns_and_gives_each_weight_on_hover(browser, translator, tmp_path):
+    """A 40-token sentence and its 40-token translation: every panel of the grid is labelled with
+    the tokens, cells stay at least 14 pixels with one label per cell, and hovering a cell tells its
+    target token, source token and weight."""
+    words = " ".join(p[0] for p in translator.pairs[:20]).split()
+    k = next(k for k in range(1, len(words)) if len(translator.vocab.src.encode(" ".join(words[:k]))) >= 40)
+    data = collect_attention(translator, " ".join(words[:k]), translation="the small black cat sleeps " * 8)
+    path = write_attention_page(data, tmp_path / "forty.html")
+    doc = read_page_data(path)["sentences"][0]
+    src = TokenAxis.from_dict(doc["tokens"]["source"]).labels
+    tgt = TokenAxis.from_dict(doc["tokens"]["target_output"]).labels
+    assert len(src) >= 40 and len(tgt) >= 40
+    page, errors, _ = open_page(browser, path)
+    assert page.input_value("#kind-select") == "cross"
+    page.click("#view-grid")
+    layer, scale = int(page.input_value("#layer-select")), doc["weight_scale"]
+    weights = doc["kinds"]["cross"]["weights"][layer]
+    for head in ("0", "3", "average"):
+        cell = f".head-cell[data-head='{head}']"
+        assert page.locator(f"{cell} .col-label").all_text_contents() == src
+        assert page.locator(f"{cell} .row-label").all_text_contents() == tgt
+    size = page.eval_on_selector("canvas.head-map[data-head='0']", "(c, n) => c.width / n", len(src))
+    assert size >= 14 and size == page.eval_on_selector("canvas.head-map[data-head='0']", "(c, n) => c.height / n", len(tgt))
+    # one label per cell: the column labels are a cell apart, the row labels a cell high, the text 11 px
+    xs = page.eval_on_selector_all(".head-cell[data-head='0'] .col-label", "ls => ls.map(l => l.getBoundingClientRect().x)")
+    assert all(abs((b - a) - size) < 0.5 for a, b in zip(xs, xs[1:]))
+    hs = page.eval_on_selector_all(".head-cell[data-head='0'] .row-label", "ls => ls.map(l => l.getBoundingClientRect().height)")
+    assert all(abs(h - size) < 0.5 for h in hs)
+    assert page.eval_on_selector(".col-label", "l => parseFloat(getComputedStyle(l).fontSize)") >= 11
+
+    def hover(head: str, i: int, j: int) -> dict:
+        page.locator(f"canvas.head-map[data-head='{head}']").hover(position={"x": j * size + size / 2, "y": i * size + size / 2})
+        assert page.is_visible("#tooltip")
+        return page.eval_on_selector("#tooltip", "t => ({...t.dataset, text: t.textContent})")
+
+    for head, i, j in ((1, 5, 7), (3, 39, 0), (0, 0, len(src) - 1)):
+        tip = hover(str(head), i, j)
+        expected = weights[head][i][j] / scale
+        assert (tip["head"], int(tip["row"]), int(tip["col"])) == (str(head), i, j)
+        assert abs(float(tip["weight"]) - expected) < 1e-9
+        assert f"\u201c{tgt[i]}\u201d" in tip["text"] and f"\u201c{src[j]}\u201d" in tip["text"] and f"{expected:.4f}" in tip["text"]
+        panel = f".head-cell[data-head='{head}']"
+        assert page.locator(f"{panel} .row-label.hovered").all_text_contents() == [tgt[i]]
+        assert page.locator(f"{panel} .col-label.hovered").all_text_contents() == [src[j]]
+    tip = hover("average", 2, 3)
+    assert abs(float(tip["weight"]) - sum(weights[h][2][3] for h in range(4)) / 4 / scale) < 1e-9
+    page.screenshot(path=str(ARTIFACTS / "attention_page_grid_40.png"), full_page=True)
+    page.mouse.move(1, 1)
+    assert not page.is_visible("#tooltip")
     assert errors == []
     page.close()

@@ -6,7 +6,7 @@ clickable span (from the sentence alignment: code point offsets, converted to Ja
 strings with ``Array.from``). Picking a sentence (a click on either side, or the
 ``#sentence-select`` list) posts the text and that sentence's index to ``/v1/attention``,
 highlights the sentence pair and draws its attention with the interactive page of
-:mod:`transformer.visualize` (its ``page.html`` and ``page.js``, unchanged) inside an
+:mod:`transformer.visualize` (its ``page.html``, ``page.js`` and ``grid.js``, unchanged) inside an
 ``<iframe id="attention-frame">``: the visualization template is embedded in this page once, and
 each answer fills in its data (``srcdoc``). After a translation the first sentence is shown.
 Everything is inline; the page needs nothing but the server itself.
@@ -30,9 +30,8 @@ import hashlib
 import html
 import json
 import re
-from importlib import resources
 
-from transformer.visualize.page import MIN_LINE_WEIGHT, PAGE_FORMAT, PAGE_VERSION
+from transformer.visualize.page import MIN_LINE_WEIGHT, PAGE_FORMAT, PAGE_VERSION, view_template
 
 
 def _script_json(obj: object) -> str:
@@ -42,11 +41,8 @@ def _script_json(obj: object) -> str:
 
 
 def attention_view_template() -> str:
-    """The visualization page with its script inlined; ``__TITLE__`` and ``__DATA__`` left to fill."""
-    package = resources.files("transformer.visualize")
-    page = package.joinpath("page.html").read_text(encoding="utf-8")
-    script = package.joinpath("page.js").read_text(encoding="utf-8")
-    return page.replace("__MIN_WEIGHT__", f"{MIN_LINE_WEIGHT:g}").replace("__SCRIPT__", script)
+    """The visualization page with its styles and scripts inlined; ``__TITLE__`` and ``__DATA__`` left to fill."""
+    return view_template(min_line_weight=MIN_LINE_WEIGHT)
 
 
 def index_html(*, src_lang: str | None = None, tgt_lang: str | None = None, max_chars: int = 5000,

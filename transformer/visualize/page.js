@@ -1,34 +1,24 @@
 /* Attention page: lines between tokens (tensor2tensor style) and a grid of per-head heatmaps.
    Reads the JSON in <script id="attention-data"> (format: transformer/visualize/schema.json per sentence).
    Every drawn line is an SVG <line class="attn-line"> with data-head/-layer/-kind/-row/-col/-weight
-   and stroke-opacity equal to its weight. */
+   and stroke-opacity equal to its weight. The head grid, its colours and its token labels come from
+   grid.js (AttentionGrid), inlined before this script. The page opens on encoder-decoder attention:
+   the alignment of the target words with the source words. */
 (function () {
   "use strict";
   const PAGE = JSON.parse(document.getElementById("attention-data").textContent);
   const MIN = PAGE.min_line_weight;
   const SVG_NS = "http://www.w3.org/2000/svg";
-  const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-                   "#bcbd22", "#17becf"];
+  const { SPECIAL, headColor, labels } = window.AttentionGrid;
   const AXIS_TITLES = { source: "source", target_input: "decoder input", target_output: "predicting" };
-  const SPECIAL = /^<(s|\/s|pad|unk|0x[0-9A-Fa-f]{2})>$/;
   const ROW_H = 18, TOP = 30;
   const $ = (id) => document.getElementById(id);
-  const state = { sentence: 0, kind: "encoder", layer: null, active: [], hover: null, view: "lines" };
+  const state = { sentence: 0, kind: "cross", layer: null, active: [], hover: null, view: "lines" };
   let geometry = null;
 
   const doc = () => PAGE.sentences[state.sentence];
   const nLayers = (kind) => doc().kinds[kind].weights.length;
   const nHeads = () => doc().model.heads;
-  const headColor = (h) => (h < PALETTE.length ? PALETTE[h] : `hsl(${(h * 137.508) % 360},62%,45%)`);
-
-  function labels(axis) {  /* same rule as TokenAxis.labels in data.py */
-    let previous = "";
-    return axis.pieces.map((piece, i) => {
-      const plain = axis.word_start[i] || previous === "\u2581" || SPECIAL.test(piece);
-      previous = piece;
-      return plain ? piece : "\u00b7" + piece;
-    });
-  }
 
   function el(name, attrs, parent) {
     const node = document.createElementNS(SVG_NS, name);
@@ -150,52 +140,24 @@
 
   /* ---- head grid view ----------------------------------------------------------------------- */
   function drawGrid() {
-    const d = doc(), kind = d.kinds[state.kind], W = kind.weights[state.layer], scale = d.weight_scale;
+    const d = doc(), kind = d.kinds[state.kind], W = kind.weights[state.layer];
     const rows = labels(d.tokens[kind.rows]), cols = labels(d.tokens[kind.cols]);
-    const cell = Math.max(2, Math.min(24, Math.floor(240 / Math.max(rows.length, cols.length))));
-    let vmax = 1;
+    let vmax = 1;  /* the layer's largest weight is drawn at full colour */
     for (const m of W) for (const r of m) for (const v of r) vmax = Math.max(vmax, v);
     const average = rows.map((_, i) => cols.map((_, j) =>
       state.active.length ? state.active.reduce((s, h) => s + W[h][i][j], 0) / state.active.length : 0));
-    const panels = W.map((m, h) => ({ head: h, matrix: m, color: headColor(h), caption: `head ${h}` }));
+    const panels = W.map((m, h) => ({ head: h, matrix: m, color: headColor(h), caption: `head ${h}`,
+                                      off: !state.active.includes(h) }));
     panels.push({ head: "average", matrix: average, color: "#222222",
                   caption: state.active.length === 1 ? `average of head ${state.active[0]}`
                     : `average of heads ${state.active.join(", ") || "(none)"}` });
-    const grid = $("grid-view");
-    grid.replaceChildren();
-    for (const p of panels) {
-      const fig = document.createElement("figure");
-      fig.className = "head-cell" + (p.head !== "average" && !state.active.includes(p.head) ? " off" : "");
-      fig.dataset.head = p.head;
-      const canvas = document.createElement("canvas");
-      Object.assign(canvas, { width: cols.length * cell, height: rows.length * cell, className: "head-map" });
-      Object.assign(canvas.dataset, { head: p.head, layer: state.layer, kind: state.kind });
-      const ctx = canvas.getContext("2d");
-      ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, canvas.width, canvas.height);
-      ctx.fillStyle = p.color;
-      p.matrix.forEach((r, i) => r.forEach((v, j) => {
-        ctx.globalAlpha = Math.min(1, v / vmax); ctx.fillRect(j * cell, i * cell, cell, cell);
-      }));
-      canvas.addEventListener("mousemove", (e) => {
-        const j = Math.floor(e.offsetX / cell), i = Math.floor(e.offsetY / cell);
-        if (i >= rows.length || j >= cols.length) return;
-        showTip(e, `${p.caption}: ${rows[i]} \u2192 ${cols[j]}  ${(p.matrix[i][j] / scale).toFixed(4)}`);
-      });
-      canvas.addEventListener("mouseleave", () => { $("tooltip").style.display = "none"; });
-      if (p.head !== "average") fig.addEventListener("click", () => { state.active = [p.head]; setView("lines"); });
-      const caption = document.createElement("figcaption");
-      caption.textContent = p.caption;
-      fig.append(canvas, caption);
-      grid.appendChild(fig);
-    }
+    window.AttentionGrid.draw($("grid-view"), {
+      rows, cols, rawRows: d.tokens[kind.rows].pieces, rawCols: d.tokens[kind.cols].pieces,
+      rowTitle: AXIS_TITLES[kind.rows], colTitle: AXIS_TITLES[kind.cols], panels, scale: d.weight_scale, vmax,
+      tags: { layer: state.layer, kind: state.kind }, onPick: (h) => { state.active = [h]; setView("lines"); },
+    });
     $("status").textContent = `${W.length} heads \u00b7 layer ${state.layer} \u00b7 rows: ${AXIS_TITLES[kind.rows]}, ` +
-      `columns: ${AXIS_TITLES[kind.cols]} \u00b7 click a head to see its lines`;
-  }
-
-  function showTip(e, text) {
-    const tip = $("tooltip");
-    tip.textContent = text;
-    Object.assign(tip.style, { display: "block", left: `${e.clientX + 12}px`, top: `${e.clientY + 12}px` });
+      `columns: ${AXIS_TITLES[kind.cols]} \u00b7 hover a cell for its weight, click a head to see its lines`;
   }
 
   /* ---- wiring ------------------------------------------------------------------------------- */

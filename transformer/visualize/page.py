@@ -1,7 +1,7 @@
 """One self-contained HTML page to explore attention, in the style of the tensor2tensor attention tool.
 
-The page needs no network: its CSS and JavaScript are inline (``page.html`` and ``page.js`` in
-this package) and the data is embedded once, as JSON in ``<script type="application/json"
+The page needs no network: its CSS and JavaScript are inline (``page.html``, ``page.js``,
+``grid.css`` and ``grid.js`` in this package) and the data is embedded once, as JSON in ``<script type="application/json"
 id="attention-data">``::
 
     {"format": "transformer-attention-page", "version": 1, "min_line_weight": 0.01,
@@ -14,10 +14,14 @@ What it shows:
   is the weight and whose colour is the head; ``data-head``, ``data-layer``, ``data-kind``,
   ``data-row``, ``data-col`` and ``data-weight`` say what it is. Weights below
   ``min_line_weight`` are not drawn (they stay in the data). Hovering a token keeps only its lines.
-* **head grid**: one small heatmap (``<canvas class="head-map" data-head=...>``) per head and one
-  for the average of the heads switched on; clicking a head shows its lines.
-* selectors for the sentence (with several), the kind (input-input = encoder, output-output =
-  decoder, input-output = cross), the layer, and head toggles (click: on/off, double-click: only it).
+* **head grid** (``grid.js``, shared with the training report): one heatmap
+  (``<canvas class="head-map" data-head=...>``) per head and one for the average of the heads
+  switched on, rows and columns labelled with the tokens (``.row-label``, ``.col-label``), the
+  weight of a cell in ``#tooltip`` on hover; cells stay at least 14 pixels, so a 40-token
+  sentence's map is scrolled rather than shrunk. Clicking a head shows its lines.
+* selectors for the sentence (with several), the kind (input-output = cross, shown first: the
+  alignment; input-input = encoder, output-output = decoder), the layer, and head toggles
+  (click: on/off, double-click: only it).
 """
 
 from __future__ import annotations
@@ -35,11 +39,26 @@ from transformer.visualize.data import DECIMALS, AttentionData
 
 PAGE_FORMAT, PAGE_VERSION = "transformer-attention-page", 1
 MIN_LINE_WEIGHT = 0.01
-_PLACEHOLDER = re.compile(r"__(TITLE|MIN_WEIGHT|DATA|SCRIPT)__")
+_PLACEHOLDER = re.compile(r"__(TITLE|MIN_WEIGHT|DATA|SCRIPT|GRID_STYLE)__")
 
 
 def _resource(name: str) -> str:
     return resources.files("transformer.visualize").joinpath(name).read_text(encoding="utf-8")
+
+
+def grid_assets() -> tuple[str, str]:
+    """``(css, javascript)`` of the head grid (``grid.css``, ``grid.js``): the view that the attention
+    page and the training report's alignment timeline share; each page inlines both."""
+    return _resource("grid.css"), _resource("grid.js")
+
+
+def view_template(*, min_line_weight: float = MIN_LINE_WEIGHT) -> str:
+    """The page with its styles and scripts inlined, ``__TITLE__`` and ``__DATA__`` left to fill
+    (the server's page fills them in the browser, for each sentence)."""
+    style, grid_script = grid_assets()
+    values = {"MIN_WEIGHT": f"{min_line_weight:g}", "GRID_STYLE": style,
+              "SCRIPT": grid_script + "\n" + _resource("page.js")}
+    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), _resource("page.html"))
 
 
 def _script_json(obj: object) -> str:
@@ -63,9 +82,9 @@ def attention_page_html(data: AttentionData | Sequence[AttentionData], *, min_li
                "sentences": [s.to_dict(decimals=decimals) for s in sentences]}
     if title is None:
         title = f"Attention: {sentences[0].source}" + (f" (+{len(sentences) - 1} more)" if len(sentences) > 1 else "")
-    values = {"TITLE": html.escape(title), "MIN_WEIGHT": f"{min_line_weight:g}",
-              "DATA": _script_json(payload), "SCRIPT": _resource("page.js")}
-    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], _resource("page.html"))
+    values = {"TITLE": html.escape(title), "DATA": _script_json(payload)}
+    # one pass over the template: text in the data that looks like a placeholder stays as it is
+    return re.sub(r"__(TITLE|DATA)__", lambda m: values[m.group(1)], view_template(min_line_weight=min_line_weight))
 
 
 def write_attention_page(data: AttentionData | Sequence[AttentionData], path: str | os.PathLike[str], *,
