@@ -127,6 +127,11 @@ class TrainConfig:
     keep_last: int = field(default=5, metadata=positive_int())  # checkpoints kept (plus the best)
     # at the end, average the last N checkpoints into the model (paper: 5); <= keep_last
     average_last: int = field(default=0, metadata=int_at_least(0, note="0 = none; at most train.keep_last"))
+    # write TensorBoard logs to RUN_DIR/tensorboard (with the tensorboard extra installed)
+    tensorboard: bool = True
+    # validation sentences whose cross-attention is recorded at each evaluation (alignments.jsonl,
+    # TensorBoard images); 0 = none
+    alignment_sentences: int = field(default=4, metadata=int_at_least(0, 64, note="0 = none"))
 
     def effective_schedule(self) -> tuple[str, int]:
         """The schedule and warmup this recipe trains with: ``auto`` and an unset warmup resolved."""

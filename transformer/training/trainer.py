@@ -54,6 +54,8 @@ from transformer.training.finetune import freeze, model_config_for, open_source,
 from transformer.training.loss import LabelSmoothedCrossEntropy
 from transformer.training.progress import CURVE_FILE, METRICS_FILE, MetricsLog, Progress, plot_training_curve
 from transformer.training.schedule import build_optimizer
+from transformer.training.alignment_log import ALIGNMENTS_FILE, AlignmentLog
+from transformer.training.tensorboard_log import TensorBoardLog
 from transformer.training.averaging import average_last
 from transformer.training.lock import RunLock, remove_stale_files, storage_errors
 from transformer.training.state import (
@@ -63,7 +65,8 @@ from transformer.translate.translator import Translator
 
 RUN_CONFIG_FILE = "run_config.json"
 # The files of a run directory written through a temporary file and a rename.
-RUN_FILES = (CONFIG_FILE, WEIGHTS_FILE, RUN_CONFIG_FILE, JOINT_FILE, SRC_FILE, TGT_FILE, METRICS_FILE, CURVE_FILE)
+RUN_FILES = (CONFIG_FILE, WEIGHTS_FILE, RUN_CONFIG_FILE, JOINT_FILE, SRC_FILE, TGT_FILE, METRICS_FILE, CURVE_FILE,
+             ALIGNMENTS_FILE)
 
 
 class RunDirectoryError(ValueError):
@@ -160,6 +163,9 @@ class Trainer:
         self.resumed_from: int | None = None
         self._write_run_files(model_cfg)
         self._resume()
+        self.alignments = AlignmentLog.for_run(self.run_dir, self.data, t.alignment_sentences,
+                                               after_step=self.state.step, write=self.dist.is_main)
+        self.board = TensorBoardLog()  # opened when training starts
 
     # ---------------------------------------------------------------------------------- set-up
     def _lock(self) -> None:
@@ -227,6 +233,7 @@ class Trainer:
             with storage_errors(self.run_dir):
                 return self._train()
         finally:
+            self.board.close()
             self.lock.release()
 
     def _train(self) -> TrainResult:
@@ -244,6 +251,8 @@ class Trainer:
         if self.precision == "bf16" and (warning := slow_bf16_warning(self.device)):
             progress.message(f"warning: {warning}; use train.precision=fp32 or auto")
         progress.message(_data_report(self.data.stats))
+        self.board = TensorBoardLog.open(self.run_dir, enabled=t.tensorboard and self.dist.is_main, resume_step=st.step,
+                                         say=progress.message)
         start = time.perf_counter()
         window_loss = window_tokens = 0.0
         window_start = time.perf_counter()
@@ -263,9 +272,10 @@ class Trainer:
                     window_loss, window_tokens = D.all_reduce_sum([window_loss, window_tokens], self.dist, self.device)
                     rate = window_tokens / max(time.perf_counter() - window_start, 1e-9)
                     record = dict(kind="train", step=st.step, epoch=st.epoch, loss=window_loss / window_tokens,
-                                  lr=lr, tokens_per_s=rate)
+                                  lr=lr, tokens_per_s=rate, grad_norm=float(self.grad_norm))
                     if self.dist.is_main:
                         self.metrics.write(record)
+                        self.board.scalars(record)
                     progress.update(st.step, loss=record["loss"], lr=record["lr"], tokens_per_s=rate, epoch=st.epoch)
                     window_loss = window_tokens = 0.0
                     window_start = time.perf_counter()
@@ -310,8 +320,10 @@ class Trainer:
             loss_total += float(loss.detach())
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
-        if t.clip_norm:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm)
+        if t.clip_norm:  # the norm before clipping
+            self.grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm)
+        elif (self.state.step + 1) % t.log_every == 0:  # measured only for the steps a log record reports
+            self.grad_norm = torch.nn.utils.get_total_norm([p.grad for p in self.model.parameters() if p.grad is not None])
         if self.scaler:
             scale = self.scaler.get_scale()
             self.scaler.step(self.optimizer)  # skips the optimizer step when a gradient is inf or nan
@@ -336,6 +348,10 @@ class Trainer:
         record = self.validate() if self.dist.is_main else None
         if record is not None:
             self.metrics.write(record)
+            self.board.scalars(record)
+            alignments = self.alignments.snapshot(self.model)  # cross-attention of the followed sentences
+            self.alignments.write(record["step"], record["epoch"], alignments)
+            self.board.alignments(record["step"], alignments)
             metric = record["bleu"] if record.get("bleu") is not None else -record["loss"]
             if self.state.best_metric is None or metric > self.state.best_metric:
                 self.state.best_metric, self.state.best_step = metric, self.state.step
