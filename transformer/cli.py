@@ -318,9 +318,15 @@ def _register_serve(sub: argparse._SubParsersAction) -> None:
     register_serve_command(sub)
 
 
+def _register_report(sub: argparse._SubParsersAction) -> None:
+    from transformer.visualize.report import register_report_command
+
+    register_report_command(sub)
+
+
 _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _register_demo, _register_train, _register_translate, _register_attend, _register_average, _register_data,
-    _register_serve, _register_info, _register_interop,
+    _register_demo, _register_train, _register_translate, _register_attend, _register_report, _register_average,
+    _register_data, _register_serve, _register_info, _register_interop,
 ]
 
 

@@ -1,0 +1,185 @@
+"""``transformer report``: one self-contained page from a run directory's records.
+
+The run directories are fakes with known numbers (tests/report_helpers.py): the page's embedded
+data and its SVG curves are checked against those numbers, not against the report's own code.
+The page in a browser: tests/test_report_browser.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from report_helpers import (SRC, TGT, alignment_lines, make_run, snapshot_weights, train_records, tree,
+                            valid_records)
+
+from transformer.cli import main
+from transformer.visualize.report import build_report
+from transformer.visualize.run_records import read_timeline
+
+
+def embedded(page: Path) -> dict:
+    text = page.read_text(encoding="utf-8")
+    match = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', text, re.S)
+    return json.loads(match.group(1))
+
+
+def test_the_page_is_self_contained_and_embeds_the_runs_records(tmp_path):
+    run = make_run(tmp_path / "run")
+    out, pngs, size = build_report(run)
+    assert out == run / "report.html" and pngs == [] and size == len(out.read_bytes())
+    text = out.read_text(encoding="utf-8")
+    # nothing fetched: no URL in a src or href, no <link>, no <script src>, no @import or url() in the CSS
+    assert not re.search(r"""\b(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", text, re.I)
+    assert "<link" not in text and not re.search(r"<script[^>]*\bsrc\s*=", text) and "@import" not in text
+    assert not re.search(r"url\(\s*['\"]?(?:https?:)?//", text)
+    data = embedded(out)
+    assert data["format"] == "transformer-run-report" and data["last_step"] == 400
+    curves = data["curves"]
+    assert curves["loss"]["training"] == [[r["step"], r["loss"]] for r in train_records()]
+    assert curves["loss"]["validation"] == [[r["step"], r["loss"]] for r in valid_records()]
+    assert curves["quality"]["sacreBLEU"] == [[r["step"], r["bleu"]] for r in valid_records()]
+    assert curves["learning_rate"]["learning rate"] == [[r["step"], r["lr"]] for r in train_records()]
+    assert curves["throughput"]["tokens/s"] == [[r["step"], r["tokens_per_s"]] for r in train_records()]
+    assert curves["grad_norm"]["gradient norm"] == [[r["step"], r["grad_norm"]] for r in train_records()]
+    assert data["validation"] == valid_records()
+    timeline = data["alignments"]
+    assert [s["step"] for s in timeline["steps"]] == [100, 200, 300, 400]
+    first = timeline["sentences"][0]
+    assert (first["index"], first["src_tokens"], first["tgt_tokens"]) == (3, SRC, TGT)
+    for k in range(4):  # thousandths of the weights as the trainer rounded them
+        assert np.array_equal(first["weights"][k], np.rint(snapshot_weights(k, 4) * 1000))
+    # the settings and the machine, as the run recorded them
+    for fact in ("CPU threads", "fp32", "precision (configured)", "alignment_sentences"):
+        assert fact in text
+    assert 'id="timeline-note"' not in text and 'id="tl-step"' in text
+
+
+def svg_points(page_text: str, gid: str) -> list[tuple[float, float]]:
+    """The vertices of the matplotlib line ``<g id=gid>`` of the page."""
+    match = re.search(rf'<g id="{gid}">\s*<path d="([^"]+)"', page_text)
+    assert match, f"no line {gid}"
+    numbers = [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?", match.group(1))]
+    return list(zip(numbers[0::2], numbers[1::2]))
+
+
+@pytest.mark.parametrize("gid, kind, key", [("curve-loss-0", "train", "loss"), ("curve-loss-1", "valid", "loss"),
+                                            ("curve-quality-0", "valid", "bleu"), ("curve-throughput-0", "train", "tokens_per_s"),
+                                            ("curve-learning_rate-0", "train", "lr")])
+def test_each_curve_is_drawn_through_the_records(tmp_path, gid, kind, key):
+    out, _, _ = build_report(make_run(tmp_path / "run"))
+    points = svg_points(out.read_text(encoding="utf-8"), gid)
+    records = train_records() if kind == "train" else valid_records()
+    steps = np.array([r["step"] for r in records], dtype=float)
+    values = np.array([r[key] for r in records], dtype=float)
+    assert len(points) == len(records)
+    x, y = np.array(points).T
+    # the picture is the data up to an affine map per axis (SVG y grows downwards: a larger value is higher)
+    for data, drawn in ((steps, x), (values, y)):
+        slope, intercept = np.polyfit(data, drawn, 1)
+        assert np.allclose(slope * data + intercept, drawn, atol=0.01 * np.ptp(drawn) + 1e-6)
+    assert np.polyfit(values, y, 1)[0] < 0
+
+
+def test_the_report_reads_the_files_the_trainer_writes():
+    from transformer.visualize import run_records
+
+    trainer = pytest.importorskip("transformer.training.trainer")
+    alignment_log = pytest.importorskip("transformer.training.alignment_log")
+    assert run_records.RUN_CONFIG_FILE == trainer.RUN_CONFIG_FILE
+    assert run_records.ALIGNMENTS_FILE == alignment_log.ALIGNMENTS_FILE
+
+
+def test_a_run_made_before_alignments_gets_its_curves_and_a_note(tmp_path):
+    run = make_run(tmp_path / "old", alignments=False)
+    out, _, _ = build_report(run)
+    text = out.read_text(encoding="utf-8")
+    assert 'id="timeline-note"' in text and "curves only" in text and "alignments.jsonl" in text
+    assert 'id="tl-step"' not in text
+    data = embedded(out)
+    assert data["alignments"] is None and data["curves"]["loss"]["training"]
+
+
+def test_a_run_still_training_reports_its_complete_lines(tmp_path):
+    run = make_run(tmp_path / "run")
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write('{"kind": "train", "step": 450, "loss": 1.')  # being written now
+    line = json.dumps(alignment_lines()[0] | {"step": 500})
+    with (run / "alignments.jsonl").open("a") as f:
+        f.write(line[: len(line) // 2])
+    out, _, _ = build_report(run)
+    data = embedded(out)
+    assert data["last_step"] == 400 and [s["step"] for s in data["alignments"]["steps"]] == [100, 200, 300, 400]
+    assert "timeline-note" not in out.read_text(encoding="utf-8")  # the line being written is no fault
+
+
+def test_timeline_skips_what_it_cannot_use_and_says_so(tmp_path):
+    lines = alignment_lines()
+    lines[1]["sentences"][0]["layers"][0][0].pop()  # a head with one row short: its tokens do not fit
+    lines[3]["sentences"][1]["tgt_tokens"] = ["other", "</s>", "x"]  # sentence 9 followed with other tokens
+    again = lines[2] | {"epoch": 99}  # a step logged twice (a resumed run): the last line counts
+    path = tmp_path / "alignments.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines[:3]) + "{not json\n" + json.dumps(again) + "\n"
+                    + json.dumps(lines[3]) + "\n", encoding="utf-8")
+    timeline, notes = read_timeline(path)
+    assert [(s["step"], s["epoch"]) for s in timeline["steps"]] == [(100, 0), (200, 1), (300, 99), (400, 2)]
+    first, second = timeline["sentences"]
+    assert first["weights"][1] is None and all(first["weights"][k] is not None for k in (0, 2, 3))
+    assert second["weights"][3] is None and second["weights"][2] is not None
+    assert notes == ["1 line of alignments.jsonl could not be read and were left out",
+                     "2 sentence snapshots of alignments.jsonl did not match their tokens and were left out"]
+    assert read_timeline(tmp_path / "missing.jsonl") == (None, [])
+
+
+def test_cli_writes_the_page_and_pngs_and_prints_size_and_time(tmp_path, capsys):
+    run = make_run(tmp_path / "run")
+    assert main(["report", str(run), "--output", str(tmp_path / "out" / "r.html"), "--png", str(tmp_path / "png")]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r".*r\.html: [\d,]+ KiB, built in \d+\.\d\d s", printed[-1])
+    names = sorted(p.name for p in (tmp_path / "png").iterdir())
+    assert names == ["curve-grad_norm.png", "curve-learning_rate.png", "curve-loss.png", "curve-quality.png",
+                     "curve-throughput.png"]
+    import matplotlib.image
+
+    for name in names:
+        image = matplotlib.image.imread(tmp_path / "png" / name)
+        assert image.shape[0] > 200 and image.shape[1] > 400 and image[..., :3].std() > 0.05  # a picture, not blank
+    # built again (a run still training): the earlier report is replaced
+    assert main(["report", str(run), "--output", str(tmp_path / "out" / "r.html")]) == 0
+
+
+def _bad(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
+    not_run = tmp_path / "notrun"
+    not_run.mkdir()
+    (not_run / "notes.txt").write_text("hello")
+    empty = make_run(tmp_path / "empty")
+    (empty / "metrics.jsonl").write_text('{"kind": "train", "st')  # only a line being written
+    fresh = make_run(tmp_path / "fresh")
+    (fresh / "metrics.jsonl").unlink()
+    run = make_run(tmp_path / "run")
+    (tmp_path / "mine.html").write_text("<p>my own page</p>")
+    (tmp_path / "afile").write_text("x")
+    return {
+        "missing": ([str(tmp_path / "nope")], "does not exist; give the --run-dir"),
+        "file": ([str(tmp_path / "afile")], "is not a directory"),
+        "not a run": ([str(not_run)], "is not a training run (no run_config.json); give the --run-dir"),
+        "partial metrics": ([str(empty)], "has no metrics yet"),
+        "no metrics": ([str(fresh)], "run the report again after the first"),
+        "foreign output": ([str(run), "--output", str(tmp_path / "mine.html")], "is not a report written by"),
+        "output is a dir": ([str(run), "--output", str(tmp_path / "notrun")], "is a directory"),
+        "png is a file": ([str(run), "--png", str(tmp_path / "afile")], "is a file; give a directory"),
+    }
+
+
+@pytest.mark.parametrize("case", ["missing", "file", "not a run", "partial metrics", "no metrics", "foreign output",
+                                  "output is a dir", "png is a file"])
+def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, case):
+    argv, message = _bad(tmp_path)[case]
+    before, folders = tree(tmp_path), sorted(p for p in tmp_path.rglob("*") if p.is_dir())
+    assert main(["report", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("transformer report: error: ") and err.count("\n") == 1 and message in err
+    assert tree(tmp_path) == before and sorted(p for p in tmp_path.rglob("*") if p.is_dir()) == folders
