@@ -34,16 +34,46 @@ from transformer.training.trainer import Trainer
 from transformer.translate.translator import Translator
 
 
-def recipe(args: argparse.Namespace) -> RunConfig:
+BEAM = DecodeConfig(strategy="beam", beam_size=4, alpha=0.6)
+
+
+def recipe(*, corpus: str, src: str, tgt: str, data_dir: str | None, minutes: float, seed: int = 0) -> RunConfig:
+    """The benchmark's run configuration (the recipe in this module's docstring)."""
     return RunConfig(
-        data=DataConfig(corpus=args.corpus, src_lang=args.src, tgt_lang=args.tgt, data_dir=args.data_dir,
-                        vocab_size=8000, max_len=100, max_tokens=5000, seed=args.seed),
+        data=DataConfig(corpus=corpus, src_lang=src, tgt_lang=tgt, data_dir=data_dir,
+                        vocab_size=8000, max_len=100, max_tokens=5000, seed=seed),
         model={"preset": "small", "d_model": 256, "n_heads": 4, "d_ff": 1024, "n_encoder_layers": 3,
                "n_decoder_layers": 3, "dropout": 0.2, "attention_dropout": 0.1},
-        train=TrainConfig(epochs=1000, time_limit=args.minutes * 60, lr_scale=0.6, warmup=500, precision="auto",
-                          seed=args.seed, log_every=50, eval_every=500, eval_sentences=200, save_every=100,
+        train=TrainConfig(epochs=1000, time_limit=minutes * 60, lr_scale=0.6, warmup=500, precision="auto",
+                          seed=seed, log_every=50, eval_every=500, eval_sentences=200, save_every=100,
                           keep_last=5),
     )
+
+
+def decode_in_bf16() -> bool:
+    """Decode in bf16 only where the CPU multiplies bf16 in hardware."""
+    return fast_bf16("cpu")
+
+
+def score_run(run_dir: Path, pairs: list[tuple[str, str]], *, weights: Path | None = None) -> dict:
+    """Beam 4 (alpha 0.6) BLEU and chrF of the run's model, or of ``weights`` loaded into it, on ``pairs``."""
+    bf16 = decode_in_bf16()
+    translator = Translator.from_run_dir(run_dir, decoding=BEAM, bf16=bf16)
+    if weights is not None:
+        # the CPU engine packed the weights when the Translator prepared the model: give the model
+        # back unprepared, load the other weights, and prepare it again
+        translator.close()
+        load_weights(translator.model, weights)
+        translator = Translator(translator.model, translator.vocab, decoding=BEAM, bf16=bf16)
+    try:
+        t0 = time.perf_counter()
+        hyps = translator.translate([s for s, _ in pairs])
+        seconds = time.perf_counter() - t0
+    finally:
+        translator.close()
+    s = score(hyps, [t for _, t in pairs])
+    return {"bleu": round(s.bleu, 2), "chrf": round(s.chrf, 2), "decode_seconds": round(seconds, 1),
+            "signature": s.bleu_signature}
 
 
 def main() -> None:
@@ -61,29 +91,15 @@ def main() -> None:
     run_dir = Path(args.run_dir or f"runs/{args.corpus}-{args.src}-{args.tgt}")
 
     start = time.perf_counter()
-    trainer = Trainer(recipe(args), run_dir)
+    trainer = Trainer(recipe(corpus=args.corpus, src=args.src, tgt=args.tgt, data_dir=args.data_dir,
+                             minutes=args.minutes, seed=args.seed), run_dir)
     result = trainer.train()
     test = trainer.data.test_text[: args.test_sentences or None]
-    sources, references = [s for s, _ in test], [t for _, t in test]
-    rows = []
-    beam = DecodeConfig(strategy="beam", beam_size=4, alpha=0.6)
-    bf16 = fast_bf16("cpu")  # decode in bf16 only where the CPU multiplies bf16 in hardware
-    translator = Translator.from_run_dir(run_dir, decoding=beam, bf16=bf16)
-    precision = {"train": trainer.precision, "decode": "bf16" if bf16 else "fp32"}
-    for label in ("best on validation", "average of last 5"):
-        if label.startswith("average"):
-            used = average_last(run_dir, min(5, len(list_checkpoints(run_dir))), run_dir / "averaged.safetensors")
-            # the CPU engine packed the weights when the Translator prepared the model: give the model
-            # back unprepared, load the averaged weights, and prepare it again
-            translator.close()
-            load_weights(translator.model, run_dir / "averaged.safetensors")
-            translator = Translator(translator.model, translator.vocab, decoding=beam, bf16=bf16)
-            label += f" ({used[0].name}..{used[-1].name})"
-        t0 = time.perf_counter()
-        hyps = translator.translate(sources)
-        s = score(hyps, references)
-        rows.append({"model": label, "bleu": round(s.bleu, 2), "chrf": round(s.chrf, 2),
-                     "decode_seconds": round(time.perf_counter() - t0, 1), "signature": s.bleu_signature})
+    precision = {"train": trainer.precision, "decode": "bf16" if decode_in_bf16() else "fp32"}
+    rows = [{"model": "best on validation", **score_run(run_dir, test)}]
+    used = average_last(run_dir, min(5, len(list_checkpoints(run_dir))), run_dir / "averaged.safetensors")
+    rows.append({"model": f"average of last 5 ({used[0].name}..{used[-1].name})",
+                 **score_run(run_dir, test, weights=run_dir / "averaged.safetensors")})
     summary = {"corpus": args.corpus, "direction": f"{args.src}-{args.tgt}", "test_sentences": len(test),
                "train_steps": result.steps, "train_seconds": round(result.seconds), "epochs": result.epochs_completed,
                "precision": precision,

@@ -52,6 +52,15 @@ class InitSource:
     languages: tuple[str, str] | None  # (source, target) from its run_config.json, when it has one
 
 
+def refuse_itself(path: str | Path, run_dir: str | Path) -> None:
+    """``InitFromError`` when ``path`` (train.init_from) is the run directory ``run_dir`` or one of its checkpoints:
+    a run continues into a new directory (running the same command again resumes a run instead)."""
+    path, run_dir = Path(path).resolve(), Path(run_dir).resolve()
+    if path == run_dir or run_dir in path.parents:
+        raise InitFromError(f"train.init_from: {path} is the run directory itself (or inside it); write the "
+                            "fine-tuned or continued run into a new --run-dir")
+
+
 def open_source(path: str | Path, *, run_dir: str | Path | None = None) -> InitSource:
     """Read and check the run ``path`` names. ``run_dir`` (the new run's directory) must be another one.
 
@@ -72,8 +81,8 @@ def open_source(path: str | Path, *, run_dir: str | Path | None = None) -> InitS
         root, weights, checkpoint, step = path.parent.parent, path / WEIGHTS_FILE, path.name, int(match.group(1))
     else:
         root, weights = path, path / WEIGHTS_FILE
-    if run_dir is not None and Path(run_dir).resolve() == root.resolve():
-        raise InitFromError(f"{where} is the run directory itself; write the continued run into a new --run-dir")
+    if run_dir is not None:
+        refuse_itself(path, run_dir)
     config_path = root / CONFIG_FILE
     if not config_path.is_file():
         raise InitFromError(f"{where} is not a run directory (no {CONFIG_FILE}); a run of transformer train or "

@@ -50,7 +50,7 @@ from transformer.text import Vocabularies
 from transformer.training import distributed as D
 from transformer.training.config import RunConfig
 from transformer.training.data_setup import PreparedData, make_batches, prepare_data
-from transformer.training.finetune import freeze, model_config_for, open_source, provenance
+from transformer.training.finetune import freeze, model_config_for, open_source, provenance, refuse_itself
 from transformer.training.loss import LabelSmoothedCrossEntropy
 from transformer.training.progress import CURVE_FILE, METRICS_FILE, MetricsLog, Progress, plot_training_curve
 from transformer.training.schedule import build_optimizer
@@ -122,6 +122,8 @@ class Trainer:
     def _set_up(self, cfg: RunConfig) -> None:
         t = cfg.train
         self.initialized_from: dict[str, Any] | None = None  # where train.init_from's weights came from
+        if t.init_from:
+            refuse_itself(t.init_from, self.run_dir)
         vocab = self._check_run_dir()
         # Fine-tuning (train.init_from): the initial run gives the tokenizer, the architecture and the
         # weights; a resumed fine-tuning run has them all in its own directory and checkpoint.
