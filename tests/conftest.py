@@ -5,6 +5,16 @@ import pytest
 from transformer.cpu import ENV_SWITCH, build, prepare_for_decoding
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _data_cache(tmp_path_factory):
+    """The runs trained by the tests keep their tokenized-data cache (data.binarize) in a directory
+    of this session, not in the user's ~/.cache; tests that read the cache set their own."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("TRANSFORMER_DATA_CACHE", str(tmp_path_factory.mktemp("data-cache")))
+    yield
+    patch.undo()
+
+
 @pytest.fixture(params=["kernels", "no-kernels"])
 def engine(request, monkeypatch):
     """Runs a decoding test twice: with the CPU engine's kernels, and with ``TRANSFORMER_FUSED_CPU=0``

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FORMAT_VERSION", "HEADER_FILE", "IndexedFormatError", "IndexedPairs", "IndexedWriter", "open_indexed",
-           "smallest_dtype"]
+__all__ = ["FORMAT_VERSION", "HEADER_FILE", "ConcatPairs", "IndexedFormatError", "IndexedPairs", "IndexedWriter",
+           "open_indexed", "smallest_dtype"]
 
 FORMAT_VERSION = 1
 HEADER_FILE = "header.json"
@@ -142,7 +142,7 @@ def open_indexed(directory: str | os.PathLike[str]) -> IndexedPairs:
     for side, (_, offsets) in arrays.items():
         if offsets[0] != 0 or offsets[-1] != int(header["tokens"][side]):
             raise IndexedFormatError(f"{directory / f'{side}.idx'}: offsets do not span {side}.bin")
-    return IndexedPairs(arrays["src"], arrays["tgt"], header=header)
+    return IndexedPairs(arrays["src"], arrays["tgt"], header=header, path=directory)
 
 
 def _map(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
@@ -166,9 +166,11 @@ class IndexedPairs(Sequence):
     """
 
     def __init__(self, src: tuple[np.ndarray, np.ndarray], tgt: tuple[np.ndarray, np.ndarray], *,
-                 header: dict[str, Any] | None = None, indices: np.ndarray | None = None) -> None:
+                 header: dict[str, Any] | None = None, indices: np.ndarray | None = None,
+                 path: Path | None = None) -> None:
         (self._src, self._src_off), (self._tgt, self._tgt_off) = src, tgt
         self.header = dict(header or {})
+        self.path = path  # the directory it was opened from
         self._indices = indices  # None: all pairs, in order
 
     def __len__(self) -> int:
@@ -208,8 +210,41 @@ class IndexedPairs(Sequence):
         rows = idx if self._indices is None else self._indices[idx]
         # int32 halves the index's memory where the corpus allows (4.5M pairs: 18 MB instead of 36)
         rows = rows.astype(np.int32) if len(self._src_off) - 1 <= np.iinfo(np.int32).max else rows
-        return IndexedPairs((self._src, self._src_off), (self._tgt, self._tgt_off), header=self.header, indices=rows)
+        return IndexedPairs((self._src, self._src_off), (self._tgt, self._tgt_off), header=self.header, indices=rows,
+                            path=self.path)
+
+    def token_counts(self, side: str, minlength: int = 0) -> np.ndarray:
+        """How often each id occurs on ``side`` ("src" or "tgt") over all pairs (a view of all of them only)."""
+        if self._indices is not None:
+            raise ValueError("token_counts counts a whole corpus, not a selection of it")
+        return np.bincount({"src": self._src, "tgt": self._tgt}[side], minlength=minlength)
 
     def __repr__(self) -> str:
         dtype = self.header.get("dtype", {})
         return f"IndexedPairs({len(self):,} pairs, src {dtype.get('src')}, tgt {dtype.get('tgt')})"
+
+
+class ConcatPairs(Sequence):
+    """Several sequences of pairs (``IndexedPairs`` views or lists) read as one, in order, without copying."""
+
+    def __init__(self, parts: Sequence[Sequence[tuple[list[int], list[int]]]]) -> None:
+        self.parts = list(parts)
+        self._ends = np.cumsum([len(p) for p in self.parts], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return int(self._ends[-1]) if len(self._ends) else 0
+
+    def __getitem__(self, i: int) -> tuple[list[int], list[int]]:  # type: ignore[override]
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"pair {i} of {len(self)}")
+        i %= len(self)
+        k = int(np.searchsorted(self._ends, i, side="right"))
+        return self.parts[k][i - (int(self._ends[k - 1]) if k else 0)]
+
+    def lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """Source and target lengths of every pair, int64 arrays (from the parts' offsets where they have them)."""
+        both = [p.lengths() if hasattr(p, "lengths") else
+                (np.fromiter((len(e[0]) for e in p), np.int64, len(p)), np.fromiter((len(e[1]) for e in p), np.int64, len(p)))
+                for p in self.parts]
+        return (np.concatenate([s for s, _ in both]).astype(np.int64, copy=False),
+                np.concatenate([t for _, t in both]).astype(np.int64, copy=False))

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from transformer.data.batches import Batch, Example, TokenBudgetBatches
+from transformer.data.indexed import ConcatPairs
 
 NAMED_CORPORA = ("builtin", "multi30k", "tatoeba")  # what a name in data.mix can be, besides a .tsv file
 
@@ -72,7 +73,7 @@ class MixedBatches:
 
     def __init__(self, parts: Sequence[Sequence[Example]], weights: Sequence[float], *, max_tokens: int, pad_id: int,
                  bos_id: int, eos_id: int, shuffle: bool = True, seed: int = 0, rank: int = 0, world_size: int = 1) -> None:
-        self.parts = [list(p) for p in parts]
+        self.parts = [p if hasattr(p, "select") else list(p) for p in parts]  # memory-mapped corpora stay on disk
         self.counts = epoch_counts([len(p) for p in self.parts], weights)
         self._batching = dict(max_tokens=max_tokens, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, shuffle=shuffle,
                               seed=seed, rank=rank, world_size=world_size)
@@ -80,11 +81,12 @@ class MixedBatches:
         self._cached: tuple[int, TokenBudgetBatches, np.ndarray] | None = None
         self._len0 = len(self.epoch_batches(0))
 
-    def epoch_draw(self, epoch: int) -> tuple[list[Example], np.ndarray]:
-        """The pairs of ``epoch`` and, aligned with them, the index of the corpus each came from."""
+    def epoch_draw(self, epoch: int) -> tuple[Sequence[Example], np.ndarray]:
+        """The pairs of ``epoch`` and, aligned with them, the index of the corpus each came from (a list,
+        or a view of the memory-mapped corpora, :class:`~transformer.data.indexed.ConcatPairs`)."""
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
-        examples: list[Example] = []
+        drawn: list[Sequence[Example]] = []
         origin: list[np.ndarray] = []
         for i, (part, count) in enumerate(zip(self.parts, self.counts)):
             n = len(part)
@@ -94,9 +96,11 @@ class MixedBatches:
                 rng = np.random.default_rng([self.seed, 2, epoch, i])
                 whole, rest = divmod(count, n)
                 chosen = np.concatenate([np.tile(np.arange(n), whole), rng.choice(n, rest, replace=False)])
-            examples.extend(part[j] for j in chosen.tolist())
+            drawn.append(part.select(chosen) if hasattr(part, "select") else [part[j] for j in chosen.tolist()])
             origin.append(np.full(len(chosen), i))
-        return examples, np.concatenate(origin)
+        if any(hasattr(part, "select") for part in self.parts):
+            return ConcatPairs(drawn), np.concatenate(origin)
+        return [e for d in drawn for e in d], np.concatenate(origin)
 
     def epoch_batches(self, epoch: int) -> TokenBudgetBatches:
         """The token-budget batches of ``epoch``'s draw (the last epoch's are kept)."""

@@ -76,6 +76,9 @@ class DataConfig:
     # with train.init_from: the largest share of unknown or byte-fallback tokens the initial model's
     # tokenizer may give the training data (per side) before the run is refused
     max_unknown: float = field(default=0.05, metadata=valid(float, 0.0, 1.0))
+    # tokenize the training pairs once into a memory-mapped cache that later runs, resumes and DDP ranks
+    # reuse ($TRANSFORMER_DATA_CACHE, else binarized/ in the download cache); false: in memory at every start
+    binarize: bool = True
 
 
 @dataclass

@@ -128,9 +128,11 @@ class _Session:
         self.keys = [source_key(cfg, read_splits) for cfg in sources]
         self.dirs = [self.root / "sources" / key for key in self.keys]
         self._text: dict[int, Splits] = {}
+        self.built = False  # whether this session made anything
 
     def text(self, i: int) -> Splits:
         if i not in self._text:
+            self.built = True
             self._text[i], stats = self.read_splits(self.sources[i])
             entry = self.dirs[i]
             _write_json(entry / "text.json", {"valid": self._text[i].get("valid", []), "test": self._text[i].get("test", [])})
@@ -228,6 +230,10 @@ def open_cache(sources: list[DataConfig], read_splits: ReadSplits, *, vocab: Voc
             raise CorpusError(f"cannot write the data cache {session.root} ({err.strerror}: {err.filename}); set "
                               f"{DATA_CACHE_ENV} to a writable directory, or data.binarize=false") from None
         if found is not None:
+            if progress:
+                dirs = ", ".join(str(c.train.path) for c in found[1])
+                print(f"tokenized training data {'made' if session.built else 'reused'}: {dirs}", file=progress,
+                      flush=True)
             return found
         if progress and not announced:
             print(f"waiting for the first process of this machine to build the data cache {session.root} ...",

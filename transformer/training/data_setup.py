@@ -20,18 +20,21 @@ import dataclasses
 import random
 from dataclasses import dataclass, field
 import re
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TextIO
 
 import numpy as np
 
 from transformer.corpus.builtin import builtin_splits
 from transformer.corpus.files import CorpusError, read_parallel, read_tsv
 from transformer.corpus.registry import REGISTRY, fetch, read_corpus, tatoeba_splits
-from transformer.data import TokenBudgetBatches, filter_examples
+from transformer.data import TokenBudgetBatches, example_lengths, filter_examples, filter_lengths
+from transformer.data.indexed import ConcatPairs, IndexedPairs
 from transformer.data.mixing import MixedBatches, parse_mix
 from transformer.text import Vocabularies
 from transformer.text.tokenizer import Tokenizer
 from transformer.training.config import DataConfig
+from transformer.training.data_cache import open_cache
 
 Pair = tuple[str, str]
 Example = tuple[list[int], list[int]]
@@ -41,13 +44,13 @@ _BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")  # a byte-fallback piece (BPE an
 @dataclass
 class PreparedData:
     vocab: Vocabularies
-    train: list[Example]
+    train: Sequence[Example]  # a list, or memory-mapped (transformer.data.indexed) with data.binarize
     valid: list[Example]
     valid_text: list[Pair]  # the validation pairs as text, aligned with ``valid``
     test_text: list[Pair] = field(default_factory=list)  # held-out test pairs when the corpus has them
     stats: dict[str, Any] = field(default_factory=dict)
     # data.mix: the training pairs of each corpus (``train`` is them all) and the corpora's weights
-    parts: list[list[Example]] = field(default_factory=list)
+    parts: list[Sequence[Example]] = field(default_factory=list)
     weights: list[float] = field(default_factory=list)
 
 
@@ -110,33 +113,46 @@ def _mix_sources(cfg: DataConfig) -> list[tuple[str, DataConfig]]:
     return out
 
 
-def prepare_data(cfg: DataConfig, *, vocab: Vocabularies | None = None, max_unknown: float | None = None) -> PreparedData:
+def prepare_data(cfg: DataConfig, *, vocab: Vocabularies | None = None, max_unknown: float | None = None,
+                 build: bool = True, progress: TextIO | None = None) -> PreparedData:
     """Read the corpus (or the corpora of ``data.mix``), train the tokenizer on the training pairs
     (unless given), encode and filter. With ``max_unknown``, refuse training data of which a larger
-    share of tokens (on either side) is unknown or byte fallback (:class:`TokenizerCoverageError`)."""
-    if cfg.mix:
-        sources = _mix_sources(cfg)
+    share of tokens (on either side) is unknown or byte fallback (:class:`TokenizerCoverageError`).
+
+    With ``data.binarize`` the tokenizer and the tokenized training pairs come from the cache
+    (:mod:`transformer.training.data_cache`, memory-mapped), made there first where missing: by
+    this process, or (``build=False``) by another one it waits for. ``progress``: the stream where
+    the making of the cache says how far it is (None: silent)."""
+    sources = _mix_sources(cfg) if cfg.mix else [(cfg.corpus, cfg)]
+    weights = [w for _, w in parse_mix(cfg.mix)] if cfg.mix else []
+    encoded_parts: list[Sequence[Example] | None]
+    if cfg.binarize:
+        vocab, cached = open_cache([sub for _, sub in sources], load_text_splits, vocab=vocab, cfg=cfg, build=build,
+                                   progress=progress)
+        splits, stats = {"valid": cached[0].valid_text, "test": cached[0].test_text}, cached[0].stats
+        encoded_parts = [c.train for c in cached]
+    else:
         loaded = [load_text_splits(sub) for _, sub in sources]
         splits, stats = loaded[0]
         trains = [s["train"] for s, _ in loaded]
-        weights = [w for _, w in parse_mix(cfg.mix)]
-    else:
-        splits, stats = load_text_splits(cfg)
-        trains, weights = [splits["train"]], []
-    if vocab is None:
-        vocab = Vocabularies.train([p for part in trains for p in part], vocab_size=cfg.vocab_size, joint=cfg.joint_vocab)
-    parts: list[list[Example]] = []
-    for i, text in enumerate(trains):
-        encoded = _encode(vocab, text)
+        if vocab is None:
+            vocab = Vocabularies.train([p for part in trains for p in part], vocab_size=cfg.vocab_size,
+                                       joint=cfg.joint_vocab)
+        encoded_parts = [_encode(vocab, text) for text in trains]
+    parts: list[Sequence[Example]] = []
+    for i, encoded in enumerate(encoded_parts):
+        assert encoded is not None
         if max_unknown is not None:
-            check_coverage(vocab, encoded, max_unknown, what=sources[i][0] if cfg.mix else cfg.corpus)
-        kept, fstats = filter_examples(encoded, max_len=cfg.max_len, max_ratio=cfg.max_ratio)
-        if not kept:
+            check_coverage(vocab, encoded, max_unknown, what=sources[i][0])
+        kept, fstats = filter_lengths(*example_lengths(encoded), max_len=cfg.max_len, max_ratio=cfg.max_ratio)
+        if not len(kept):
             raise CorpusError(f"every training pair{f' of {sources[i][0]}' if cfg.mix else ''} was filtered out "
                               f"(max_len={cfg.max_len}, max_ratio={cfg.max_ratio}): {vars(fstats)}")
         if i == 0:
             stats["train_filter"] = vars(fstats)
-        parts.append([encoded[j] for j in kept])
+        # a memory-mapped corpus is narrowed to the kept pairs as a view; lists are copied as before
+        parts.append(encoded.select(kept) if isinstance(encoded, IndexedPairs) else [encoded[j] for j in kept.tolist()])
+        encoded_parts[i] = None  # the unfiltered lists are freed as soon as they are filtered
     if cfg.mix:
         stats["mix"] = [{"corpus": name, "weight": w, "pairs": len(part)}
                         for (name, _), w, part in zip(sources, weights, parts)]
@@ -146,7 +162,7 @@ def prepare_data(cfg: DataConfig, *, vocab: Vocabularies | None = None, max_unkn
     stats["valid_filter"] = vars(vstats) if vstats else None
     return PreparedData(
         vocab=vocab,
-        train=[e for part in parts for e in part],
+        train=parts[0] if len(parts) == 1 else ConcatPairs(parts),
         valid=[valid[i] for i in vkept],
         valid_text=[valid_text[i] for i in vkept],
         test_text=splits.get("test", []),
@@ -176,17 +192,25 @@ def fallback_share(tokenizer: Tokenizer, sequences: list[list[int]]) -> float:
     text the vocabulary has no pieces for."""
     if not sequences:
         return 0.0
-    counts = np.bincount(np.fromiter((i for seq in sequences for i in seq), dtype=np.int64), minlength=1)
+    return _fallback_share_of(tokenizer, np.bincount(np.fromiter((i for seq in sequences for i in seq), dtype=np.int64),
+                                                     minlength=1))
+
+
+def _fallback_share_of(tokenizer: Tokenizer, counts: np.ndarray) -> float:
+    """:func:`fallback_share` from the number of times each id occurs."""
     used = np.flatnonzero(counts).tolist()
     bad = [i for i, piece in zip(used, tokenizer.pieces(used)) if i == tokenizer.unk_id or _BYTE_PIECE.fullmatch(piece)]
     total = int(counts.sum())
     return float(counts[bad].sum()) / total if total else 0.0
 
 
-def check_coverage(vocab: Vocabularies, examples: list[Example], max_unknown: float, *, what: str) -> None:
+def check_coverage(vocab: Vocabularies, examples: Sequence[Example], max_unknown: float, *, what: str) -> None:
     """Raise :class:`TokenizerCoverageError` when either side's :func:`fallback_share` exceeds ``max_unknown``."""
     for side, tokenizer, index in (("source", vocab.src, 0), ("target", vocab.tgt, 1)):
-        share = fallback_share(tokenizer, [e[index] for e in examples])
+        if isinstance(examples, IndexedPairs):  # counted over the memory-mapped ids, no lists made
+            share = _fallback_share_of(tokenizer, examples.token_counts(("src", "tgt")[index]))
+        else:
+            share = fallback_share(tokenizer, [e[index] for e in examples])
         if share > max_unknown:
             raise TokenizerCoverageError(
                 f"the tokenizer of train.init_from cannot encode the {side} side of {what} well: {share:.1%} of its "

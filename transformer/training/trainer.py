@@ -28,6 +28,7 @@ import dataclasses
 import json
 import math
 import random
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -131,8 +132,11 @@ class Trainer:
         if t.init_from and latest_checkpoint(self.run_dir) is None:
             source = open_source(t.init_from, run_dir=self.run_dir)
             vocab = vocab or source.vocab
+        # the first process of each machine builds a missing data cache; the others wait for it
         self.data: PreparedData = prepare_data(cfg.data, vocab=vocab,
-                                               max_unknown=cfg.data.max_unknown if t.init_from else None)
+                                               max_unknown=cfg.data.max_unknown if t.init_from else None,
+                                               build=self.dist.local_rank == 0,
+                                               progress=(self.stream or sys.stderr) if self.show_progress else None)
         self.vocab: Vocabularies = self.data.vocab
         if source is not None:
             model_cfg = model_config_for(source, cfg)
