@@ -126,6 +126,8 @@ class Trainer:
         if t.init_from:
             refuse_itself(t.init_from, self.run_dir)
         vocab = self._check_run_dir()
+        # A run resumed on another number of processes keeps its batches per step (or is refused here, before any write).
+        self.accumulate = D.resume_accumulation(self.run_dir, t.accumulate, self.dist)
         # Fine-tuning (train.init_from): the initial run gives the tokenizer, the architecture and the
         # weights; a resumed fine-tuning run has them all in its own directory and checkpoint.
         source = None
@@ -163,12 +165,14 @@ class Trainer:
                                                    cpu_kernel=on_cpu and cpu_kernels_available())
         self.batches = make_batches(self.data, max_tokens=cfg.data.max_tokens, seed=t.seed, rank=self.dist.rank,
                                     world_size=self.dist.world_size)
+        self.steps_per_epoch = D.steps_per_epoch(len(self.batches), self.accumulate)
         self.metrics = MetricsLog(self.run_dir / METRICS_FILE)
         self.scaler = torch.amp.GradScaler("cuda") if self.precision == "fp16" else None
         self.state = TrainerState()
         self.resumed_from: int | None = None
         self._write_run_files(model_cfg)
         self._resume()
+        D.adopt_layout(self.state, self.dist, self.accumulate)
         self.alignments = AlignmentLog.for_run(self.run_dir, self.data, t.alignment_sentences,
                                                after_step=self.state.step, write=self.dist.is_main)
         self.board = TensorBoardLog()  # opened when training starts
@@ -236,7 +240,7 @@ class Trainer:
         """Train to the end of the recipe, holding the run directory's lock throughout, then release it."""
         self._lock()  # again, when train() is called a second time
         try:
-            with storage_errors(self.run_dir):
+            with storage_errors(self.run_dir), D.peer_failures(self.dist, self.run_dir):
                 return self._train()
         finally:
             self.board.close()
@@ -247,13 +251,14 @@ class Trainer:
         model: torch.nn.Module = self.model
         if self.dist.enabled:
             model = DistributedDataParallel(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
-        total = t.max_steps or t.epochs * math.ceil(len(self.batches) / t.accumulate)
+        total = t.max_steps or t.epochs * self.steps_per_epoch
         progress = Progress(total_steps=total, initial_step=st.step, log_every=t.log_every, stream=self.stream,
                             enabled=self.show_progress, time_limit=t.time_limit)
         progress.message(f"training {self.model.num_parameters():,} parameters on {len(self.data.train):,} pairs, "
                          f"{len(self.batches)} batches/epoch, device {self.device}, {self.precision}"
                          + (" (auto)" if t.precision == "auto" else "") + ", "
-                         f"{self.dist.world_size} process(es)" + (f"; resumed at step {st.step}" if self.resumed_from else ""))
+                         + D.describe_layout(self.dist, self.accumulate, t.accumulate)
+                         + (f"; resumed at step {st.step}" if self.resumed_from else ""))
         if self.precision == "bf16" and (warning := slow_bf16_warning(self.device)):
             progress.message(f"warning: {warning}; use train.precision=fp32 or auto")
         progress.message(_data_report(self.data.stats))
@@ -266,7 +271,7 @@ class Trainer:
         stop = t.max_steps is not None and st.step >= t.max_steps  # a finished run resumed: nothing to do
         while st.epoch < t.epochs and not stop:
             batches = self.batches.iter_from(st.epoch, st.batch_in_epoch)
-            for group in _groups(batches, t.accumulate):
+            for group in _groups(batches, self.accumulate):
                 model.train()
                 lr = self.optimizer.param_groups[0]["lr"]  # the rate this step uses (the scheduler moves it on after)
                 loss_sum, tokens = self._step(model, group)
@@ -448,14 +453,14 @@ def _data_report(stats: dict[str, Any]) -> str:
 
 
 def _groups(batches: Iterator[Batch], size: int) -> Iterator[list[Batch]]:
+    """Whole steps of ``size`` batches; the few left at the epoch's end are not a step, so the batches of
+    every step are the same whatever the number of processes (see :mod:`transformer.training.distributed`)."""
     group: list[Batch] = []
     for b in batches:
         group.append(b)
         if len(group) == size:
             yield group
             group = []
-    if group:
-        yield group
 
 
 def _chunks(examples: list, max_tokens: int) -> Iterator[list]:
