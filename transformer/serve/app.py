@@ -4,14 +4,16 @@ Endpoints (the OpenAPI schema is served at ``/openapi.json``; the Swagger and Re
 switched off because they load their scripts from a CDN):
 
 * ``POST /v1/translate``: one text or a list, each of any number of sentences, lines and
-  paragraphs; ``beam_size``, ``n_best``, ``max_length``; returns the translations in the texts'
-  structure with scores, the sentence alignment (:mod:`transformer.serve.documents`) and the
-  timing of the model calls (the sentences of concurrent requests are batched together, see
-  :mod:`transformer.serve.batching`).
+  paragraphs (or HTML pages, ``format: "html"``); ``beam_size``, ``n_best``, ``max_length``;
+  returns the translations in the texts' structure with scores, the sentence alignment
+  (:mod:`transformer.serve.documents`), warnings (a sentence over ``max_input_tokens`` is
+  translated in pieces) and the timing of the model calls (the sentences of concurrent requests
+  are batched together, see :mod:`transformer.serve.batching`).
 * ``POST /v1/attention``: one text and the index of one of its sentences (``sentence``, default
-  0); returns the document of ``transformer/visualize/schema.json`` for that sentence (its
-  translation and every attention weight of it), with ``X-Sentence-Index``,
-  ``X-Sentence-Count`` and ``X-Source-Span`` headers.
+  0; ``piece``, default 0, for a sentence translated in pieces); returns the document of
+  ``transformer/visualize/schema.json`` for that sentence (its translation and every attention
+  weight of it), with ``X-Sentence-Index``, ``X-Sentence-Count``, ``X-Source-Span`` and
+  ``X-Piece-*`` headers.
 * ``GET /health``: liveness and the batcher's queue and counters.
 * ``GET /v1/model``: languages, vocabulary sizes, the model config, default decoding, limits.
 * ``POST /translate``, ``GET /languages``: the LibreTranslate API
@@ -27,7 +29,7 @@ inline code (:func:`transformer.serve.page.page_csp`), the API's allows nothing
 No endpoint reads a path or a model name from the request: the model is the one the app was
 built with. Every error of the native API is JSON (:class:`~transformer.serve.schemas.ErrorResponse`):
 400 invalid JSON or UTF-8, 413 body too large, 422 invalid fields (empty or whitespace-only
-text, control characters, too long, too many texts or sentences, a sentence too long in tokens,
+text, control characters, too long, too many texts or sentences, a sentence without tokens,
 unknown fields, wrong types), 503 overloaded or timed out.
 """
 
@@ -51,11 +53,11 @@ from transformer.serve.batching import BatchInfo, DynamicBatcher, Overloaded, Ti
 from transformer.serve.documents import (
     Unprocessable,
     assemble,
-    check_sentences,
-    preview,
+    assemble_html,
+    html_sentences_of,
+    per_text,
     segment_texts,
-    sentences_of,
-    split_results,
+    text_name,
 )
 from transformer.serve.limits import ServeLimits
 from transformer.serve.middleware import BodyGuard, SecurityHeaders, error_json
@@ -142,28 +144,56 @@ def create_app(translator: Translator, limits: ServeLimits | None = None, *, src
     _install_error_handlers(app)
 
     async def segment(texts: list[str], max_sentences: int = limits.max_sentences,
-                      names: list[str] | None = None) -> list:
-        """The texts cut into checked sentences (422 naming the first problem), off the event loop."""
+                      names: list[str] | None = None) -> tuple[list, Any]:
+        """The texts cut into checked sentences (422 naming the first problem) and the model
+        inputs (an over-long sentence in pieces), off the event loop."""
         batcher.check_capacity(len(texts))  # every text has a sentence at least: refuse early
-        documents = await run_in_threadpool(segment_texts, texts, lang, max_sentences=max_sentences,
-                                            encode_batch=base.vocab.src.encode_batch, input_limit=input_limit,
-                                            names=names)
-        batcher.check_capacity(sum(len(d.segments) for d in documents))
-        return documents
+        documents, inputs = await run_in_threadpool(segment_texts, texts, lang, max_sentences=max_sentences,
+                                                    encode_batch=base.vocab.src.encode_batch,
+                                                    input_limit=input_limit, names=names)
+        batcher.check_capacity(len(inputs.texts))
+        return documents, inputs
 
     async def translate_texts(texts: list[str], key: Hashable = default_key, max_sentences: int = limits.max_sentences,
                               names: list[str] | None = None) -> tuple[list[dict[str, Any]], BatchInfo]:
         """Each text translated sentence by sentence in its structure (``Translation`` dicts)."""
-        documents = await segment(texts, max_sentences, names)
-        results, info = await batcher.translate(key, sentences_of(documents))
-        return [assemble(d, hyps, key[1]) for d, hyps in zip(documents, split_results(documents, results))], info
+        documents, inputs = await segment(texts, max_sentences, names)
+        results, info = await batcher.translate(key, inputs.texts)
+        counts = [len(d.segments) for d in documents]
+        hyps, pieces = per_text(counts, inputs.hypotheses(results)), per_text(counts, inputs.spans)
+        return [assemble(*parts, key[1]) for parts in zip(documents, hyps, pieces, inputs.warnings)], info
+
+    async def translate_pages(pages: list[str], key: Hashable = default_key,
+                              names: list[str] | None = None) -> tuple[list[dict[str, Any]], BatchInfo]:
+        """Each HTML page's text translated, its markup kept (``Translation`` dicts,
+        :func:`transformer.serve.documents.assemble_html`); the pages' sentences are counted and
+        checked first, then translated as one request through the batcher."""
+        names = names or [text_name(i, len(pages)) for i in range(len(pages))]
+        batcher.check_capacity(len(pages))
+        found, inputs = await run_in_threadpool(html_sentences_of, pages, lang, max_sentences=limits.max_sentences,
+                                                encode_batch=base.vocab.src.encode_batch, input_limit=input_limit,
+                                                names=names)
+        results, info = [], BatchInfo(queue_ms=0.0, compute_ms=0.0, batch_size=0, batch_requests=0, model_calls=0)
+        if inputs.texts:  # a page may have no text to translate
+            batcher.check_capacity(len(inputs.texts))
+            results, info = await batcher.translate(key, inputs.texts)
+        counts = [len(f) for f in found]
+        hyps, pieces = per_text(counts, inputs.hypotheses(results)), per_text(counts, inputs.spans)
+
+        def rebuild() -> list[dict[str, Any]]:  # parsing the pages again: off the event loop
+            return [assemble_html(*parts, key[1], lang) for parts in zip(pages, found, hyps, pieces, inputs.warnings)]
+
+        return await run_in_threadpool(rebuild), info
 
     @app.post("/v1/translate", response_model=TranslateResponse, responses=_responses(400, 413, 422, 503),
-              summary="Translate one text or a list of texts (paragraphs too), with the sentence alignment")
+              summary="Translate one text or a list of texts (paragraphs, or HTML pages), with the sentence "
+                      "alignment")
     async def translate(body: TranslateRequest) -> TranslateResponse:  # type: ignore[valid-type]
         start = time.perf_counter()
         texts = [body.text] if isinstance(body.text, str) else list(body.text)
-        translations, info = await translate_texts(texts, (body.beam_size, body.n_best, body.max_length))
+        key = (body.beam_size, body.n_best, body.max_length)
+        run = translate_pages if body.format == "html" else translate_texts
+        translations, info = await run(texts, key)
         return TranslateResponse(translations=translations,
                                  decoding=decoding_of(body.beam_size, body.n_best, body.max_length),
                                  timing=_timing(start, info))
@@ -172,7 +202,14 @@ def create_app(translator: Translator, limits: ServeLimits | None = None, *, src
                                              "schema": {"type": "integer"}},
                         "X-Sentence-Count": {"description": "sentences in the text", "schema": {"type": "integer"}},
                         "X-Source-Span": {"description": "start,end of the sentence in the text (code points)",
-                                          "schema": {"type": "string"}}}
+                                          "schema": {"type": "string"}},
+                        "X-Piece-Index": {"description": "the piece of the sentence shown, from 0 (a sentence "
+                                          "over max_input_tokens is translated in pieces)",
+                                          "schema": {"type": "integer"}},
+                        "X-Piece-Count": {"description": "pieces the sentence is translated in (1: it fits whole)",
+                                          "schema": {"type": "integer"}},
+                        "X-Piece-Span": {"description": "start,end of that piece in the text (code points): the "
+                                         "attention document's source", "schema": {"type": "string"}}}
 
     def attention_length(sentence: str, requested: int | None) -> int | None:
         """``max_length`` for the attention of ``sentence``: the teacher-forced pass reads <s> and
@@ -191,63 +228,32 @@ def create_app(translator: Translator, limits: ServeLimits | None = None, *, src
               summary="Translate one sentence of a text and return every attention weight of that translation")
     async def attention(body: AttentionRequest) -> JSONResponse:  # type: ignore[valid-type]
         start = time.perf_counter()
-        document = (await segment([body.text]))[0]
-        count = len(document.segments)
+        documents, inputs = await segment([body.text])
+        count = len(documents[0].segments)
         if body.sentence >= count:
             raise Unprocessable(f"sentence {body.sentence} does not exist: the text has {count} "
                                 f"sentence{'s' if count != 1 else ''} (0 to {count - 1})")
-        chosen_sentence = document.segments[body.sentence]
-        chosen = translator_for((body.beam_size, 1, attention_length(chosen_sentence.text, body.max_length)))
-        data, info = await batcher.call(lambda: collect_attention(chosen, chosen_sentence.text).to_dict())
+        chosen_sentence, pieces = documents[0].segments[body.sentence], inputs.spans[body.sentence]
+        if body.piece >= len(pieces):
+            raise Unprocessable(f"piece {body.piece} does not exist: sentence {body.sentence} is translated in "
+                                f"{len(pieces)} piece{'s' if len(pieces) != 1 else ''} (0 to {len(pieces) - 1})")
+        # A sentence over the input limit is translated in pieces; the model reads one piece at a time.
+        a, b = (chosen_sentence.start + x for x in pieces[body.piece])
+        piece = body.text[a:b]
+        chosen = translator_for((body.beam_size, 1, attention_length(piece, body.max_length)))
+        data, info = await batcher.call(lambda: collect_attention(chosen, piece).to_dict())
         timing = _timing(start, info)
         return JSONResponse(data, headers={"Server-Timing": f"queue;dur={timing['queue_ms']}, "
                                                             f"compute;dur={timing['compute_ms']}",
                                            "X-Sentence-Index": str(body.sentence), "X-Sentence-Count": str(count),
-                                           "X-Source-Span": f"{chosen_sentence.start},{chosen_sentence.end}"})
+                                           "X-Source-Span": f"{chosen_sentence.start},{chosen_sentence.end}",
+                                           "X-Piece-Index": str(body.piece), "X-Piece-Count": str(len(pieces)),
+                                           "X-Piece-Span": f"{a},{b}"})
 
-    async def translate_html(pages: list[str], names: list[str]) -> list[str]:
-        """Each HTML page translated, its markup kept (:func:`transformer.translate.html.translate_html`).
-        The pages' sentences are counted and checked first, then translated as one request
-        through the batcher; at most ``max_sentences`` in all."""
-        try:
-            from transformer.translate.html import html_sentences, translate_html as translate_page
-        except ImportError:
-            raise Unprocessable("the html format is not available in this version of the server") from None
+    async def libretranslate_html(pages: list[str], names: list[str]) -> list[str]:
+        return [t["translation"] for t in (await translate_pages(pages, names=names))[0]]
 
-        def plan() -> list[list[str]]:
-            found = [html_sentences(page, lang=lang) for page in pages]
-            total = sum(len(f) for f in found)
-            if total > limits.max_sentences:
-                raise Unprocessable(f"the request holds {total} sentences; at most {limits.max_sentences} are "
-                                    "translated per request (max_sentences)")
-            check_sentences([s for f in found for s in f],
-                            [f"{name}, sentence {j} ({preview(s)})" for name, f in zip(names, found)
-                             for j, s in enumerate(f)],
-                            encode_batch=base.vocab.src.encode_batch, input_limit=input_limit)
-            return found
-
-        batcher.check_capacity(len(pages))
-        found = await run_in_threadpool(plan)
-        flat = [s for f in found for s in f]
-        translations: list[str] = []
-        if flat:
-            batcher.check_capacity(len(flat))
-            results, _ = await batcher.translate(default_key, flat)
-            translations = [hyps[0][0] if hyps else "" for hyps in results]
-        out, k = [], 0
-        for page, sentences in zip(pages, found):
-            mine = translations[k: k + len(sentences)]
-            k += len(sentences)
-
-            def given(asked: list[str], mine=mine, sentences=sentences) -> list[str]:
-                if list(asked) != sentences:  # the page is parsed the same way twice
-                    raise RuntimeError("the page's sentences changed between counting and translating")
-                return mine
-
-            out.append(await run_in_threadpool(translate_page, page, given, lang=lang))
-        return out
-
-    libretranslate.add_routes(app, translate=translate_texts, translate_html=translate_html,
+    libretranslate.add_routes(app, translate=translate_texts, translate_html=libretranslate_html,
                               src_lang=src_lang, tgt_lang=tgt_lang, limits=limits)
 
     @app.get("/health", response_model=Health, summary="Liveness and the batcher's queue and counters")

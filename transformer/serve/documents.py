@@ -3,10 +3,19 @@
 A text sent to the server may hold several sentences, lines and paragraphs. On arrival each text
 is cut into sentences (:func:`transformer.translate.segment.segment_text`, the segmenter of
 :func:`transformer.translate.document.translate_document`) and each sentence is checked (it must
-have tokens and fit ``max_input_tokens``); the request's sentences go to the dynamic batcher,
-which may put them in model calls with other requests' sentences; the translations come back
-in the text's structure (:meth:`Document.rebuild_with_spans`): line breaks, blank lines,
-indentation and the spacing between sentences are kept, exactly as ``translate_document`` does.
+have tokens the model reads). A sentence longer than ``max_input_tokens`` is split as
+``translate_document`` splits it (:func:`transformer.translate.document.fitting_spans`: at
+clause punctuation, then between words; never cut off), and a warning names it. The request's
+sentences (or their pieces) go to the dynamic batcher, which may put them in model calls with
+other requests' sentences; the pieces of a sentence are joined back into its translation
+(:func:`transformer.translate.document.join_pieces`), and the translations come back in the
+text's structure (:meth:`Document.rebuild_with_spans`): line breaks, blank lines, indentation and
+the spacing between sentences are kept, exactly as ``translate_document`` does.
+
+HTML pages (``format: "html"``) go through :mod:`transformer.translate.html`: their sentences are
+the text of the page (tags removed, entities decoded), split and translated the same way, and the
+page is rebuilt around the translations with its markup kept. A sentence of a page is not one
+span of its markup, so its alignment has no spans: it carries its text instead.
 
 Offsets (``source_span``, ``target_span``) are Python ``str`` indices: Unicode code points,
 ``[start, end)``. (JavaScript strings count UTF-16 code units: a character outside the Basic
@@ -19,6 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from transformer.translate.document import fitting_spans, join_pieces
+from transformer.translate.html import html_sentences, translate_html
 from transformer.translate.segment import Document, segment_text
 
 # One hypothesis as the batcher returns it: (translation, score, log_prob).
@@ -46,77 +57,165 @@ def sentence_name(text: str, document: Document, j: int) -> str:
     return f"{text}, sentence {j} (line {segment.line + 1}: {preview(segment.text)})"
 
 
+@dataclass(frozen=True)
+class ModelInputs:
+    """What the model translates for a request's sentences (every text's, in order): each
+    sentence whole, or in pieces when it is longer than the input limit."""
+
+    texts: list[str]  # the batcher's inputs
+    spans: list[list[tuple[int, int]]]  # per sentence: its pieces, [start, end) in the sentence
+    warnings: list[list[dict[str, Any]]]  # per text: {"sentence": j, "message": ...} for each split sentence
+
+    def hypotheses(self, results: Sequence[Sequence[Hyp]]) -> list[list[Hyp]]:
+        """Per sentence, its hypotheses (best first) from ``results`` (one list per input):
+        a sentence's pieces joined back into one translation."""
+        out, k = [], 0
+        for spans in self.spans:
+            out.append(join_pieces([r for r in results[k: k + len(spans)] if r]))
+            k += len(spans)
+        return out
+
+
+def model_inputs(sentences: Sequence[Sequence[str]], names: Sequence[Sequence[str]], *,
+                 encode_batch: Callable[[list[str]], list[list[int]]], input_limit: int) -> ModelInputs:
+    """The model inputs for ``sentences`` (per text): :class:`Unprocessable` naming the first
+    sentence without tokens; a sentence over ``input_limit`` tokens in pieces that fit, with a
+    warning naming it (``names``: how messages name each sentence)."""
+    flat = [s for text in sentences for s in text]
+    ids = iter(encode_batch(flat))
+    texts: list[str] = []
+    spans: list[list[tuple[int, int]]] = []
+    warnings: list[list[dict[str, Any]]] = []
+    for text, text_names in zip(sentences, names):
+        warnings.append([])
+        for j, (sentence, name) in enumerate(zip(text, text_names)):
+            length = len(next(ids))
+            if not length:
+                raise Unprocessable(f"{name} has no tokens the model can read")
+            pieces = [(0, len(sentence))]
+            if length > input_limit:
+                pieces = fitting_spans(sentence, lambda piece: len(encode_batch([piece])[0]), input_limit)
+                warnings[-1].append({"sentence": j, "message": (
+                    f"{name} is {length} tokens long, over the limit of {input_limit} per sentence "
+                    f"(max_input_tokens): translated in {len(pieces)} pieces, cut at clause punctuation "
+                    "or between words")})
+            spans.append(pieces)
+            texts += [sentence[a:b] for a, b in pieces]
+    return ModelInputs(texts, spans, warnings)
+
+
+def _check_count(counts: Sequence[int], max_sentences: int) -> None:
+    total = sum(counts)
+    if total > max_sentences:
+        per_text = f" ({', '.join(map(str, counts))} per text)" if len(counts) > 1 else ""
+        raise Unprocessable(f"the request holds {total} sentences{per_text}; "
+                            f"at most {max_sentences} are translated per request (max_sentences)")
+
+
 def segment_texts(texts: Sequence[str], lang: str | None, *, max_sentences: int,
                   encode_batch: Callable[[list[str]], list[list[int]]], input_limit: int,
-                  names: Sequence[str] | None = None) -> list[Document]:
-    """Every text cut into sentences, checked: :class:`Unprocessable` naming the first problem
-    (more than ``max_sentences`` sentences in all, a sentence without tokens or longer than
-    ``input_limit`` tokens). ``names``: how messages name each text (default "text", "text i").
-    Runs the segmenter and the tokenizer: call it off the event loop."""
+                  names: Sequence[str] | None = None) -> tuple[list[Document], ModelInputs]:
+    """Every text cut into sentences, and the model inputs of those sentences;
+    :class:`Unprocessable` naming the first problem (more than ``max_sentences`` sentences in
+    all, a text or a sentence without tokens). ``names``: how messages name each text (default
+    "text", "text i"). Runs the segmenter and the tokenizer: call it off the event loop."""
     names = list(names) if names is not None else [text_name(i, len(texts)) for i in range(len(texts))]
     documents = [segment_text(text, lang) for text in texts]
-    total = sum(len(d.segments) for d in documents)
-    if total > max_sentences:
-        counts = ", ".join(str(len(d.segments)) for d in documents) if len(documents) > 1 else ""
-        raise Unprocessable(f"the request holds {total} sentences{f' ({counts} per text)' if counts else ''}; "
-                            f"at most {max_sentences} are translated per request (max_sentences)")
+    _check_count([len(d.segments) for d in documents], max_sentences)
     for i, document in enumerate(documents):
         if not document.segments:
             raise Unprocessable(f"{names[i]} has no sentence to translate")
-    check_sentences([s for d in documents for s in d.sentences],
-                    [sentence_name(names[i], d, j) for i, d in enumerate(documents) for j in range(len(d.segments))],
-                    encode_batch=encode_batch, input_limit=input_limit)
-    return documents
+    inputs = model_inputs([d.sentences for d in documents],
+                          [[sentence_name(names[i], d, j) for j in range(len(d.segments))]
+                           for i, d in enumerate(documents)],
+                          encode_batch=encode_batch, input_limit=input_limit)
+    return documents, inputs
 
 
-def check_sentences(sentences: Sequence[str], names: Sequence[str], *,
-                    encode_batch: Callable[[list[str]], list[list[int]]], input_limit: int) -> None:
-    """:class:`Unprocessable` naming the first sentence without tokens or over ``input_limit`` tokens."""
-    for name, seq in zip(names, encode_batch(list(sentences))):
-        if not seq:
-            raise Unprocessable(f"{name} has no tokens the model can read")
-        if len(seq) > input_limit:
-            raise Unprocessable(f"{name} is {len(seq)} tokens long; at most {input_limit} are translated "
-                                "(max_input_tokens, per sentence)")
+def html_sentences_of(pages: Sequence[str], lang: str | None, *, max_sentences: int,
+                      encode_batch: Callable[[list[str]], list[list[int]]], input_limit: int,
+                      names: Sequence[str]) -> tuple[list[list[str]], ModelInputs]:
+    """The sentences of each HTML page's text (:func:`transformer.translate.html.html_sentences`;
+    a page may have none), and their model inputs; :class:`Unprocessable` as for
+    :func:`segment_texts`. Call it off the event loop."""
+    found = [html_sentences(page, lang=lang) for page in pages]
+    _check_count([len(f) for f in found], max_sentences)
+    inputs = model_inputs(found, [[f"{name}, sentence {j} ({preview(s)})" for j, s in enumerate(f)]
+                                  for name, f in zip(names, found)],
+                          encode_batch=encode_batch, input_limit=input_limit)
+    return found, inputs
 
 
-def sentences_of(documents: Sequence[Document]) -> list[str]:
-    """The sentences of all documents, in order (what the batcher translates)."""
-    return [s for d in documents for s in d.sentences]
-
-
-def split_results(documents: Sequence[Document], results: Sequence[Any]) -> list[list[Any]]:
-    """``results`` (one per sentence of all documents, in order) cut back per document."""
+def per_text(counts: Sequence[int], items: Sequence[Any]) -> list[list[Any]]:
+    """``items`` (one per sentence of all texts, in order) cut back per text (``counts[i]`` each)."""
     out, k = [], 0
-    for document in documents:
-        out.append(list(results[k: k + len(document.segments)]))
-        k += len(document.segments)
+    for count in counts:
+        out.append(list(items[k: k + count]))
+        k += count
     return out
 
 
-def rebuild(document: Document, translations: Sequence[str]) -> tuple[str, list[tuple[int, int]]]:
-    """The translated text in ``document``'s structure, and each sentence's target span; empty
-    translations stay empty, as in ``translate_document``."""
-    return document.rebuild_with_spans(list(translations))
+def _kth(hyps: Sequence[Hyp], k: int) -> Hyp:
+    """A sentence's k-th hypothesis, its last when it has fewer (none: an empty translation)."""
+    return hyps[min(k, len(hyps) - 1)] if hyps else ("", 0.0, 0.0)
 
 
-def assemble(document: Document, hyps: Sequence[Sequence[Hyp]], n_best: int) -> dict[str, Any]:
-    """The ``Translation`` of one text from its sentences' hypotheses (best first).
+def _hypotheses(hyps: Sequence[Hyp]) -> list[dict[str, Any]]:
+    return [{"translation": t, "score": s, "log_prob": lp} for t, s, lp in hyps]
+
+
+def _translation(source: str, alternatives: list[tuple[str, float, float]], sentences: list[dict[str, Any]],
+                 warnings: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"source": source, "translation": alternatives[0][0], "score": alternatives[0][1],
+            "n_best": [{"translation": t, "score": s, "log_prob": lp} for t, s, lp in alternatives],
+            "sentences": sentences, "warnings": warnings}
+
+
+def assemble(document: Document, hyps: Sequence[Sequence[Hyp]], pieces: Sequence[Sequence[tuple[int, int]]],
+             warnings: list[dict[str, Any]], n_best: int) -> dict[str, Any]:
+    """The ``Translation`` of one text from its sentences' hypotheses (best first), the pieces
+    each sentence was translated in, and the warnings about the text.
 
     ``translation`` is the text with every sentence replaced by its best hypothesis. The k-th
     entry of ``n_best`` puts every sentence's k-th hypothesis (its last when it has fewer) in the
     same structure: its ``log_prob`` is the sum over the sentences (they are translated
     independently), its ``score`` the mean of theirs. A one-sentence text gets exactly that
     sentence's hypotheses, as before paragraphs were segmented."""
-    alternatives = []
+    alternatives, spans = [], []
     for k in range(max(1, n_best)):
-        chosen = [h[min(k, len(h) - 1)] for h in hyps]
-        text, spans = rebuild(document, [c[0] for c in chosen])
-        alternatives.append((text, spans, sum(c[1] for c in chosen) / len(chosen), sum(c[2] for c in chosen)))
-    text, spans, score, _ = alternatives[0]
-    sentences = [{"source_span": [segment.start, segment.end], "target_span": list(span), "line": segment.line + 1,
-                  "score": h[0][1], "n_best": [{"translation": t, "score": s, "log_prob": lp} for t, s, lp in h]}
-                 for segment, span, h in zip(document.segments, spans, hyps)]
-    return {"source": document.text, "translation": text, "score": score,
-            "n_best": [{"translation": t, "score": s, "log_prob": lp} for t, _, s, lp in alternatives],
-            "sentences": sentences}
+        chosen = [_kth(h, k) for h in hyps]
+        text, targets = document.rebuild_with_spans([c[0] for c in chosen])  # empty ones stay empty
+        spans.append(targets)
+        alternatives.append((text, sum(c[1] for c in chosen) / len(chosen), sum(c[2] for c in chosen)))
+    sentences = [{"source_span": [segment.start, segment.end], "target_span": list(target), "line": segment.line + 1,
+                  "text": None, "pieces": len(cuts), "score": _kth(h, 0)[1], "n_best": _hypotheses(h)}
+                 for segment, target, h, cuts in zip(document.segments, spans[0], hyps, pieces)]
+    return _translation(document.text, alternatives, sentences, warnings)
+
+
+def assemble_html(page: str, found: Sequence[str], hyps: Sequence[Sequence[Hyp]],
+                  pieces: Sequence[Sequence[tuple[int, int]]], warnings: list[dict[str, Any]], n_best: int,
+                  lang: str | None) -> dict[str, Any]:
+    """The ``Translation`` of one HTML page whose text's sentences are ``found``: the k-th entry
+    of ``n_best`` is the page rebuilt around every sentence's k-th hypothesis
+    (:func:`transformer.translate.html.translate_html`, markup kept), scored as in
+    :func:`assemble`; a page without text comes back as it is (score 0). A page's sentence is
+    not one span of its markup (tags and entities interrupt it, and the tags are placed anew in
+    the translation): its alignment entry gives its ``text`` as the model read it, no spans."""
+    alternatives = []
+    for k in range(max(1, n_best) if found else 1):  # a page without text has one translation: itself
+        chosen = [_kth(h, k) for h in hyps]
+        translations = [c[0] for c in chosen]
+
+        def given(asked: list[str]) -> list[str]:
+            if list(asked) != list(found):  # the page is parsed the same way each time
+                raise RuntimeError("the page's sentences changed between counting and translating")
+            return translations
+
+        text = translate_html(page, given, lang=lang) if found else page
+        alternatives.append((text, sum(c[1] for c in chosen) / len(chosen) if chosen else 0.0,
+                             sum(c[2] for c in chosen)))
+    sentences = [{"source_span": None, "target_span": None, "line": None, "text": sentence, "pieces": len(cuts),
+                  "score": _kth(h, 0)[1], "n_best": _hypotheses(h)}
+                 for sentence, h, cuts in zip(found, hyps, pieces)]
+    return _translation(page, alternatives, sentences, warnings)

@@ -7,9 +7,10 @@ unknown fields, strings for numbers and numbers for strings are refused (422).
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, create_model, model_validator
 
@@ -30,8 +31,12 @@ def check_text(text: str) -> str:
         category = unicodedata.category(ch)
         if (category == "Cc" and ch not in _ALLOWED_CONTROLS) or category == "Cs":
             what = "a lone surrogate" if category == "Cs" else "the control character"
-            raise ValueError(f"contains {what} U+{ord(ch):04X} at position {i}, which is not allowed")
+            line = len(_LINE_BREAK.findall(text, 0, i)) + 1  # as the segmenter counts lines
+            raise ValueError(f"contains {what} U+{ord(ch):04X} at position {i} (line {line}), which is not allowed")
     return text
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 class ErrorDetail(BaseModel):
@@ -56,13 +61,29 @@ class Hypothesis(BaseModel):
 class SentenceTranslation(BaseModel):
     """One sentence of a text: which source span produced which target span."""
 
-    source_span: tuple[int, int] = Field(description="[start, end) of the sentence in the text (source): "
-                                         "Unicode code points (Python str indices), not bytes or UTF-16 units")
-    target_span: tuple[int, int] = Field(description="[start, end) of its translation in translation, in the "
-                                         "same unit")
-    line: int = Field(description="the line of the text the sentence is on, from 1")
-    score: float = Field(description="the score of its best hypothesis")
-    n_best: list[Hypothesis] = Field(description="this sentence's hypotheses, best first")
+    source_span: tuple[int, int] | None = Field(description="[start, end) of the sentence in the text (source): "
+                                                "Unicode code points (Python str indices), not bytes or UTF-16 "
+                                                "units; null for html (a sentence of a page is not one span of "
+                                                "its markup: see text)")
+    target_span: tuple[int, int] | None = Field(description="[start, end) of its translation in translation, in "
+                                                "the same unit; null for html")
+    line: int | None = Field(description="the line of the text the sentence is on, from 1; null for html")
+    text: str | None = Field(description="html only: the sentence as the model read it (the page's text: tags "
+                             "removed, entities decoded, whitespace collapsed); null for plain text, whose "
+                             "sentence is source[source_span]")
+    pieces: int = Field(description="model inputs the sentence was translated in: 1, or more for a sentence "
+                        "over max_input_tokens, split at clause punctuation or between words and its pieces' "
+                        "translations joined with spaces (see warnings)")
+    score: float = Field(description="the score of its best hypothesis (in pieces: the mean of theirs)")
+    n_best: list[Hypothesis] = Field(description="this sentence's hypotheses, best first (in pieces: the k-th "
+                                     "joins every piece's k-th; log_prob their sum)")
+
+
+class TextWarning(BaseModel):
+    """Something the client should know about a text that was still translated whole."""
+
+    sentence: int = Field(description="the sentence it is about: its index in sentences")
+    message: str = Field(description="what happened, naming the text, sentence and line")
 
 
 class Translation(BaseModel):
@@ -74,6 +95,8 @@ class Translation(BaseModel):
                                      "puts every sentence's k-th hypothesis in the text's structure (log_prob: "
                                      "their sum, score: their mean)")
     sentences: list[SentenceTranslation] = Field(description="the sentence alignment, in text order")
+    warnings: list[TextWarning] = Field(description="one per sentence translated in pieces (over "
+                                        "max_input_tokens); empty when every sentence fit")
 
 
 class Timing(BaseModel):
@@ -164,6 +187,10 @@ def request_models(limits: ServeLimits, default_beam: int) -> RequestModels:
         beam_size=(beam, default_beam),
         n_best=(Annotated[int, Field(ge=1, le=limits.max_beam_size, description="hypotheses per sentence")], 1),
         max_length=(max_length, None),
+        format=(Literal["text", "html"], Field("text", description="text: plain text; html: each text is an "
+                                               "HTML page (or fragment) whose text is translated and whose markup "
+                                               "is kept (tags, attributes, entities; script, style, code and pre "
+                                               "untouched)")),
     )
     attention = create_model(
         "AttentionRequest",
@@ -175,6 +202,8 @@ def request_models(limits: ServeLimits, default_beam: int) -> RequestModels:
         sentence=(Annotated[int, Field(ge=0, le=max(0, limits.max_sentences - 1),
                                        description="which sentence of the text, from 0, in the order of "
                                        "/v1/translate's sentences")], 0),
+        piece=(Annotated[int, Field(ge=0, le=max(0, limits.max_chars - 1), description="which piece of a sentence translated in pieces (over "
+                                    "max_input_tokens), from 0; a sentence that fits is piece 0")], 0),
         beam_size=(beam, default_beam),
         max_length=(max_length, None),
     )

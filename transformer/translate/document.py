@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from transformer.translate.segment import fit_spans, segment_text
@@ -156,14 +156,22 @@ def _translate_sentences(translator: Translator, items: list[tuple[str, str, str
     for owner, hyps in zip(owners, per_piece):
         if hyps:
             grouped[owner].append([(translator.detokenize(h), h.score) for h in hyps])
-    result = []
-    for parts in grouped:
-        alternatives = []
-        for k in range(max((len(p) for p in parts), default=0)):
-            chosen = [p[min(k, len(p) - 1)] for p in parts]
-            alternatives.append((" ".join(t for t, _ in chosen if t), sum(s for _, s in chosen) / len(chosen)))
-        result.append(alternatives)
-    return result
+    return [join_pieces(parts) for parts in grouped]
+
+
+def join_pieces(parts: Sequence[Sequence[tuple]]) -> list[tuple]:
+    """The hypotheses of a sentence translated in pieces, from each piece's ``(translation,
+    score, ...)`` hypotheses (best first): the k-th joins every piece's k-th (its last when it
+    has fewer) with single spaces, its score is the mean of theirs, and any further numbers (the
+    server's log-probabilities) are summed, the pieces being translated independently. One
+    piece: its own hypotheses; no piece: []. ``translate_document`` and the server both join
+    pieces with it."""
+    alternatives = []
+    for k in range(max((len(p) for p in parts), default=0)):
+        chosen = [p[min(k, len(p) - 1)] for p in parts]
+        extra = (sum(c[i] for c in chosen) for i in range(2, len(chosen[0])))
+        alternatives.append((" ".join(c[0] for c in chosen if c[0]), sum(c[1] for c in chosen) / len(chosen), *extra))
+    return alternatives
 
 
 def _count(translator: Translator, text: str) -> int:
@@ -179,8 +187,16 @@ BLOCK_CHARS_PER_TOKEN = 16
 def _fitting_spans(translator: Translator, sentence: str, prefix: str = "") -> list[tuple[int, int]]:
     """Spans of ``sentence`` that each fit the model's input limit with ``prefix`` before them
     (one span if the sentence fits whole)."""
-    limit = translator.max_input_tokens
     count = (lambda piece: _count(translator, prefix + piece)) if prefix else (lambda piece: _count(translator, piece))
+    return fitting_spans(sentence, count, translator.max_input_tokens)
+
+
+def fitting_spans(sentence: str, count: Callable[[str], int], limit: int) -> list[tuple[int, int]]:
+    """Spans ``[start, end)`` of ``sentence`` that each hold at most ``limit`` tokens as ``count``
+    counts them: ``[(0, len(sentence))]`` when it fits whole, else pieces cut at clause
+    punctuation, then between words (``segment.fit_spans``), with only whitespace between them.
+    How an over-long sentence is split for ``translate_document``, ``transformer translate`` and
+    the server."""
     block = max(limit * BLOCK_CHARS_PER_TOKEN, 1)
     if len(sentence) <= block:
         return [(0, len(sentence))] if count(sentence) <= limit else fit_spans(sentence, count, limit)
