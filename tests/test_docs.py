@@ -274,7 +274,7 @@ def test_every_config_key_has_a_default_a_meaning_and_a_range():
             if row["key"] in ranges:
                 assert row["valid"] == ranges[row["key"]].describe()
     text = configref.config_reference()
-    assert "`train.warmup` | `4000`" in text and "`model.d_model` | `512`" in text
+    assert "`train.label_smoothing` | `0.1`" in text and "`model.d_model` | `512`" in text
 
 
 def test_cli_reference_lists_every_subcommand():

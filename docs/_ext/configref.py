@@ -42,7 +42,6 @@ FALLBACK_MEANINGS: dict[tuple[str, str], str] = {
     ("DataConfig", "tgt_lang"): "target language code",
     ("DataConfig", "seed"): "seed of the built-in corpus and of the held-out splits",
     ("TrainConfig", "epochs"): "passes over the training data",
-    ("TrainConfig", "warmup"): "warmup steps of the learning-rate schedule (paper 5.3: 4000)",
     ("TrainConfig", "adam_beta1"): "Adam's beta1 (paper 5.3: 0.9)",
     ("TrainConfig", "adam_beta2"): "Adam's beta2 (paper 5.3: 0.98)",
     ("TrainConfig", "adam_eps"): "Adam's epsilon (paper 5.3: 1e-9)",
@@ -79,6 +78,7 @@ def _choices() -> dict[tuple[str, str], tuple[str, ...]]:
         ("DataConfig", "corpus"): run_config.CORPORA,
         ("TrainConfig", "precision"): PRECISIONS,
         ("TrainConfig", "device"): run_config.DEVICES,
+        ("TrainConfig", "schedule"): run_config.SCHEDULES,
     }
 
 
@@ -141,6 +141,14 @@ def _valid(cls: type, f: dataclasses.Field, ranges: dict[str, Any], choices: dic
     default = _default(f)
     if isinstance(default, bool):
         return "`true` or `false`"
+    if (cls.__name__, f.name) in (("TrainConfig", "freeze"), ("DataConfig", "mix")):
+        from transformer.data.mixing import NAMED_CORPORA
+        from transformer.training import config as run_config
+
+        if f.name == "freeze":
+            return "`null`, or parts separated by commas: " + ", ".join(f"`{n}`" for n in run_config.FREEZABLE)
+        return ("`null`, or `NAME:WEIGHT` items separated by commas; a name is "
+                + ", ".join(f"`{n}`" for n in NAMED_CORPORA) + " or the path of a `.tsv` file")
     if default is None:
         return "text (a path or a name), or `null`"
     if isinstance(default, str):
