@@ -28,14 +28,13 @@ class Chart:
     title: str
     ylabel: str
     lines: tuple[tuple[str, str, str], ...]  # (record kind, record key, legend label)
-    style: str = "-"
 
 
 CHARTS: tuple[Chart, ...] = (
     Chart("loss", "Loss", "cross-entropy per target token (label-smoothed)",
           (("train", "loss", "training"), ("valid", "loss", "validation"))),
     Chart("quality", "Validation BLEU and chrF", "score (0-100)",
-          (("valid", "bleu", "sacreBLEU"), ("valid", "chrf", "chrF")), style="o-"),
+          (("valid", "bleu", "sacreBLEU"), ("valid", "chrf", "chrF"))),
     Chart("learning_rate", "Learning rate", "learning rate", (("train", "lr", "learning rate"),)),
     Chart("throughput", "Throughput", "target tokens per second", (("train", "tokens_per_s", "tokens/s"),)),
     Chart("grad_norm", "Gradient norm", "L2 norm of the gradient (before clipping)",
@@ -72,8 +71,8 @@ def curve_figure(chart: Chart, lines: dict[str, list[list[float]]]) -> Any:
         if label not in lines:
             continue
         steps, values = zip(*lines[label])
-        # a line of one point is drawn as a marker, or it would not show
-        style = chart.style if len(steps) > 1 else "o"
+        # evaluations are few: their points are marked; a line of one point is a marker alone, or it would not show
+        style = ("o-" if kind == "valid" else "-") if len(steps) > 1 else "o"
         (line,) = ax.plot(steps, values, style, color=COLORS[n % len(COLORS)], label=label, markersize=4, linewidth=1.5)
         line.set_gid(f"curve-{chart.name}-{n}")
     ax.set_title(chart.title, fontsize=11)
