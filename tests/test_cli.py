@@ -29,7 +29,7 @@ def test_console_script_help():
     result = subprocess.run([script, "--help"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: transformer ")
-    for command in ("demo", "train", "translate", "evaluate", "attend", "average", "data", "serve", "info",
+    for command in ("demo", "train", "translate", "evaluate", "attend", "report", "average", "data", "serve", "info",
                     "import-hf", "export"):
         assert f"    {command} " in result.stdout or f"    {command}\n" in result.stdout, command
     assert "exit status: 0 success" in " ".join(result.stdout.split())
