@@ -183,3 +183,25 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, case
     err = capsys.readouterr().err
     assert err.startswith("transformer report: error: ") and err.count("\n") == 1 and message in err
     assert tree(tmp_path) == before and sorted(p for p in tmp_path.rglob("*") if p.is_dir()) == folders
+
+
+def test_the_machine_section_says_what_the_run_recorded(tmp_path):
+    import os
+    import socket
+
+    run = make_run(tmp_path / "run")
+    (run / "benchmark.json").write_text(json.dumps({"corpus": "multi30k", "precision": {"train": "bf16"},
+                                                    "results": [{"bleu": 7.0}]}))
+    lock = {"pid": os.getpid(), "host": socket.gethostname(), "started": "2026-11-24T21:29:00+00:00",
+            "command": "transformer train"}
+    (run / ".lock").write_text(json.dumps(lock))  # what the trainer writes while it holds the run
+    text = build_report(run)[0].read_text(encoding="utf-8")
+    machine = text[text.index('id="machine-table"'):]
+    assert f"pid {os.getpid()} on host {socket.gethostname()}" in machine and "(training now)" in machine
+    assert "<b>training now</b>" in text  # said in the summary too
+    assert "<h3>benchmark.json</h3>" in text and "precision.train</th><td>bf16" in text
+    assert "2,650 target tokens/s" in machine  # the median of the fixture's throughput records
+    lock["pid"] = 2**22 + 12345  # above any pid this machine hands out: a run that was killed
+    (run / ".lock").write_text(json.dumps(lock))
+    text = build_report(run)[0].read_text(encoding="utf-8")
+    assert "(not running" in text and "<b>training now</b>" not in text

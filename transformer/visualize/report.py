@@ -82,11 +82,11 @@ def _summary(records: RunRecords, valid: list[dict[str, Any]]) -> str:
     parts = [f"<b>step {records.last_step}</b>" + (f", epoch {last['epoch']}" if "epoch" in last else "")]
     if valid:
         v = valid[-1]
-        text = f"last validation (step {v['step']}): loss {v['loss']:.3f}"
-        if v.get("bleu") is not None:
-            text += f", <b>BLEU {v['bleu']:.2f}</b>" + (f", chrF {v['chrf']:.1f}" if v.get("chrf") is not None else "")
+        text = f"last validation (step {v['step']}): loss {_number(v.get('loss'), 3) or '?'}"
+        if isinstance(v.get("bleu"), (int, float)):
+            text += f", <b>BLEU {v['bleu']:.2f}</b>" + (f", chrF {v['chrf']:.1f}" if isinstance(v.get("chrf"), (int, float)) else "")
         parts.append(text)
-        scored = [r for r in valid if r.get("bleu") is not None]
+        scored = [r for r in valid if isinstance(r.get("bleu"), (int, float))]
         if scored:
             best = max(scored, key=lambda r: r["bleu"])
             parts.append(f"best BLEU {best['bleu']:.2f} at step {best['step']}")
