@@ -43,6 +43,7 @@ def train_losses(run_dir: Path) -> dict[int, float]:
 
 def test_fine_tuning_starts_from_the_initial_weights_tokenizer_and_architecture(base, tmp_path):
     run = tmp_path / "ft"
+    untouched = {p: p.stat().st_mtime_ns for p in base.rglob("*")}
     trainer = Trainer(fine_tune(base, "train.max_steps=3"), run, show_progress=False)
     initial = load_file(str(base / "model.safetensors"))
     now = unique_state_dict(trainer.model)
@@ -58,6 +59,7 @@ def test_fine_tuning_starts_from_the_initial_weights_tokenizer_and_architecture(
     record = json.loads((run / "run_config.json").read_text())["initialized_from"]
     assert record["weights_sha256"] == hashlib.sha256((base / "model.safetensors").read_bytes()).hexdigest()
     assert (record["path"], record["checkpoint"], record["step"]) == (str(base.resolve()), None, 10)
+    assert {p: p.stat().st_mtime_ns for p in base.rglob("*")} == untouched  # the initial run is only read
 
 
 def test_a_checkpoint_of_the_initial_run_can_be_named(base, tmp_path):
@@ -192,12 +194,22 @@ def test_an_imported_marian_model_is_fine_tuned_with_its_sentencepiece_tokenizer
     assert load_model(run).config.extra["imported_from"] == "huggingface-marian"
 
 
-def test_a_fine_tuned_run_translates_attends_and_exports(base, tmp_path, capsys):
+def test_a_fine_tuned_run_translates_serves_attends_and_exports(base, tmp_path, capsys):
     run = tmp_path / "ft"
     Trainer(fine_tune(base, "train.max_steps=3"), run, show_progress=False).train()
     capsys.readouterr()
     assert main(["translate", str(run), "je suis étudiant", "il fait beau"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2  # (a model of 13 steps may well say nothing)
+    from fastapi.testclient import TestClient
+
+    from transformer.serve.app import create_app
+    from transformer.translate.translator import load_translator
+
+    translator = load_translator(run)
+    with TestClient(create_app(translator, src_lang="fr", tgt_lang="en")) as client:
+        response = client.post("/v1/translate", json={"text": "je suis étudiant"})
+    assert response.status_code == 200, response.text
+    assert response.json()["translations"][0]["translation"] == translator.translate(["je suis étudiant"])[0]
     assert main(["attend", str(run), "je suis étudiant", "--out", str(tmp_path / "attention"), "--format", "png"]) == 0
     assert list((tmp_path / "attention").glob("*.png"))
     assert main(["export", str(run), "--format", "hf", str(tmp_path / "hf")]) == 0
@@ -213,3 +225,28 @@ def test_a_fine_tuned_run_translates_attends_and_exports(base, tmp_path, capsys)
         expected = model(src, tgt, torch.ones_like(src, dtype=torch.bool))
         got = hf(input_ids=src, attention_mask=torch.ones_like(src), decoder_input_ids=tgt).logits
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_two_process_fine_tuning_equals_one_process_with_the_same_global_batch(base, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    settings = COMMON + ["data.builtin_train=600", "data.seed=1", f"train.init_from={base}", "train.max_steps=4",
+                         "train.freeze=embeddings", "model.dropout=0.0"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
+                          "transformer.cli", "train", "--run-dir", str(tmp_path / "ddp"), "--quiet", *settings],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    single = subprocess.run([sys.executable, "-m", "transformer.cli", "train", "--run-dir", str(tmp_path / "single"),
+                             "--quiet", *settings, "train.accumulate=2"], capture_output=True, text=True, env=env)
+    assert single.returncode == 0, single.stderr[-3000:]
+    a = load_file(str(tmp_path / "ddp" / "checkpoints" / "step-00000004" / "model.safetensors"))
+    b = load_file(str(tmp_path / "single" / "checkpoints" / "step-00000004" / "model.safetensors"))
+    initial = load_file(str(base / "model.safetensors"))
+    for name in a:
+        assert (a[name] - b[name]).abs().max() < 1e-5, name
+    assert torch.equal(a["encoder.embed.tokens.weight"], initial["encoder.embed.tokens.weight"])  # frozen on both ranks
+    assert json.loads((tmp_path / "ddp" / "run_config.json").read_text())["initialized_from"]["step"] == 10
