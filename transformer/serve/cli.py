@@ -31,7 +31,8 @@ _OPTIONS = {  # field -> (option, type, help)
     "max_texts": ("--max-texts", int, "texts per request (/v1/translate; a list in LibreTranslate's q)"),
     "max_sentences": ("--max-sentences", int, "sentences per request, all its texts together"),
     "max_body_bytes": ("--max-body-bytes", int, "request body size in bytes (413 beyond)"),
-    "max_input_tokens": ("--max-input-tokens", int, "source tokens per sentence"),
+    "max_input_tokens": ("--max-input-tokens", int, "source tokens per model input; a longer sentence is "
+                         "translated in pieces (cut at clause punctuation, then between words) with a warning"),
     "max_output_tokens": ("--max-output-tokens", int, "the largest max_length a request may ask for"),
     "max_beam_size": ("--max-beam-size", int, "the largest beam_size and n_best a request may ask for"),
     "max_batch_size": ("--max-batch-size", int, "sentences of one or more requests merged into one model call "

@@ -23,8 +23,9 @@ a single-direction model can:
 
 Errors have LibreTranslate's shape, ``{"error": message}``: 400 for a missing or bad parameter
 (a language the model does not serve, a format other than text or html, a text too long, too
-many texts or sentences, a sentence too long in tokens, a control character), 413 for a body over
-``max_body_bytes``, 503 when overloaded or timed out.
+many texts or sentences, a control character), 413 for a body over ``max_body_bytes``, 503 when
+overloaded or timed out. A sentence over ``max_input_tokens`` is translated in pieces, as on
+``/v1/translate``; LibreTranslate's answer has no place for the warning ``/v1/translate`` gives.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ class ServeLimits:
     max_texts: texts per /v1/translate request (422 beyond).
     max_sentences: sentences per request, all its texts together (422 beyond).
     max_body_bytes: request body size (413 beyond, checked before the body is parsed).
-    max_input_tokens: source subword tokens per sentence (422 beyond; sentences are never cut silently).
+    max_input_tokens: source subword tokens per model input: a longer sentence is translated in pieces
+        (cut at clause punctuation, then between words; never cut off), with a warning in the answer.
     max_output_tokens: the largest ``max_length`` a request may ask for (422 beyond). Without
         ``max_length`` a sentence gets the paper's input length + 50 tokens.
     max_beam_size: the largest beam (and n-best) a request may ask for (422 beyond).

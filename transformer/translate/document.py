@@ -160,12 +160,13 @@ def _translate_sentences(translator: Translator, items: list[tuple[str, str, str
 
 
 def join_pieces(parts: Sequence[Sequence[tuple]]) -> list[tuple]:
-    """The hypotheses of a sentence translated in pieces, from each piece's ``(translation,
-    score, ...)`` hypotheses (best first): the k-th joins every piece's k-th (its last when it
-    has fewer) with single spaces, its score is the mean of theirs, and any further numbers (the
-    server's log-probabilities) are summed, the pieces being translated independently. One
-    piece: its own hypotheses; no piece: []. ``translate_document`` and the server both join
-    pieces with it."""
+    """The hypotheses of a sentence translated in pieces, from each piece's hypotheses.
+
+    A hypothesis is a tuple ``(translation, score)``, or with more numbers after the score (the
+    server's log-probability). The k-th joins every piece's k-th (its last when it has fewer)
+    with single spaces; its score is the mean of theirs, and any further numbers are summed, the
+    pieces being translated independently. One piece: its own hypotheses; no piece: [].
+    ``translate_document`` and the server both join pieces with it."""
     alternatives = []
     for k in range(max((len(p) for p in parts), default=0)):
         chosen = [p[min(k, len(p) - 1)] for p in parts]
