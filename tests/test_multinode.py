@@ -4,10 +4,13 @@ a worker killed (or hung) mid-run, and a resume on a number of processes that ca
 Every run here is checked against one independent reference: a single process that accumulates
 2 batches per step (no torch.distributed at all), for its losses, its final weights and the
 batches of each step (``tests/torchrun_worker.py`` logs a digest of every batch a process uses).
+Each launch starts torch in every process (a few seconds of CPU each); the tests that launch
+three times or restart are marked slow (``pytest -m slow tests/test_multinode.py``).
 """
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -34,6 +37,7 @@ TINY = [
     "train.precision=fp32", "train.threads=1", "train.log_every=1", "train.eval_sentences=0", "train.eval_every=100",
     "train.save_every=2", f"train.max_steps={STEPS}", "train.tensorboard=false",
 ]
+SHORT = [s for s in TINY if not s.startswith("train.max_steps=")] + ["train.max_steps=2"]
 # Two processes and one end with the same numbers to the last bit here (a sum of two terms does not depend
 # on its order, and the gradient scale 2 / tokens is exact); the tolerance allows another reduction order.
 TOLERANCE = 1e-6
@@ -138,6 +142,7 @@ def test_two_nodes_train_like_one_process_accumulating_twice(tmp_path, reference
     assert_same_run(tmp_path / "run", log, reference)
 
 
+@pytest.mark.slow  # three launches of torch (or a restart): 30-40 s on 2 busy cores
 def test_a_run_moves_from_two_processes_to_one_and_back(tmp_path, reference):
     run, log = tmp_path / "run", tmp_path / "batches"
     log.mkdir()
@@ -152,6 +157,7 @@ def test_a_run_moves_from_two_processes_to_one_and_back(tmp_path, reference):
     assert_same_run(run, log, reference)
 
 
+@pytest.mark.slow  # three launches of torch (or a restart): 30-40 s on 2 busy cores
 def test_a_killed_worker_stops_the_other_with_a_message_and_a_rerun_resumes(tmp_path, reference):
     run, log = tmp_path / "run", tmp_path / "batches"
     log.mkdir()
@@ -161,6 +167,7 @@ def test_a_killed_worker_stops_the_other_with_a_message_and_a_rerun_resumes(tmp_
     message = next(line for line in (out0 + out1).splitlines() if line.startswith("transformer train: error:"))
     assert "process 0 of 2: another process of this run died or stopped answering" in message
     assert "the last checkpoint, step-00000004, is intact: run the same command again to resume" in message
+    assert re.search(r"exitcode\W+3\b", out0 + out1)  # the environment failed (cli.EXIT_ENVIRONMENT)
     model = build_model(load_config(run))  # every file of the checkpoint reads back whole
     assert load_checkpoint(latest_checkpoint(run), model=model, restore_rng=False).step == 4
     rerun = standalone(run, "--quiet", "--json", *TINY, env=environment(BATCH_LOG=str(log)))
@@ -169,6 +176,7 @@ def test_a_killed_worker_stops_the_other_with_a_message_and_a_rerun_resumes(tmp_
     assert_same_run(run, log, reference)
 
 
+@pytest.mark.slow  # three launches of torch (or a restart): 30-40 s on 2 busy cores
 def test_torchrun_max_restarts_resumes_a_killed_worker(tmp_path, reference):
     run, log = tmp_path / "run", tmp_path / "batches"
     log.mkdir()
@@ -190,31 +198,36 @@ def test_a_hung_worker_times_the_others_out(tmp_path):
                        **{D.TIMEOUT_ENV: "3"})
     agents = two_nodes(run, "--quiet", *TINY, env=hang)
     try:
-        started = time.monotonic()
-        out0, _ = agents[0].communicate(timeout=120)  # the node whose process still runs gives up
-        assert agents[0].returncode != 0 and time.monotonic() - started < 120
-        assert "another process of this run died or stopped answering (Timed out waiting 3000ms" in out0, out0[-3000:]
-        assert "the last checkpoint, step-00000002, is intact" in out0
+        deadline = time.monotonic() + 120
+        while all(agent.poll() is None for agent in agents) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        gave_up = [agent for agent in agents if agent.poll() is not None]
+        assert gave_up, "both nodes still wait after 120 s: a hang"
+        out = gave_up[0].communicate()[0]  # the node whose process still ran
+        assert gave_up[0].returncode != 0
+        assert "another process of this run died or stopped answering (Timed out waiting 3000ms" in out, out[-3000:]
+        assert "the last checkpoint, step-00000002, is intact" in out
     finally:
         if pid_file.exists():
             os.kill(int(pid_file.read_text()), signal.SIGKILL)  # the stopped process (the test started it)
-        finish(agents, timeout=60)
+        finish([agent for agent in agents if agent.returncode is None], timeout=60)
 
 
 def test_a_resume_on_processes_that_cannot_share_a_step_is_refused_untouched(tmp_path):
     run = tmp_path / "run"
-    one = subprocess.run([sys.executable, WORKER, "--run-dir", str(run), "--quiet", *TINY[:-2], "train.max_steps=2",
-                          "train.tensorboard=false"], capture_output=True, text=True, env=environment(), timeout=300)
+    one = subprocess.run([sys.executable, WORKER, "--run-dir", str(run), "--quiet", *SHORT], capture_output=True,
+                         text=True, env=environment(), timeout=300)
     assert one.returncode == 0, one.stderr[-3000:]
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
-    refused = standalone(run, "--quiet", *TINY[:-2], "train.max_steps=2", "train.tensorboard=false")
+    refused = standalone(run, "--quiet", *SHORT)
     assert refused.returncode != 0
     errors = {line for line in refused.stderr.splitlines() if line.startswith("transformer train: error:")}
     assert errors == {
         f"transformer train: error: {run} takes 1 batch(es) per step (1 process(es) x 1 accumulated), which 2 "
         "processes cannot share: resume it on 1 process(es), or start a new --run-dir with train.accumulate set "
         "for 2 processes"}, refused.stderr[-3000:]
-    assert refused.stderr.count("exitcode  : 2") == 2  # both processes exited with the usage status
+    codes = set(re.findall(r"exitcode\s*:\s*(-?\d+)", refused.stderr))  # torchrun's report of its processes
+    assert "2" in codes and codes <= {"2", "-15"}  # the usage status (or stopped by torchrun once one had failed)
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
 
 
@@ -261,7 +274,7 @@ def test_resume_accumulation_keeps_the_batches_per_step(tmp_path):
 
 def test_a_step_needs_a_whole_step_of_batches():
     assert D.steps_per_epoch(11, 2) == 5
-    with pytest.raises(ValueError, match="an epoch has 1 batch.* fewer than the 2 a step accumulates: lower train.accumulate"):
+    with pytest.raises(ValueError, match="an epoch has 1 batch.* fewer than the 2 a step accumulates: lower train.acc"):
         D.steps_per_epoch(1, 2)
 
 
@@ -272,7 +285,7 @@ def test_timeout_setting_and_failure_messages(monkeypatch):
     assert D.collective_timeout().total_seconds() == 2.5
     for bad in ("0", "-1", "nan", "soon"):
         monkeypatch.setenv(D.TIMEOUT_ENV, bad)
-        with pytest.raises(ValueError, match=rf"\$TRANSFORMER_DIST_TIMEOUT must be a number of seconds > 0, got '{bad}'"):
+        with pytest.raises(ValueError, match=rf"^\$TRANSFORMER_DIST_TIMEOUT must be a number of seconds > 0, got '{bad}'"):
             D.collective_timeout()
     gloo = RuntimeError("[/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:5504: "
                         "Connection reset by peer. This is typically caused by a remote worker hanging. GLHF!")

@@ -35,7 +35,8 @@ def save(self: Trainer) -> None:
 def step(self: Trainer, model, group):
     number = self.state.step + 1
     first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
-    if first_attempt and _rank() == int(os.environ.get("KILL_RANK", "-1")) and number == int(os.environ["KILL_AT_STEP"]):
+    chosen = _rank() == int(os.environ.get("KILL_RANK", "-1")) and number == int(os.environ.get("KILL_AT_STEP", "0"))
+    if first_attempt and chosen:
         if pid_file := os.environ.get("PID_FILE"):
             Path(pid_file).write_text(str(os.getpid()))
         os.kill(os.getpid(), getattr(signal, os.environ.get("KILL_SIGNAL", "SIGKILL")))
