@@ -247,8 +247,9 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
-        config_dict.check_keys(raw, (*SECTIONS, "initialized_from"),
-                               mapping="a run config must be a mapping with sections data/model/train",
+        # the trainer's record of where the weights came from sits beside the sections, not among them
+        sections = {k: v for k, v in raw.items() if k != "initialized_from"} if isinstance(raw, dict) else raw
+        config_dict.check_keys(sections, SECTIONS, mapping="a run config must be a mapping with sections data/model/train",
                                owner="config", noun="sections")
         initialized_from = raw.get("initialized_from")
         if initialized_from is not None and not isinstance(initialized_from, dict):
