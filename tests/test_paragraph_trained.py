@@ -55,7 +55,7 @@ def run_dir(tmp_path_factory) -> Path:
     batch = make_batch([(vocab.src.encode(s), vocab.tgt.encode(t)) for s, t in pairs],
                        pad_id=vocab.tgt.pad_id, bos_id=vocab.tgt.bos_id, eos_id=vocab.tgt.eos_id)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # small tensors: one thread is fastest, and the result does not depend on the machine's count
+    torch.set_num_threads(1)  # small tensors: one thread is fastest, and the result does not depend on the core count
     try:
         torch.manual_seed(0)
         model = Transformer(preset("tiny", src_vocab_size=vocab.src.vocab_size))

@@ -202,7 +202,8 @@ def request_models(limits: ServeLimits, default_beam: int) -> RequestModels:
         sentence=(Annotated[int, Field(ge=0, le=max(0, limits.max_sentences - 1),
                                        description="which sentence of the text, from 0, in the order of "
                                        "/v1/translate's sentences")], 0),
-        piece=(Annotated[int, Field(ge=0, le=max(0, limits.max_chars - 1), description="which piece of a sentence translated in pieces (over "
+        piece=(Annotated[int, Field(ge=0, le=max(0, limits.max_chars - 1),
+                                    description="which piece of a sentence translated in pieces (over "
                                     "max_input_tokens), from 0; a sentence that fits is piece 0")], 0),
         beam_size=(beam, default_beam),
         max_length=(max_length, None),
