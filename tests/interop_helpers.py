@@ -9,6 +9,7 @@ few seconds, so its outputs depend on the source, vary in length and end with ``
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from pathlib import Path
@@ -64,6 +65,22 @@ def write_marian_tokenizer(out: Path, *, vocab_size: int = 120, separate: bool =
     tok.save_pretrained(str(out))
 
 
+def _one_thread(build):
+    """Run ``build`` on one torch thread: a tiny model trains several times faster so (more threads
+    mostly wait on each other, the more so on a busy machine), and what it learns no longer
+    depends on the machine's core count."""
+    @functools.wraps(build)
+    def wrapper(*args, **kwargs):
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return build(*args, **kwargs)
+        finally:
+            torch.set_num_threads(threads)
+    return wrapper
+
+
+@_one_thread
 def write_marian_model(out: Path, *, seed: int = 0, separate: bool = False, activation: str = "swish",
                        bin_weights: bool = False, steps: int = 60):
     """A tiny ``MarianMTModel`` + its tokenizer saved in ``out``; returns ``(model, tokenizer)``.
@@ -129,8 +146,10 @@ def strip_generated(row: list[int], *, eos_id: int, pad_id: int) -> list[int]:
     return [t for t in row if t != pad_id]
 
 
-def write_run_dir(out: Path, *, seed: int = 0, steps: int = 120, **overrides) -> Path:
-    """One of our run directories: a joint BPE tokenizer and a tiny Transformer trained for ``steps`` steps.
+@_one_thread
+def write_run_dir(out: Path, *, seed: int = 0, steps: int = 120, joint: bool = True, **overrides) -> Path:
+    """One of our run directories: a BPE tokenizer (joint, or one per side with ``joint=False``) and a
+    tiny Transformer trained for ``steps`` steps.
 
     ``overrides`` change the ``tiny`` preset (e.g. ``norm_first=True``, ``positional="learned"``);
     the defaults are the paper's switches (interleaved sinusoids, ReLU, tied embeddings, no output bias).
@@ -139,12 +158,18 @@ def write_run_dir(out: Path, *, seed: int = 0, steps: int = 120, **overrides) ->
     from transformer.config import preset
     from transformer.data import make_batch
     from transformer.model import Transformer
-    from transformer.text import Vocabularies
+    from transformer.text import BPETokenizer, Vocabularies
 
     pairs = sentences()
-    vocab = Vocabularies.train(pairs, vocab_size=400)
+    if joint:
+        vocab = Vocabularies.train(pairs, vocab_size=400)
+    else:  # two sizes, so that a source/target mix-up cannot pass unnoticed
+        vocab = Vocabularies(BPETokenizer.train([f for f, _ in pairs], vocab_size=400),
+                             BPETokenizer.train([e for _, e in pairs], vocab_size=360))
     torch.manual_seed(seed)
-    model = Transformer(preset("tiny", src_vocab_size=vocab.src.vocab_size, **overrides))
+    overrides.setdefault("share_embeddings", joint)  # equal sizes alone would make the preset share them
+    model = Transformer(preset("tiny", src_vocab_size=vocab.src.vocab_size, tgt_vocab_size=vocab.tgt.vocab_size,
+                               **overrides))
     examples = list(zip(vocab.src.encode_batch([f for f, _ in pairs]), vocab.tgt.encode_batch([e for _, e in pairs])))
     # 3e-3: at 1e-2 the tiny model's training is chaotic, and on some CPUs and thread counts it
     # collapsed to one output for every sentence (the reduction order decides which run you get)
