@@ -29,6 +29,7 @@ from torch import Tensor
 from transformer.corpus.files import CorpusError, ReadStats, read_parallel, read_tsv
 
 __all__ = [
+    "Example",
     "CorpusError",
     "ReadStats",
     "read_parallel",
@@ -43,6 +44,7 @@ __all__ = [
 ]
 
 Example = tuple[list[int], list[int]]  # (source ids, target ids), no BOS/EOS
+"""An example: ``(source ids, target ids)``, without BOS/EOS (the batch adds them)."""
 
 
 # --------------------------------------------------------------------------- filtering
