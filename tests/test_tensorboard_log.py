@@ -3,6 +3,7 @@ own reader; switched off; tensorboard missing; the fast heatmap painting against
 
 import io
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -115,3 +116,20 @@ def test_the_painted_heatmaps_match_matplotlibs_drawing_of_the_same_weights(head
         assert not (differs & ~edges).any(), f"{(differs & ~edges).sum()} pixels differ inside the heatmaps or outside them"
     with pytest.raises(ValueError, match="do not fit"):
         fast.render(a.weights[:, :, :-1])
+
+
+def test_tokens_per_second_counts_training_time_not_evaluation(tmp_path, monkeypatch):
+    """The window after an evaluation (steps 3-4) is not slowed down by the evaluation's time."""
+    validate = Trainer.validate
+
+    def slow_validate(self):
+        time.sleep(3.0)
+        return validate(self)
+
+    monkeypatch.setattr(Trainer, "validate", slow_validate)
+    trainer = train(tmp_path / "run", "train.eval_every=2", "train.max_steps=6", "train.tensorboard=false",
+                    "train.alignment_sentences=0", "train.eval_sentences=0")
+    rates = {r["step"]: r["tokens_per_s"] for r in trainer.metrics.read() if r["kind"] == "train"}
+    assert sorted(rates) == [2, 4, 6]
+    # with the 3 s inside the window, steps 3-4 (a few hundred tokens) would log a small fraction of step 1-2's rate
+    assert rates[4] > 0.5 * rates[2] and rates[6] > 0.5 * rates[2], rates

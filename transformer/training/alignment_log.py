@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from transformer.data import make_batch
+from transformer.data.batches import Example
 from transformer.text import Vocabularies
 from transformer.visualize.data import TokenAxis
 
@@ -41,8 +42,6 @@ ALIGNMENTS_FILE = "alignments.jsonl"
 DECIMALS = 3
 # Tokens on each side of a chosen pair: long enough to show an alignment, short enough to read as a heatmap.
 SHORTEST, LONGEST = 5, 20
-
-Example = tuple[Sequence[int], Sequence[int]]
 
 
 @dataclass
@@ -89,7 +88,8 @@ class AlignmentLog:
         self.vocab = vocab
         self.write_enabled = write
         self.indices = choose_sentences(examples, n)
-        self.examples = [examples[i] for i in self.indices]
+        # plain ints: the pairs may be views of a memory-mapped corpus
+        self.examples = [([int(t) for t in examples[i][0]], [int(t) for t in examples[i][1]]) for i in self.indices]
         self.texts = [texts[i] if i < len(texts) else ("", "") for i in self.indices]
         self.logged_steps: set[int] = set()
 

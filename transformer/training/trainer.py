@@ -295,10 +295,12 @@ class Trainer:
                                         self.dist, self.device)
                 if stop:
                     break
+                paused = time.perf_counter()
                 if t.eval_every and st.step % t.eval_every == 0:
                     last_valid = self._validate_and_save(progress)
                 elif t.save_every and st.step % t.save_every == 0:
                     self._save()
+                window_start += time.perf_counter() - paused  # tokens/s counts training, not evaluating or saving
             else:  # the epoch ran to its end
                 st.epoch += 1
                 st.batch_in_epoch = 0
