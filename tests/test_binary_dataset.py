@@ -12,6 +12,7 @@ import functools
 import io
 import json
 import os
+import sys
 import threading
 import time
 
@@ -21,6 +22,7 @@ import torch
 
 from transformer.corpus.builtin import generate_pairs
 from transformer.data import TokenBudgetBatches, filter_examples, filter_lengths, make_batch
+from transformer.data import binary
 from transformer.data.binary import build_lock, encode_to_indexed, file_fingerprint
 from transformer.data.indexed import IndexedFormatError, IndexedWriter, open_indexed, smallest_dtype
 from transformer.text import Vocabularies
@@ -98,16 +100,20 @@ def test_a_damaged_directory_is_refused_by_name(tmp_path, damage, message):
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_encoding_matches_the_tokenizer_and_not_the_number_of_workers(tmp_path, corpus, workers):
+def test_encoding_matches_the_tokenizer_and_not_the_number_of_workers(tmp_path, corpus, workers, monkeypatch):
     pairs, vocab = corpus
     src, tgt = [s for s, _ in pairs], [t for _, t in pairs]
     lines = io.StringIO()
+    contexts = []
+    get_context = binary.mp.get_context
+    monkeypatch.setattr(binary.mp, "get_context", lambda method: contexts.append(method) or get_context(method))
     data = encode_to_indexed(src, tgt, vocab, tmp_path / "ids", workers=workers, chunk_size=100, progress=lines,
                              progress_every=0)
     assert list(data) == list(zip(vocab.src.encode_batch(src), vocab.tgt.encode_batch(tgt)))
     assert data.header["dtype"] == {"src": "uint16", "tgt": "uint16"}
     assert "1,200 / 1,200 pairs (100%)" in lines.getvalue() and "/ 1,200 pairs (8%)" in lines.getvalue()
     assert [p.name for p in tmp_path.iterdir()] == ["ids"]  # the temporary directory was renamed
+    assert contexts == (["fork"] if workers > 1 and sys.platform.startswith("linux") else [])  # a pool of processes
 
 
 def test_vectorised_filter_equals_the_per_pair_rule():
@@ -218,8 +224,12 @@ def test_a_damaged_entry_is_rebuilt(tmp_path, cache):
     assert list(again.train) == pairs and "rebuilding a damaged cache entry" in lines.getvalue()
 
 
-def test_a_missing_data_file_is_one_corpus_error(tmp_path, cache):
+def test_bad_data_files_are_one_corpus_error_and_leave_no_entry(tmp_path, cache):
     cfg = _files_cfg(tmp_path)
+    (tmp_path / "a.en").write_text("one line\n", encoding="utf-8")
+    with pytest.raises(data_cache.CorpusError, match=r"line counts differ"):
+        data_cache.open_cache([cfg], load_text_splits)
+    assert not list(cache.glob("sources/*"))
     (tmp_path / "a.en").unlink()
     with pytest.raises(data_cache.CorpusError, match=r"a\.en: No such file"):
         data_cache.open_cache([cfg], load_text_splits)

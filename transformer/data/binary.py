@@ -3,7 +3,7 @@ that say when such a directory is stale; publishing it atomically; one builder a
 
 * :func:`encode_to_indexed` encodes sentence pairs with a run's :class:`~transformer.text.Vocabularies`
   over worker processes (forked, so they share the text and the tokenizer without copying them;
-  a sequential pass where ``fork`` does not exist or the corpus is small), writes the ids in the
+  a sequential pass off Linux or for a corpus of one chunk), writes the ids in the
   smallest integer type that fits each vocabulary, and shows a progress bar on a terminal, a line
   every ``progress_every`` seconds otherwise. The directory is written under a temporary name and
   renamed into place when complete, so a reader never sees half of one.
@@ -180,7 +180,8 @@ def encode_to_indexed(
     _JOB.update(src=src_texts, tgt=tgt_texts, vocab=vocab, dtypes=dtypes)
     try:
         with contextlib.ExitStack() as stack:
-            if workers > 1 and "fork" in mp.get_all_start_methods():
+            # fork only on Linux: macOS forbids it to processes that use some system frameworks
+            if workers > 1 and sys.platform.startswith("linux"):
                 pool = stack.enter_context(mp.get_context("fork").Pool(workers))
                 chunks: Iterator = pool.imap(_encode_range, bounds)  # in order, whatever finishes first
             else:

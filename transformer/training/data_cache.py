@@ -148,7 +148,12 @@ class _Session:
             with build_lock(directory / ".lock", stream=self.progress):
                 remove_temporaries(directory)
                 if not (directory / "source.json").is_file():
-                    self.text(i)
+                    try:
+                        self.text(i)
+                    except BaseException:
+                        if {p.name for p in directory.iterdir()} <= {".lock"}:
+                            shutil.rmtree(directory, ignore_errors=True)  # bad data leaves no empty entry behind
+                        raise
         text = json.loads((directory / "text.json").read_text(encoding="utf-8"))
         stats = json.loads((directory / "source.json").read_text(encoding="utf-8"))["stats"]
         return [tuple(p) for p in text["valid"]], [tuple(p) for p in text["test"]], stats
