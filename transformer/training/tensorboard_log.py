@@ -36,6 +36,7 @@ HINT = ("tensorboard is not installed, so this run writes no TensorBoard logs (m
 SCALARS = {"train": ("loss", "lr", "grad_norm", "tokens_per_s"), "valid": ("loss", "ppl", "bleu", "chrf")}
 FLUSH_SECONDS = 30  # how long an event may wait before a watcher sees it
 CMAP = "viridis"
+DPI = 100
 
 
 class TensorBoardLog:
@@ -144,31 +145,56 @@ def alignment_figure(alignment: Alignment, weights: np.ndarray | None = None) ->
 
 
 def _draw(alignment: Alignment, weights: np.ndarray) -> tuple[Any, list[tuple[int, int | None, Any]]]:
-    """The figure and its heatmap panels as ``(layer, head or None for the average, axes)``."""
+    """The figure and its heatmap panels as ``(layer, head or None for the average, axes)``.
+
+    The layout is computed here from the measured label sizes (inches) rather than by matplotlib's
+    constrained layout, which took most of the drawing time.
+    """
+    from matplotlib.backends.backend_agg import RendererAgg
     from matplotlib.figure import Figure
+    from matplotlib.font_manager import FontProperties
 
     layers, heads, n_tgt, n_src = weights.shape
     panels = [*range(heads), None] if heads > 1 else [0]  # None: the heads' average (one head needs none)
-    cell = 0.13  # inches per token
-    panel_w, panel_h = max(n_src * cell, 1.0), max(n_tgt * cell, 1.0)
-    fig = Figure(figsize=(len(panels) * panel_w + 2.2, layers * panel_h + 1.6), dpi=100, layout="constrained")
-    axes = fig.subplots(layers, len(panels), squeeze=False)
+    renderer, small, large = RendererAgg(1, 1, DPI), FontProperties(size=7), FontProperties(size=9)
+
+    def width(text: str, font: FontProperties) -> float:
+        return renderer.get_text_width_height_descent(text, font, ismath=False)[0] / DPI
+
+    title = f"cross-attention on the reference: {_shorten(alignment.source)} \u2192 {_shorten(alignment.reference)}"
+    cell = max(0.13, 0.6 / n_src)  # inches per token; a panel at least wide enough for its title
+    panel_w, panel_h, gap = n_src * cell, n_tgt * cell, 0.12
+    left = 0.3 + max(width(t, small) for t in alignment.tgt_tokens.labels) + 0.05  # "layer N", the target tokens
+    bottom = max(width(t, small) for t in alignment.src_tokens.labels) + 0.12  # the source tokens, upright
+    top, right = 0.55, 0.9  # the title and the heads' names; the colour bar
+    grid_w = len(panels) * panel_w + (len(panels) - 1) * gap
+    fig_w = max(left + grid_w + right, width(title, large) + 0.3)
+    fig_h = bottom + layers * panel_h + (layers - 1) * gap + top
+    fig = Figure(figsize=(fig_w, fig_h), dpi=DPI)
     image, drawn = None, []
-    for (layer, col), ax in np.ndenumerate(axes):
-        head = panels[col]
-        matrix = weights[layer].mean(axis=0) if head is None else weights[layer, head]
-        image = ax.imshow(matrix, cmap=CMAP, vmin=0.0, vmax=1.0, interpolation="nearest")
-        drawn.append((layer, head, ax))
-        ax.set_xticks(range(n_src), alignment.src_tokens.labels if layer == layers - 1 else [], rotation=90, fontsize=7)
-        ax.set_yticks(range(n_tgt), alignment.tgt_tokens.labels if col == 0 else [], fontsize=7)
-        ax.tick_params(length=0, pad=1)
-        if layer == 0:
-            ax.set_title("average" if head is None else f"head {head}", fontsize=9)
-        if col == 0:
-            ax.set_ylabel(f"layer {layer}", fontsize=9)
-    fig.colorbar(image, ax=list(axes.ravel()), shrink=0.6, label="attention weight")
-    fig.suptitle(f"cross-attention on the reference: {_shorten(alignment.source)} \u2192 {_shorten(alignment.reference)}",
-                 fontsize=9)
+    for layer in range(layers):
+        for col, head in enumerate(panels):
+            x, y = left + col * (panel_w + gap), bottom + (layers - 1 - layer) * (panel_h + gap)
+            ax = fig.add_axes((x / fig_w, y / fig_h, panel_w / fig_w, panel_h / fig_h))
+            matrix = weights[layer].mean(axis=0) if head is None else weights[layer, head]
+            image = ax.imshow(matrix, cmap=CMAP, vmin=0.0, vmax=1.0, interpolation="nearest", aspect="auto")
+            drawn.append((layer, head, ax))
+            # token labels on the outer panels only: the panels share their axes
+            if layer == layers - 1:
+                ax.set_xticks(range(n_src), alignment.src_tokens.labels, rotation=90, fontsize=7)
+            else:
+                ax.set_xticks([])
+            if col == 0:
+                ax.set_yticks(range(n_tgt), alignment.tgt_tokens.labels, fontsize=7)
+                ax.set_ylabel(f"layer {layer}", fontsize=9, labelpad=2)
+            else:
+                ax.set_yticks([])
+            ax.tick_params(length=0, pad=1)
+            if layer == 0:
+                ax.set_title("average" if head is None else f"head {head}", fontsize=9, pad=3)
+    bar = fig.add_axes(((left + grid_w + 0.2) / fig_w, bottom / fig_h, 0.12 / fig_w, (fig_h - bottom - top) / fig_h))
+    fig.colorbar(image, cax=bar, label="attention weight")
+    fig.suptitle(title, fontsize=9, y=1 - 0.06 / fig_h, va="top")
     return fig, drawn
 
 
