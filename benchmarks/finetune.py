@@ -4,17 +4,17 @@ Four models, trained with the recipe of ``benchmarks/multi30k.py`` (d_model 256,
 of 8,000, batches of about 5,000 padded tokens, checkpoints every 100 steps):
 
 * general: trained on Tatoeba for ``--general-minutes`` (20), or given (``--general DIR``, e.g. a run of
-  ``benchmarks/multi30k.py --corpus tatoeba --src fr --tgt en``; the average of its last 5 checkpoints
-  is used, as that script reports), or an imported Marian model (``--init-from DIR``, a run directory
-  made by ``transformer import-hf``, used as it is);
+  ``benchmarks/multi30k.py --corpus tatoeba --src fr --tgt en``), or an imported Marian model
+  (``--init-from DIR``, a run directory made by ``transformer import-hf``, used as it is);
 * fine-tuned: ``train.init_from`` the general model, Multi30k train for ``--finetune-minutes`` (10), a
   fresh Adam, schedule ``inverse_sqrt`` (warmup ``--warmup`` steps to ``--lr``, then decaying);
 * fine-tuned + mix: the same with ``data.mix`` (``--mix``, default ``multi30k:0.8,tatoeba:0.2``: each
   epoch all of Multi30k train and a fresh draw of Tatoeba's training split, a fifth of the pairs);
 * in-domain: trained on Multi30k alone for ``--in-domain-minutes`` (30), or given (``--in-domain DIR``).
 
-The runs trained here average their last 5 checkpoints at the end (``train.average_last=5``). Every
-model is scored on the Multi30k test_2016_flickr split and on the Tatoeba test split (held out by
+Each model is the average of its run's last 5 checkpoints (paper 6.1, as ``benchmarks/multi30k.py``
+reports it), written with a copy of the run's config and tokenizer into ``OUT/<model>-averaged``; the
+fine-tuning starts from the general model's average. Every model is scored on the Multi30k test_2016_flickr split and on the Tatoeba test split (held out by
 French source sentence with ``--seed``, as the Trainer's ``tatoeba_splits`` makes it: the general
 model never saw it, the mix draws only from Tatoeba's training split), beam 4, length penalty 0.6,
 sacreBLEU and chrF. The table gives each model's steps and minutes, and the share of the general
@@ -64,24 +64,32 @@ def train_phase(cfg: RunConfig, run_dir: Path) -> dict:
     return record
 
 
-def given_run(run_dir: Path, out: Path, *, average: bool) -> tuple[Path, dict]:
-    """A run trained elsewhere: with ``average``, a copy of it in ``out`` whose model is the average of its
-    last 5 checkpoints (what benchmarks/multi30k.py reports); its steps and minutes as far as known."""
+def given_run(run_dir: Path) -> dict:
+    """A run trained elsewhere: its steps and minutes as far as known."""
     record: dict = {"run_dir": str(run_dir), "steps": None, "minutes": None}
     if (run_dir / "benchmark.json").is_file():  # written by benchmarks/multi30k.py
         bench = json.loads((run_dir / "benchmark.json").read_text())
         record.update(steps=bench.get("train_steps"), minutes=round(bench.get("train_seconds", 0) / 60, 1))
     elif (latest := latest_checkpoint(run_dir)) is not None:
         record["steps"] = json.loads((latest / STATE_FILE).read_text())["trainer"]["step"]
-    if not average or not list_checkpoints(run_dir):
-        return run_dir, record
+    return record
+
+
+def averaged_run(run_dir: Path, out: Path, record: dict) -> Path:
+    """A run directory ``out`` whose model is the average of ``run_dir``'s last 5 checkpoints (all of them when
+    it has fewer), with a copy of its config and tokenizer; ``run_dir`` itself when it has no checkpoints (an
+    imported model). ``record`` gets which weights those are."""
+    checkpoints = list_checkpoints(run_dir)
+    if not checkpoints:
+        record["weights"] = str(run_dir / WEIGHTS_FILE)
+        return run_dir
     out.mkdir(parents=True, exist_ok=True)
     for name in (CONFIG_FILE, RUN_CONFIG_FILE, JOINT_FILE, SRC_FILE, TGT_FILE):
         if (run_dir / name).is_file():
             shutil.copyfile(run_dir / name, out / name)
-    used = average_last(run_dir, min(5, len(list_checkpoints(run_dir))), out / WEIGHTS_FILE)
+    used = average_last(run_dir, min(5, len(checkpoints)), out / WEIGHTS_FILE)
     record["weights"] = f"average of {used[0].name}..{used[-1].name}"
-    return out, record
+    return out
 
 
 def test_sets(args: argparse.Namespace) -> dict[str, list[tuple[str, str]]]:
@@ -98,7 +106,7 @@ def finetune_recipe(args: argparse.Namespace, init_dir: Path, *, mix: str | None
     base = recipe(corpus="multi30k", src=args.src, tgt=args.tgt, data_dir=args.data_dir, minutes=args.finetune_minutes,
                   seed=args.seed)
     train = dataclasses.replace(base.train, init_from=str(init_dir), schedule="inverse_sqrt", lr=args.lr,
-                                warmup=args.warmup, average_last=5)
+                                warmup=args.warmup)
     return RunConfig(data=dataclasses.replace(base.data, mix=mix), model={"preset": "small"}, train=train)
 
 
@@ -128,28 +136,26 @@ def main() -> None:
     out = Path(args.out)
     start = time.perf_counter()
 
-    phases: dict[str, tuple[Path, dict]] = {}
-    if args.init_from:
-        phases["general"] = given_run(Path(args.init_from), out / "general-averaged", average=False)
-        phases["general"][1]["note"] = "imported, used as it is"
-    elif args.general:
-        phases["general"] = given_run(Path(args.general), out / "general-averaged", average=True)
+    phases: dict[str, tuple[Path, dict]] = {}  # model -> (the run directory scored, its record)
+    given = args.init_from or args.general
+    if given:
+        record = given_run(Path(given))
     else:
         cfg = recipe(corpus="tatoeba", src=args.src, tgt=args.tgt, data_dir=args.data_dir, minutes=args.general_minutes,
                      seed=args.seed)
-        cfg.train.average_last = 5
-        phases["general"] = (out / "general", train_phase(cfg, out / "general"))
-    general_dir = phases["general"][0]
-    phases["fine-tuned"] = (out / "finetuned", train_phase(finetune_recipe(args, general_dir, mix=None), out / "finetuned"))
-    phases["fine-tuned + mix"] = (out / "finetuned-mix",
-                                  train_phase(finetune_recipe(args, general_dir, mix=args.mix), out / "finetuned-mix"))
+        given, record = out / "general", train_phase(cfg, out / "general")
+    general = averaged_run(Path(given), out / "general-averaged", record)
+    phases["general"] = (general, record)
+    for label, name, mix in (("fine-tuned", "finetuned", None), ("fine-tuned + mix", "finetuned-mix", args.mix)):
+        record = train_phase(finetune_recipe(args, general, mix=mix), out / name)
+        phases[label] = (averaged_run(out / name, out / f"{name}-averaged", record), record)
     if args.in_domain:
-        phases["in-domain"] = given_run(Path(args.in_domain), out / "in-domain-averaged", average=True)
+        in_domain, record = Path(args.in_domain), given_run(Path(args.in_domain))
     else:
         cfg = recipe(corpus="multi30k", src=args.src, tgt=args.tgt, data_dir=args.data_dir,
                      minutes=args.in_domain_minutes, seed=args.seed)
-        cfg.train.average_last = 5
-        phases["in-domain"] = (out / "in-domain", train_phase(cfg, out / "in-domain"))
+        in_domain, record = out / "in-domain", train_phase(cfg, out / "in-domain")
+    phases["in-domain"] = (averaged_run(in_domain, out / "in-domain-averaged", record), record)
 
     sets = test_sets(args)
     rows = []
