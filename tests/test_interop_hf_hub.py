@@ -242,9 +242,9 @@ class _HubHandler(BaseHTTPRequestHandler):
 @pytest.fixture
 def fake_hub(models):
     files = models["files"]
+    pickle_too = {"pytorch_model.bin": files[COMMIT_C]["pytorch_model.bin"]}  # beside the safetensors: not fetched
     hub = FakeHub({
-        REPO: ({COMMIT_A: {**files[COMMIT_A], **UNUSED}, COMMIT_B: {**files[COMMIT_B], **UNUSED,
-                                                                   "pytorch_model.bin": files[COMMIT_C]["pytorch_model.bin"]}},
+        REPO: ({COMMIT_A: {**files[COMMIT_A], **UNUSED}, COMMIT_B: {**files[COMMIT_B], **UNUSED, **pickle_too}},
                {"main": COMMIT_B, "v1": COMMIT_A}),
         BIN_REPO: ({COMMIT_C: {**files[COMMIT_C], **UNUSED}}, {"main": COMMIT_C}),
     })

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 INSTALL_HINT = 'pip install -c constraints.txt -e ".[interop]"'
-MARIAN_TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")  # what a MarianTokenizer reads (+ target_vocab.json)
+MARIAN_TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")  # a MarianTokenizer's (+ target_vocab.json)
 
 
 class InteropError(ValueError):

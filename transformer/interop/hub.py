@@ -66,16 +66,18 @@ def fetch(repo_id: str, revision: str | None = None) -> Path:
 
     at = f" at revision {revision!r}" if revision else ""
     try:
-        folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=[*METADATA_FILES, *SAFETENSORS_FILES]))
+        patterns = [*METADATA_FILES, *SAFETENSORS_FILES]
+        folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns))
         if not any((folder / name).is_file() for name in SAFETENSORS_FILES[:2]):
             # No safetensors weights in the repository: the older pickle format, fetched only now
             # so that a repository holding both formats is never downloaded twice.
-            folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=[*METADATA_FILES, *BIN_FILES]))
+            patterns = [*METADATA_FILES, *BIN_FILES]
+            folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns))
     except errors.LocalEntryNotFoundError:  # the Hub cannot be reached and the cache lacks the model
         reason = ("HF_HUB_OFFLINE=1 is set" if constants.HF_HUB_OFFLINE
                   else f"the Hugging Face Hub ({constants.ENDPOINT}) cannot be reached")
-        raise InteropError(f"cannot fetch {repo_id}{at}: {reason} and the Hub cache ({constants.HF_HUB_CACHE}) holds no complete "
-                           f"copy of it; fetch it once with network, {LOCAL_HINT}") from None
+        raise InteropError(f"cannot fetch {repo_id}{at}: {reason} and the Hub cache ({constants.HF_HUB_CACHE}) "
+                           f"holds no complete copy of it; fetch it once with network, {LOCAL_HINT}") from None
     except errors.RevisionNotFoundError:
         raise InteropError(f"the model {repo_id} has no revision {revision!r} on the Hugging Face Hub (give a "
                            "branch, a tag or a commit hash)") from None
@@ -85,7 +87,9 @@ def fetch(repo_id: str, revision: str | None = None) -> Path:
     except errors.RepositoryNotFoundError:
         raise InteropError(f"{repo_id} is neither a directory nor a model on the Hugging Face Hub (a private "
                            "model needs a login: hf auth login)") from None
-    except (errors.HfHubHTTPError, OSError, *_transport_errors()) as err:
+    except (errors.HfHubHTTPError, errors.FileMetadataError, *_transport_errors()) as err:
+        # The Hub answered with an error, or something that is not a Hub answered (a proxy, a
+        # wrong HF_ENDPOINT); a full or read-only disk is left to the CLI's environment errors.
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise InteropError(f"cannot fetch {repo_id}{at} from the Hugging Face Hub: {first}; {LOCAL_HINT}") from None
     return folder
