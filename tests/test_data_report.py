@@ -10,7 +10,7 @@ from transformer.corpus.registry import corpus_pairs, read_corpus
 from transformer.training import data_setup
 from transformer.training.config import DataConfig
 from transformer.training.data_setup import prepare_data
-from transformer.training.trainer import _data_report
+from transformer.training.data_setup import data_report
 
 PAIRS = generate_pairs(300, seed=0)
 LONG = " ".join(["le chat noir mange une pomme"] * 30)
@@ -31,7 +31,7 @@ def test_validation_pairs_dropped_when_read_or_filtered_are_reported(tmp_path):
                      valid_tgt=_write(tmp_path / "valid.en", [e for _, e in valid]), vocab_size=400, max_len=40)
     data = prepare_data(cfg)
     assert len(data.valid) == 20
-    report = _data_report(data.stats)
+    report = data_report(data.stats)
     assert "\n" not in report
     assert "280 training lines read, 0 with an empty side skipped" in report
     assert "24 validation lines read, 2 with an empty side skipped" in report
@@ -62,6 +62,6 @@ def test_registry_corpora_report_their_read_statistics(tmp_path, monkeypatch):
     directory = _tatoeba_dir(tmp_path, lines)
     monkeypatch.setattr(data_setup, "fetch", lambda name, local_dir=None: directory)
     data = prepare_data(DataConfig(corpus="tatoeba", src_lang="en", tgt_lang="fr", vocab_size=400))
-    report = _data_report(data.stats)
+    report = data_report(data.stats)
     assert f"{len(lines):,} lines read from eng-fra.txt (all splits), 3 with an empty side skipped" in report
     assert "validation pairs kept" in report and "corpus tatoeba:" in report

@@ -394,3 +394,15 @@ def _check_strings(section: Any) -> None:
 def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(f"{key} must be one of {list(choices)}, got {value!r}")
+
+
+def setting_differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """Each setting that differs between two nested dicts, as 'section.key: old there, new now'."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += setting_differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: {a!r} there, {b!r} now")
+    return out

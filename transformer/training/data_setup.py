@@ -21,6 +21,7 @@ import random
 from dataclasses import dataclass, field
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
@@ -222,3 +223,28 @@ def _encode(vocab: Vocabularies, pairs: list[Pair]) -> list[Example]:
     src = vocab.src.encode_batch([s for s, _ in pairs])
     tgt = vocab.tgt.encode_batch([t for _, t in pairs])
     return list(zip(src, tgt))
+
+
+def data_report(stats: dict[str, Any]) -> str:
+    """One line on what reading and filtering kept and dropped, for the training and the validation pairs."""
+    parts = []
+    if read := stats.get("corpus_read"):  # a registry corpus in one file (Tatoeba), read before the split
+        files = ", ".join(Path(name).name for name in read.get("sources", ())) or "the corpus"
+        parts.append(f"{read['n_read']:,} lines read from {files} (all splits), "
+                     f"{read['n_empty_skipped']:,} with an empty side skipped")
+    for split, name in (("train", "training"), ("valid", "validation"), ("test", "test")):
+        if read := stats.get(f"{split}_read"):
+            parts.append(f"{read['n_read']:,} {name} lines read, "
+                         f"{read['n_empty_skipped']:,} with an empty side skipped")
+    if kept := stats.get("train_filter"):
+        parts.append(f"{kept['kept']:,} training pairs kept, dropped {kept['too_long']:,} too long, "
+                     f"{kept['bad_ratio']:,} with a bad length ratio, {kept['empty']:,} empty after tokenization")
+    if kept := stats.get("valid_filter"):  # no length-ratio filter on validation pairs
+        parts.append(f"{kept['kept']:,} validation pairs kept, dropped {kept['too_long']:,} too long, "
+                     f"{kept['empty']:,} empty after tokenization")
+    if mix := stats.get("mix"):  # data.mix: the corpora, their shares of each epoch's pairs, their pairs
+        parts.append("mix " + ", ".join(f"{m['corpus']} {m['weight']:.0%} ({m['pairs']:,} pairs)" for m in mix)
+                     + f"; validation on {mix[0]['corpus']}")
+    if stats.get("attribution"):
+        parts.append(f"corpus {stats['corpus']}: {stats['attribution']}")
+    return "data: " + "; ".join(parts) if parts else "data: built-in corpus"

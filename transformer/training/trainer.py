@@ -49,8 +49,8 @@ from transformer.cpu import Swaps, accelerate_training, available as cpu_kernels
 from transformer.cpu.precision import resolve_precision, slow_bf16_warning
 from transformer.text import Vocabularies
 from transformer.training import distributed as D
-from transformer.training.config import RunConfig
-from transformer.training.data_setup import PreparedData, make_batches, prepare_data
+from transformer.training.config import RunConfig, setting_differences
+from transformer.training.data_setup import PreparedData, data_report, make_batches, prepare_data
 from transformer.training.finetune import freeze, model_config_for, open_source, provenance, refuse_itself
 from transformer.training.loss import LabelSmoothedCrossEntropy
 from transformer.training.progress import CURVE_FILE, METRICS_FILE, MetricsLog, Progress, plot_training_curve
@@ -206,7 +206,7 @@ class Trainer:
             raise RunDirectoryError(f"{saved} is not a readable run config ({err}); choose another --run-dir") from None
         self.initialized_from = previous.initialized_from  # kept as first recorded
         if previous.effective_settings() != self.cfg.effective_settings():
-            diffs = _differences(previous.effective_settings(), self.cfg.effective_settings())
+            diffs = setting_differences(previous.effective_settings(), self.cfg.effective_settings())
             raise RunDirectoryError(
                 f"{self.run_dir} holds a run with a different configuration ({'; '.join(diffs[:6])}); "
                 "choose another --run-dir to start a new run, or repeat the original settings to resume"
@@ -261,7 +261,7 @@ class Trainer:
                          + (f"; resumed at step {st.step}" if self.resumed_from else ""))
         if self.precision == "bf16" and (warning := slow_bf16_warning(self.device)):
             progress.message(f"warning: {warning}; use train.precision=fp32 or auto")
-        progress.message(_data_report(self.data.stats))
+        progress.message(data_report(self.data.stats))
         self.board = TensorBoardLog.open(self.run_dir, enabled=t.tensorboard and self.dist.is_main, resume_step=st.step,
                                          say=progress.message)
         start = time.perf_counter()
@@ -429,31 +429,6 @@ class Trainer:
         D.barrier(self.dist)
 
 
-def _data_report(stats: dict[str, Any]) -> str:
-    """One line on what reading and filtering kept and dropped, for the training and the validation pairs."""
-    parts = []
-    if read := stats.get("corpus_read"):  # a registry corpus in one file (Tatoeba), read before the split
-        files = ", ".join(Path(name).name for name in read.get("sources", ())) or "the corpus"
-        parts.append(f"{read['n_read']:,} lines read from {files} (all splits), "
-                     f"{read['n_empty_skipped']:,} with an empty side skipped")
-    for split, name in (("train", "training"), ("valid", "validation"), ("test", "test")):
-        if read := stats.get(f"{split}_read"):
-            parts.append(f"{read['n_read']:,} {name} lines read, "
-                         f"{read['n_empty_skipped']:,} with an empty side skipped")
-    if kept := stats.get("train_filter"):
-        parts.append(f"{kept['kept']:,} training pairs kept, dropped {kept['too_long']:,} too long, "
-                     f"{kept['bad_ratio']:,} with a bad length ratio, {kept['empty']:,} empty after tokenization")
-    if kept := stats.get("valid_filter"):  # no length-ratio filter on validation pairs
-        parts.append(f"{kept['kept']:,} validation pairs kept, dropped {kept['too_long']:,} too long, "
-                     f"{kept['empty']:,} empty after tokenization")
-    if mix := stats.get("mix"):  # data.mix: the corpora, their shares of each epoch's pairs, their pairs
-        parts.append("mix " + ", ".join(f"{m['corpus']} {m['weight']:.0%} ({m['pairs']:,} pairs)" for m in mix)
-                     + f"; validation on {mix[0]['corpus']}")
-    if stats.get("attribution"):
-        parts.append(f"corpus {stats['corpus']}: {stats['attribution']}")
-    return "data: " + "; ".join(parts) if parts else "data: built-in corpus"
-
-
 def _groups(batches: Iterator[Batch], size: int) -> Iterator[list[Batch]]:
     """Whole steps of ``size`` batches; the few left at the epoch's end are not a step, so the batches of
     every step are the same whatever the number of processes (see :mod:`transformer.training.distributed`)."""
@@ -481,14 +456,3 @@ def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
-    out = []
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _differences(a, b, f"{prefix}{key}.")
-        elif a != b:
-            out.append(f"{prefix}{key}: {a!r} there, {b!r} now")
-    return out
