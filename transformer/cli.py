@@ -10,7 +10,7 @@ Exit statuses (also in ``transformer --help``):
   that holds another run or that another process is writing to (``train`` and ``average``
   lock it), a directory you may not write to.
 * 3: the environment failed: a read-only file system, a full disk or exhausted quota, an
-  input/output error. Nothing is left half-written; fix the cause and run the same command again
+  input/output error, another process of a ``torchrun`` training lost. Nothing is left half-written; fix the cause and run the same command again
   (``train`` resumes from its last checkpoint).
 * 130: interrupted (Ctrl-C).
 """
@@ -42,7 +42,7 @@ EXIT_ENVIRONMENT = 3  # the file system (or another part of the environment) fai
 EXIT_STATUSES = (
     "exit status: 0 success; 2 a mistake in the command or its settings (a value out of range, a missing file, "
     "a run directory in use by another run); 3 the environment failed (read-only file system, full disk, "
-    "I/O error): fix it and run the same command again; 130 interrupted.")
+    "I/O error, a lost torchrun process): fix it and run the same command again; 130 interrupted.")
 
 
 class UsageError(Exception):
