@@ -64,6 +64,25 @@ def test_killed_run_resumes_with_identical_losses(tmp_path):
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
 
 
+def test_a_finished_run_goes_on_with_a_longer_run_length_as_one_run_would(tmp_path):
+    """epochs, max_steps and time_limit only say how long to train: a resume may set them anew."""
+    settings = TINY + ["train.save_every=3", "train.eval_every=100", "model.dropout=0.1"]
+    straight = cli("train", "--run-dir", str(tmp_path / "straight"), "--quiet", "--json", *settings, "train.max_steps=12")
+    assert straight.returncode == 0, straight.stderr
+    first = cli("train", "--run-dir", str(tmp_path / "two"), "--quiet", *settings, "train.max_steps=6")
+    assert first.returncode == 0, first.stderr
+    longer = cli("train", "--run-dir", str(tmp_path / "two"), "--quiet", "--json", *settings, "train.max_steps=12",
+                 "train.epochs=50", "train.time_limit=3600")
+    assert longer.returncode == 0, longer.stderr
+    one, two = (json.loads(r.stdout.strip().splitlines()[-1]) for r in (straight, longer))
+    assert two["resumed_from"] == 6 and two["steps"] == 12
+    assert train_losses(tmp_path / "two") == train_losses(tmp_path / "straight")
+    assert two["target_tokens"] == one["target_tokens"] > 0  # counted across the resume
+    recipe = cli("train", "--run-dir", str(tmp_path / "two"), "--quiet", *settings, "train.max_steps=12",
+                 "train.label_smoothing=0.2")
+    assert recipe.returncode == 2 and "train.label_smoothing" in recipe.stderr  # the recipe itself may not change
+
+
 def test_two_process_gloo_run_equals_one_process_with_the_same_global_batch(tmp_path):
     settings = TINY + ["train.max_steps=6", "train.eval_every=100", "train.eval_sentences=0", "model.dropout=0.0"]
     env = dict(os.environ, OMP_NUM_THREADS="1")

@@ -179,7 +179,8 @@ def _train(args: argparse.Namespace) -> int:
     retain_freed_memory()  # training reuses the same large temporaries each step (transformer/cpu/allocator.py)
     result = Trainer(cfg, args.run_dir, show_progress=not args.quiet).train()
     summary = {"run_dir": str(result.run_dir), "steps": result.steps, "epochs": result.epochs_completed,
-               "seconds": round(result.seconds, 1), "valid": result.valid, "resumed_from": result.resumed_from}
+               "seconds": round(result.seconds, 1), "target_tokens": result.target_tokens, "valid": result.valid,
+               "resumed_from": result.resumed_from}
     if args.json:
         print(json.dumps(summary))
     else:

@@ -32,6 +32,8 @@ SCHEDULES = ("auto", "noam", "inverse_sqrt", "constant")  # train.schedule (tran
 FREEZABLE = ("embeddings", "encoder", "decoder")  # train.freeze: the parts that can be kept as they are
 # train.warmup when left unset: the paper's 4000 steps for noam, a short one for fine-tuning schedules
 DEFAULT_WARMUP = {"noam": 4000, "inverse_sqrt": 100, "constant": 100}
+# how long a run goes on: none of the schedules depends on it, so a resume may set them anew
+RUN_LENGTH_KEYS = ("epochs", "max_steps", "time_limit")
 DEVICES = ("auto", "cpu", "cuda")
 MAX_THREADS = 1024  # torch crashes far beyond the cores a machine has (set_num_threads(100000) segfaults)
 
@@ -243,6 +245,14 @@ class RunConfig:
         ``train.schedule`` existed (warmup 4000 written out) equals the same recipe written now."""
         out = self.settings()
         out["train"]["schedule"], out["train"]["warmup"] = self.train.effective_schedule()
+        return out
+
+    def recipe_settings(self) -> dict[str, Any]:
+        """:meth:`effective_settings` without the keys that only say how long to train
+        (:data:`RUN_LENGTH_KEYS`): a run resumed with another of those follows the same trajectory."""
+        out = self.effective_settings()
+        for key in RUN_LENGTH_KEYS:
+            out["train"].pop(key, None)
         return out
 
     @classmethod

@@ -59,6 +59,7 @@ class TrainerState:
     step: int = 0  # optimizer steps done
     epoch: int = 0  # current epoch
     batch_in_epoch: int = 0  # batches of this epoch already consumed (resume continues at this index)
+    target_tokens: int = 0  # target tokens trained on so far (all processes)
     best_metric: float | None = None  # e.g. validation BLEU or loss
     best_step: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # JSON-serialisable

@@ -82,6 +82,7 @@ class TrainResult:
     seconds: float
     valid: dict[str, Any] | None  # last validation record
     resumed_from: int | None  # step of the checkpoint resumed from
+    target_tokens: int = 0  # target tokens trained on, from the start of the run
 
 
 def resolve_device(name: str) -> torch.device:
@@ -205,8 +206,8 @@ class Trainer:
         except (ValueError, json.JSONDecodeError) as err:
             raise RunDirectoryError(f"{saved} is not a readable run config ({err}); choose another --run-dir") from None
         self.initialized_from = previous.initialized_from  # kept as first recorded
-        if previous.effective_settings() != self.cfg.effective_settings():
-            diffs = setting_differences(previous.effective_settings(), self.cfg.effective_settings())
+        if previous.recipe_settings() != self.cfg.recipe_settings():
+            diffs = setting_differences(previous.recipe_settings(), self.cfg.recipe_settings())
             raise RunDirectoryError(
                 f"{self.run_dir} holds a run with a different configuration ({'; '.join(diffs[:6])}); "
                 "choose another --run-dir to start a new run, or repeat the original settings to resume"
@@ -310,13 +311,15 @@ class Trainer:
             last_valid = self._validate_and_save(progress)
         self._finish(progress)
         progress.close()
-        return TrainResult(self.run_dir, st.step, st.epoch, time.perf_counter() - start, last_valid, self.resumed_from)
+        return TrainResult(self.run_dir, st.step, st.epoch, time.perf_counter() - start, last_valid, self.resumed_from,
+                           st.target_tokens)
 
     def _step(self, model: torch.nn.Module, group: list[Batch]) -> tuple[float, float]:
         """One optimizer step over ``group``; the loss is normalised by the step's global target tokens."""
         t = self.cfg.train
         local_tokens = float(sum(b.n_tgt_tokens for b in group))
         (global_tokens,) = D.all_reduce_sum([local_tokens], self.dist, self.device)
+        self.state.target_tokens += int(global_tokens)
         # DDP averages gradients over ranks, so scale by world_size to get sum / global tokens.
         factor = self.dist.world_size / global_tokens
         loss_total = 0.0
