@@ -111,6 +111,9 @@ class TrainConfig:
     adam_eps: float = field(default=1e-9, metadata=positive())
     weight_decay: float = field(default=0.0, metadata=at_least(0.0))
     label_smoothing: float = field(default=0.1, metadata=probability())
+    # R-Drop (Liang et al. 2021): weight of the symmetric KL between two dropout passes of each batch
+    # (each step computes the batch twice); 0 = off
+    rdrop: float = field(default=0.0, metadata=at_least(0.0))
     # gradient clipping by global norm (the paper has none)
     clip_norm: float | None = field(default=None, metadata=at_least(0.0, note="0 = no clipping",
                                                                      none_means="no clipping"))

@@ -23,6 +23,9 @@ logits are read once (and exp(z - lse) is avoided: the CPU exp kernel slows down
 underflow). With ``cpu_kernel=True`` (the trainer sets it where it applies the CPU engine) the
 per-row work on CPU is one compiled kernel (``transformer.cpu.ops.smoothed_nll``).
 ``reference_smoothed_nll`` is the plain composition, kept as the test oracle.
+
+``symmetric_kl`` is R-Drop's consistency term (``train.rdrop``): the divergence between the
+predictions of two dropout passes over the same batch.
 """
 
 from __future__ import annotations
@@ -129,3 +132,15 @@ def reference_smoothed_nll(logits: Tensor, target: Tensor, *, smoothing: float, 
     nll = (-log_probs.gather(1, target.clamp(min=0).unsqueeze(1)).squeeze(1)).masked_fill(~keep, 0.0)
     uniform = (-log_probs.mean(dim=-1)).masked_fill(~keep, 0.0)
     return ((1.0 - smoothing) * nll + smoothing * uniform).sum(), nll.sum()
+
+
+def symmetric_kl(logits_a: Tensor, logits_b: Tensor) -> Tensor:
+    """(KL(p_a || p_b) + KL(p_b || p_a)) / 2 summed over rows, for logits ``(N, V)`` (fp32 arithmetic).
+
+    Each direction's gradient flows into both sides, as in R-Drop's code (neither side is held fixed).
+    """
+    dtype = torch.promote_types(logits_a.dtype, torch.float32)
+    log_a = F.log_softmax(logits_a.to(dtype), dim=-1)
+    log_b = F.log_softmax(logits_b.to(dtype), dim=-1)
+    # KL(p || q) = sum p (log p - log q); the two directions together: sum (p_a - p_b)(log p_a - log p_b)
+    return 0.5 * ((log_a.exp() - log_b.exp()) * (log_a - log_b)).sum()

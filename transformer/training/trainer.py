@@ -52,7 +52,7 @@ from transformer.training import distributed as D
 from transformer.training.config import RunConfig, setting_differences
 from transformer.training.data_setup import PreparedData, data_report, make_batches, prepare_data
 from transformer.training.finetune import freeze, model_config_for, open_source, provenance, refuse_itself
-from transformer.training.loss import LabelSmoothedCrossEntropy
+from transformer.training.loss import LabelSmoothedCrossEntropy, symmetric_kl
 from transformer.training.progress import CURVE_FILE, METRICS_FILE, MetricsLog, Progress, plot_training_curve
 from transformer.training.schedule import build_optimizer
 from transformer.training.alignment_log import ALIGNMENTS_FILE, AlignmentLog
@@ -328,12 +328,10 @@ class Trainer:
             sync = nullcontext() if (not self.dist.enabled or i == len(group) - 1) else model.no_sync()  # type: ignore[operator]
             with sync:
                 with self._autocast():  # the forward pass only; backward runs in the dtypes it recorded
-                    real = batch.tgt_out != self.vocab.tgt.pad_id  # (B, T): logits only where there is a target
-                    logits = model(batch.src, batch.tgt_in, batch.src_mask, positions=real)  # (N, V)
-                    loss, _ = self.criterion(logits, batch.tgt_out[real])
+                    loss, reported = self._loss(model, batch)
                 scaled = loss * factor
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
-            loss_total += float(loss.detach())
+            loss_total += float(reported.detach())
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         if t.clip_norm:  # the norm before clipping
@@ -352,6 +350,25 @@ class Trainer:
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss_total, local_tokens
+
+    def _loss(self, model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch's summed training loss and the label-smoothed cross-entropy part to report.
+
+        With ``train.rdrop`` (R-Drop, Liang et al. 2021) the batch goes through the model twice in
+        one pass, so each copy gets its own dropout masks, and the loss adds the symmetric KL
+        divergence between the two predictions: (CE_1 + CE_2 + alpha * (KL(p1||p2) + KL(p2||p1)) / 2) / 2
+        per target token, as in the paper's code."""
+        real = batch.tgt_out != self.vocab.tgt.pad_id  # (B, T): logits only where there is a target
+        target = batch.tgt_out[real]
+        alpha = self.cfg.train.rdrop
+        if not alpha:
+            loss, _ = self.criterion(model(batch.src, batch.tgt_in, batch.src_mask, positions=real), target)  # (N, V)
+            return loss, loss
+        twice = [torch.cat([x, x]) for x in (batch.src, batch.tgt_in, batch.src_mask, real)]
+        logits = model(*twice[:3], positions=twice[3])  # (2N, V): the first copy's rows, then the second's
+        ce, _ = self.criterion(logits, torch.cat([target, target]))
+        first, second = logits.chunk(2)
+        return 0.5 * (ce + alpha * symmetric_kl(first, second)), 0.5 * ce
 
     def _autocast(self):
         precision = self.precision
