@@ -37,7 +37,7 @@ import shutil
 import time
 from pathlib import Path
 
-from multi30k import decode_in_bf16, recipe, score_run
+from multi30k import FIRST_RECIPE, decode_in_bf16, recipe, score_run
 
 from transformer.training.averaging import average_last
 from transformer.training.checkpoint import CONFIG_FILE, WEIGHTS_FILE
@@ -104,7 +104,7 @@ def test_sets(args: argparse.Namespace) -> dict[str, list[tuple[str, str]]]:
 def finetune_recipe(args: argparse.Namespace, init_dir: Path, *, mix: str | None) -> RunConfig:
     """The recipe on Multi30k, starting from ``init_dir``: its architecture and tokenizer, a fine-tuning schedule."""
     base = recipe(corpus="multi30k", src=args.src, tgt=args.tgt, data_dir=args.data_dir, minutes=args.finetune_minutes,
-                  seed=args.seed)
+                  seed=args.seed, overrides=FIRST_RECIPE)
     train = dataclasses.replace(base.train, init_from=str(init_dir), schedule="inverse_sqrt", lr=args.lr,
                                 warmup=args.warmup)
     return RunConfig(data=dataclasses.replace(base.data, mix=mix), model={"preset": "small"}, train=train)
@@ -142,7 +142,7 @@ def main() -> None:
         record = given_run(Path(given))
     else:
         cfg = recipe(corpus="tatoeba", src=args.src, tgt=args.tgt, data_dir=args.data_dir, minutes=args.general_minutes,
-                     seed=args.seed)
+                     seed=args.seed, overrides=FIRST_RECIPE)
         given, record = out / "general", train_phase(cfg, out / "general")
     general = averaged_run(Path(given), out / "general-averaged", record)
     phases["general"] = (general, record)
@@ -153,7 +153,7 @@ def main() -> None:
         in_domain, record = Path(args.in_domain), given_run(Path(args.in_domain))
     else:
         cfg = recipe(corpus="multi30k", src=args.src, tgt=args.tgt, data_dir=args.data_dir,
-                     minutes=args.in_domain_minutes, seed=args.seed)
+                     minutes=args.in_domain_minutes, seed=args.seed, overrides=FIRST_RECIPE)
         in_domain, record = out / "in-domain", train_phase(cfg, out / "in-domain")
     phases["in-domain"] = (averaged_run(in_domain, out / "in-domain-averaged", record), record)
 
