@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from train_step import matmul_peak
+from train_step import cpu_model, matmul_peak
 from transformer.cpu.precision import fast_bf16
 from transformer.decoding import DecodeConfig
 from transformer.training.averaging import average_last
@@ -148,14 +148,7 @@ def tune_decoding(run_dir: Path, weights: Path, valid: list[tuple[str, str]], be
 
 def machine() -> dict:
     """What makes runs of different days comparable: the CPU, torch, and today's matmul peak."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model() or platform.processor() or platform.machine()
     print("measuring the matmul peak ...", flush=True)
     return {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
             "date": datetime.date.today().isoformat(),

@@ -158,6 +158,15 @@ def multi30k_batches(data_dir: str, vocab_size: int, max_tokens: int, count: int
 
 
 # ------------------------------------------------------------------------------------------ FLOPs
+def cpu_model() -> str | None:
+    """The CPU's model name from /proc/cpuinfo (None where there is none to read)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return None
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
+
+
 def matmul_peak(dtype: torch.dtype, sizes=(2048, 3072, 4096), repeats: int = 5, trials: int = 3) -> float:
     """Best FLOP/s of large square matmuls in ``dtype`` (best of ``trials`` timings per size)."""
     best = 0.0

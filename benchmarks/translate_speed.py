@@ -78,6 +78,9 @@ from transformer.text import Vocabularies
 from transformer.cpu import available as cpu_kernels_available
 from transformer.translate.translator import Translator
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_step import cpu_model  # noqa: E402
+
 SPLIT = "test_2016_flickr"
 
 
@@ -97,14 +100,7 @@ def source_language(run_dir: Path, default: str) -> tuple[str, str]:
 
 
 def machine() -> dict:
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model() or platform.processor() or ""
     import ctranslate2
     import transformers
 
