@@ -12,9 +12,11 @@ units (CUDA from compute capability 8.0, CPUs with AVX-512 bf16 or AMX) and in f
 
 Every run records what makes runs of different days comparable: the day's matmul peak, the
 CPU, steps, epochs and target tokens seen. ``--milestones`` stops training at those minutes,
-scores validation and test with the average of the last checkpoints, and goes on (the schedule
-does not depend on the run's length, so the model at minute 8 of a 30-minute run is the model
-of an 8-minute run): the time to a quality comes from one run. ``--set`` changes one setting of
+scores validation and test with the average of the last checkpoints, and goes on (the paper's
+schedule does not depend on the run's length, so the model at minute 8 of a 30-minute run is the
+model of an 8-minute run): the time to a quality comes from one run. With ``train.cooldown`` the
+rate decays to zero at the run's end, so each length is a run of its own (``--milestones`` is
+refused). ``--set`` changes one setting of
 the recipe (an ablation); ``--tune-decoding`` picks beam size and length penalty on
 validation. Settings are chosen on validation; test_2016 is reported beside it, never chosen on.
 
@@ -168,6 +170,11 @@ def run(args: argparse.Namespace) -> dict:
     run_dir = Path(args.run_dir or f"runs/{args.corpus}-{args.src}-{args.tgt}")
     if run_dir.is_dir() and list_checkpoints(run_dir):
         raise SystemExit(f"{run_dir} already holds a run: choose another --run-dir (the benchmark starts from scratch)")
+    marks = milestone_minutes(args.milestones, args.minutes)
+    if len(marks) > 1 and recipe(corpus=args.corpus, src=args.src, tgt=args.tgt, data_dir=args.data_dir,
+                                 minutes=args.minutes, overrides=args.set).train.cooldown:
+        raise SystemExit("--milestones cannot be used with train.cooldown: the decay ends at the run's time limit, "
+                         "so each segment would end on a different schedule; run each length on its own")
     info = machine()
     print(f"{info['cpu']}, {info['threads']} threads, torch {info['torch']}; matmul peak fp32 "
           f"{info['peak_gflops']['fp32']} GFLOP/s, bf16 {info['peak_gflops']['bf16']} GFLOP/s", flush=True)
@@ -175,10 +182,11 @@ def run(args: argparse.Namespace) -> dict:
     trained = 0.0
     rows = []
     trainer = result = None
-    for mark in milestone_minutes(args.milestones, args.minutes):
+    for mark in marks:
         keep = [f"train.keep_last={args.average}"] if args.average > AVERAGE else []
+        # train.time_limit counts the whole run, resumes included: each segment trains up to its mark
         cfg = recipe(corpus=args.corpus, src=args.src, tgt=args.tgt, data_dir=args.data_dir,
-                     minutes=max(mark - trained / 60, 1e-3), seed=args.seed, overrides=args.set + keep)
+                     minutes=mark, seed=args.seed, overrides=args.set + keep)
         trainer = Trainer(cfg, run_dir)
         result = trainer.train()
         trained += result.seconds

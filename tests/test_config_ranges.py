@@ -38,6 +38,7 @@ CLI_CASES = [
     ("data.vocab_size=3",
      "data.vocab_size must be an integer >= 261 (4 special and 256 byte tokens, then the pieces), got 3"),
     ("train.clip_norm=nan", "train.clip_norm must be >= 0 and finite (0 = no clipping), or null (no clipping), got nan"),
+    ("train.cooldown=1.5", "train.cooldown must be in [0, 1] (0 = none), got 1.5"),
     ("train.time_limit=abc", "train.time_limit must be > 0 and finite (seconds), or null (no time limit), got 'abc'"),
     ("train.seed=-1", "train.seed must be an integer in [0, 4294967295], got -1"),
     ("model.dropout=1", "model.dropout must be in [0, 1), got 1.0"),

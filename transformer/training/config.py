@@ -32,7 +32,7 @@ SCHEDULES = ("auto", "noam", "inverse_sqrt", "constant")  # train.schedule (tran
 FREEZABLE = ("embeddings", "encoder", "decoder")  # train.freeze: the parts that can be kept as they are
 # train.warmup when left unset: the paper's 4000 steps for noam, a short one for fine-tuning schedules
 DEFAULT_WARMUP = {"noam": 4000, "inverse_sqrt": 100, "constant": 100}
-# how long a run goes on: none of the schedules depends on it, so a resume may set them anew
+# how long a run goes on: a resume may set them anew (only train.cooldown's decay follows them)
 RUN_LENGTH_KEYS = ("epochs", "max_steps", "time_limit")
 DEVICES = ("auto", "cpu", "cuda")
 MAX_THREADS = 1024  # torch crashes far beyond the cores a machine has (set_num_threads(100000) segfaults)
@@ -90,7 +90,8 @@ class TrainConfig:
     epochs: int = field(default=10, metadata=positive_int())
     # stop after this many optimizer steps
     max_steps: int | None = field(default=None, metadata=positive_int(none_means="no step limit"))
-    # stop after this many seconds of training (then validate and save)
+    # stop after this many seconds of training (then validate and save), counted over the whole run:
+    # a resumed run goes on for the time that is left
     time_limit: float | None = field(default=None, metadata=positive(note="seconds", none_means="no time limit"))
     # start from the weights, architecture and tokenizer of this run directory (fine-tuning): one of ours,
     # one made by import-hf, or a checkpoints/step-N directory of one; the run itself goes to another directory
@@ -100,6 +101,9 @@ class TrainConfig:
     schedule: str = "auto"
     lr_scale: float = field(default=1.0, metadata=positive())  # factor on the paper's learning-rate formula (noam)
     lr: float = field(default=2e-4, metadata=positive())  # peak learning rate of the inverse_sqrt and constant schedules
+    # the last fraction of the run over which the learning rate falls linearly to zero (on top of the
+    # schedule); the run's length is the nearest of train.time_limit, train.max_steps and train.epochs
+    cooldown: float = field(default=0.0, metadata=valid(float, 0.0, 1.0, note="0 = none"))
     # warmup steps of the learning-rate schedule
     warmup: int | None = field(default=None, metadata=positive_int(
         none_means="4000 for noam (paper 5.3), 100 for inverse_sqrt and constant"))

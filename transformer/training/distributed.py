@@ -101,13 +101,13 @@ def all_reduce_sum(values: list[float], info: DistInfo, device: torch.device) ->
     return t.tolist()
 
 
-def broadcast_flag(flag: bool, info: DistInfo, device: torch.device) -> bool:
-    """Rank 0's value of ``flag`` on every rank (so all ranks stop at the same step)."""
+def broadcast_number(value: float, info: DistInfo, device: torch.device) -> float:
+    """Rank 0's ``value`` on every rank (a clock reading that must be the same everywhere)."""
     if not info.enabled:
-        return flag
-    t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=device)
     dist.broadcast(t, src=0)
-    return bool(t.item())
+    return float(t.item())
 
 
 def barrier(info: DistInfo) -> None:

@@ -9,6 +9,10 @@ Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9 and one of
   ``lr * sqrt(warmup / step)``: the same shape as ``noam``, with the peak given directly, which is
   what fine-tuning a trained model wants (a rate well below the one it was trained at).
 * ``constant``: a linear warmup to ``lr``, then ``lr``.
+
+and, on top of any of them, an optional cooldown (:func:`cooldown_factor`): the last fraction of
+the run decays the rate linearly to zero, so a run with a fixed budget of time or steps ends on
+an annealed model (the trapezoidal / warmup-stable-decay shape with ``constant``).
 """
 
 from __future__ import annotations
@@ -36,6 +40,25 @@ def inverse_sqrt_lr(step: int, *, lr: float, warmup: int) -> float:
 def constant_lr(step: int, *, lr: float, warmup: int) -> float:
     """``lr * step / warmup`` during the warmup, ``lr`` after (1-based steps)."""
     return lr * min(max(step, 1) / warmup, 1.0)
+
+
+def run_progress(*, steps: int, seconds: float, total_steps: int | None, time_limit: float | None) -> float:
+    """How far a run is through its length, in [0, 1]: the larger of its share of ``total_steps`` and
+    of ``time_limit`` seconds (a run ends at whichever it reaches first)."""
+    shares = [0.0]
+    if total_steps:
+        shares.append(steps / total_steps)
+    if time_limit:
+        shares.append(seconds / time_limit)
+    return min(max(shares), 1.0)
+
+
+def cooldown_factor(progress: float, cooldown: float) -> float:
+    """The factor on the learning rate at ``progress`` (0 at the run's start, 1 at its end) when the
+    last ``cooldown`` fraction of the run decays linearly to zero: 1 before, ``(1 - progress) / cooldown`` within."""
+    if cooldown <= 0:
+        return 1.0
+    return min(1.0, max(0.0, (1.0 - progress) / cooldown))
 
 
 def lr_function(schedule: str, *, d_model: int, warmup: int, scale: float = 1.0,

@@ -60,6 +60,7 @@ class TrainerState:
     epoch: int = 0  # current epoch
     batch_in_epoch: int = 0  # batches of this epoch already consumed (resume continues at this index)
     target_tokens: int = 0  # target tokens trained on so far (all processes)
+    seconds: float = 0.0  # wall-clock seconds of training so far, over all invocations (train.time_limit counts these)
     best_metric: float | None = None  # e.g. validation BLEU or loss
     best_step: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # JSON-serialisable

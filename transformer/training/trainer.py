@@ -54,7 +54,7 @@ from transformer.training.data_setup import PreparedData, data_report, make_batc
 from transformer.training.finetune import freeze, model_config_for, open_source, provenance, refuse_itself
 from transformer.training.loss import LabelSmoothedCrossEntropy, symmetric_kl
 from transformer.training.progress import CURVE_FILE, METRICS_FILE, MetricsLog, Progress, plot_training_curve
-from transformer.training.schedule import build_optimizer
+from transformer.training.schedule import build_optimizer, cooldown_factor, run_progress
 from transformer.training.alignment_log import ALIGNMENTS_FILE, AlignmentLog
 from transformer.training.tensorboard_log import TensorBoardLog
 from transformer.training.averaging import average_last
@@ -112,6 +112,7 @@ class Trainer:
         _seed_everything(t.seed)
         self.show_progress = show_progress and self.dist.is_main
         self.stream = stream
+        self.clock = time.perf_counter  # what train.time_limit and the cooldown measure (a test may give its own)
         self.lock = RunLock(self.run_dir, command="train")
         try:
             self._lock()  # before anything in the run directory is read or written
@@ -253,8 +254,10 @@ class Trainer:
         if self.dist.enabled:
             model = DistributedDataParallel(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         total = t.max_steps or t.epochs * self.steps_per_epoch
+        before = st.seconds  # the run's time limit counts the invocations before this one too
         progress = Progress(total_steps=total, initial_step=st.step, log_every=t.log_every, stream=self.stream,
-                            enabled=self.show_progress, time_limit=t.time_limit)
+                            enabled=self.show_progress,
+                            time_limit=None if t.time_limit is None else max(t.time_limit - before, 0.0))
         progress.message(f"training {self.model.num_parameters():,} parameters on {len(self.data.train):,} pairs, "
                          f"{len(self.batches)} batches/epoch, device {self.device}, {self.precision}"
                          + (" (auto)" if t.precision == "auto" else "") + ", "
@@ -265,16 +268,16 @@ class Trainer:
         progress.message(data_report(self.data.stats))
         self.board = TensorBoardLog.open(self.run_dir, enabled=t.tensorboard and self.dist.is_main, resume_step=st.step,
                                          say=progress.message)
-        start = time.perf_counter()
+        start = self.clock()
         window_loss = window_tokens = 0.0
         window_start = time.perf_counter()
         last_valid: dict[str, Any] | None = None
-        stop = t.max_steps is not None and st.step >= t.max_steps  # a finished run resumed: nothing to do
+        stop = self._run_over()  # a finished run resumed: nothing to do
         while st.epoch < t.epochs and not stop:
             batches = self.batches.iter_from(st.epoch, st.batch_in_epoch)
             for group in _groups(batches, self.accumulate):
                 model.train()
-                lr = self.optimizer.param_groups[0]["lr"]  # the rate this step uses (the scheduler moves it on after)
+                lr = self._apply_cooldown(total)  # the rate this step uses (the scheduler moves it on after)
                 loss_sum, tokens = self._step(model, group)
                 st.step += 1
                 st.batch_in_epoch += len(group)
@@ -291,9 +294,9 @@ class Trainer:
                     progress.update(st.step, loss=record["loss"], lr=record["lr"], tokens_per_s=rate, epoch=st.epoch)
                     window_loss = window_tokens = 0.0
                     window_start = time.perf_counter()
-                out_of_time = t.time_limit is not None and time.perf_counter() - start > t.time_limit
-                stop = D.broadcast_flag(out_of_time or (t.max_steps is not None and st.step >= t.max_steps),
-                                        self.dist, self.device)
+                # rank 0's clock, so that every rank stops at the same step and cools down alike
+                st.seconds = D.broadcast_number(before + self.clock() - start, self.dist, self.device)
+                stop = self._run_over()
                 if stop:
                     break
                 paused = time.perf_counter()
@@ -311,8 +314,23 @@ class Trainer:
             last_valid = self._validate_and_save(progress)
         self._finish(progress)
         progress.close()
-        return TrainResult(self.run_dir, st.step, st.epoch, time.perf_counter() - start, last_valid, self.resumed_from,
+        return TrainResult(self.run_dir, st.step, st.epoch, self.clock() - start, last_valid, self.resumed_from,
                            st.target_tokens)
+
+    def _run_over(self) -> bool:
+        """Whether the run has reached ``train.max_steps`` or spent ``train.time_limit`` (over all invocations)."""
+        t, st = self.cfg.train, self.state
+        return (t.max_steps is not None and st.step >= t.max_steps) or (t.time_limit is not None and st.seconds > t.time_limit)
+
+    def _apply_cooldown(self, total_steps: int) -> float:
+        """Set the learning rate of the next step, the schedule's times the cooldown factor, and return it.
+        The scheduler keeps the plain schedule, so a resumed run recomputes the factor from where it stands."""
+        t, st = self.cfg.train, self.state
+        factor = cooldown_factor(run_progress(steps=st.step, seconds=st.seconds, total_steps=total_steps,
+                                              time_limit=t.time_limit), t.cooldown)
+        for group, base in zip(self.optimizer.param_groups, self.scheduler.get_last_lr()):
+            group["lr"] = base * factor
+        return self.optimizer.param_groups[0]["lr"]
 
     def _step(self, model: torch.nn.Module, group: list[Batch]) -> tuple[float, float]:
         """One optimizer step over ``group``; the loss is normalised by the step's global target tokens."""

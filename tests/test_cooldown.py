@@ -1,0 +1,108 @@
+"""train.cooldown: the learning rate decays linearly to zero over the last part of the run, whose
+length is counted in steps or in seconds over all invocations (train.time_limit), and a resumed
+run cools down exactly as the uninterrupted one."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from transformer.config import PRESETS
+from transformer.training.config import RunConfig
+from transformer.training.schedule import cooldown_factor, noam_lr, run_progress
+from transformer.training.trainer import Trainer
+
+TINY = [
+    "data.builtin_train=600", "data.builtin_valid=20", "data.builtin_test=20", "data.vocab_size=300",
+    "data.max_tokens=600", "model.preset=tiny", "train.warmup=4", "train.lr_scale=2", "train.precision=fp32",
+    "train.threads=1", "train.log_every=1", "train.eval_sentences=0", "train.eval_every=100",
+    "train.alignment_sentences=0", "train.tensorboard=false", "model.dropout=0.1",
+]
+D_MODEL = PRESETS["tiny"]["d_model"]
+
+
+class Clock:
+    """A clock that moves one second each time it is read (the trainer reads it once per step)."""
+
+    def __init__(self, start: float = 0.0, fail_at: float | None = None):
+        self.now, self.fail_at = start - 1.0, fail_at
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        if self.fail_at is not None and self.now >= self.fail_at:
+            raise KeyboardInterrupt("the run was stopped")
+        return self.now
+
+
+def records(run_dir: Path) -> dict[int, dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r for r in map(json.loads, lines) if r["kind"] == "train"}
+
+
+def train(run_dir: Path, *settings: str, clock: Clock | None = None) -> Trainer:
+    trainer = Trainer(RunConfig().with_overrides(TINY + list(settings)), run_dir, show_progress=False)
+    if clock is not None:
+        trainer.clock = clock
+    trainer.train()
+    return trainer
+
+
+def test_factor_and_progress():
+    assert cooldown_factor(0.3, 0.0) == 1.0  # no cooldown: the schedule alone
+    assert cooldown_factor(0.0, 1.0) == 1.0 and cooldown_factor(0.75, 1.0) == pytest.approx(0.25)
+    assert cooldown_factor(0.5, 0.4) == 1.0 and cooldown_factor(0.8, 0.4) == pytest.approx(0.5)
+    assert cooldown_factor(1.0, 0.4) == 0.0 and cooldown_factor(1.2, 0.4) == 0.0
+    # the nearer end of the run counts: 30 of 100 steps, but 45 of 60 seconds
+    assert run_progress(steps=30, seconds=45.0, total_steps=100, time_limit=60.0) == pytest.approx(0.75)
+    assert run_progress(steps=30, seconds=45.0, total_steps=100, time_limit=None) == pytest.approx(0.3)
+    assert run_progress(steps=130, seconds=0.0, total_steps=100, time_limit=None) == 1.0
+
+
+def test_rate_decays_to_zero_over_the_last_steps(tmp_path):
+    train(tmp_path / "run", "train.max_steps=12", "train.cooldown=0.5")
+    lr = {step: r["lr"] for step, r in records(tmp_path / "run").items()}
+    assert sorted(lr) == list(range(1, 13))
+    for step, rate in lr.items():  # step k starts with k - 1 of 12 steps done
+        factor = min(1.0, (1 - (step - 1) / 12) / 0.5)
+        assert rate == pytest.approx(noam_lr(step, d_model=D_MODEL, warmup=4, scale=2) * factor, rel=1e-6), step
+    assert lr[12] == pytest.approx(noam_lr(12, d_model=D_MODEL, warmup=4, scale=2) / 6, rel=1e-6)  # 1/12 left of 1/2
+
+
+def test_without_cooldown_the_rate_is_the_schedule(tmp_path):
+    train(tmp_path / "run", "train.max_steps=6")
+    for step, r in records(tmp_path / "run").items():
+        assert r["lr"] == pytest.approx(noam_lr(step, d_model=D_MODEL, warmup=4, scale=2), rel=1e-6)
+
+
+def test_time_limit_counts_the_whole_run_and_drives_the_cooldown(tmp_path):
+    run = tmp_path / "run"
+    first = train(run, "train.time_limit=8", "train.cooldown=1", clock=Clock())
+    assert first.state.step == 9 and first.state.seconds == 9.0  # stops once 8 seconds are past
+    for step, r in records(run).items():  # step k starts k - 1 seconds in
+        factor = 1 - (step - 1) / 8
+        assert r["lr"] == pytest.approx(noam_lr(step, d_model=D_MODEL, warmup=4, scale=2) * factor, rel=1e-6), step
+
+    again = train(run, "train.time_limit=8", "train.cooldown=1", clock=Clock())
+    assert again.state.step == 9  # the time is spent: a rerun trains no further
+
+    longer = train(run, "train.time_limit=12", "train.cooldown=1", clock=Clock(start=100.0))
+    assert longer.state.step == 13 and longer.state.seconds == 13.0  # the 4 seconds left, from its 9
+    lr = records(run)
+    assert lr[10]["lr"] == pytest.approx(noam_lr(10, d_model=D_MODEL, warmup=4, scale=2) * (1 - 9 / 12), rel=1e-6)
+
+
+def test_a_stopped_run_resumes_onto_the_same_cooldown(tmp_path):
+    settings = ("train.max_steps=12", "train.cooldown=0.5", "train.save_every=3")
+    train(tmp_path / "straight", *settings)
+    with pytest.raises(KeyboardInterrupt):  # stopped after step 8, past the checkpoint of step 6
+        train(tmp_path / "stopped", *settings, clock=Clock(fail_at=8.0))
+    assert max(records(tmp_path / "stopped")) == 8
+    resumed = train(tmp_path / "stopped", *settings)
+    assert resumed.resumed_from == 6
+    straight, stopped = records(tmp_path / "straight"), records(tmp_path / "stopped")
+    assert sorted(stopped) == list(range(1, 13))
+    for step in straight:
+        assert stopped[step]["lr"] == pytest.approx(straight[step]["lr"], rel=1e-9), step
+        assert stopped[step]["loss"] == straight[step]["loss"], step
+    assert not math.isnan(stopped[12]["loss"])
