@@ -106,3 +106,20 @@ def test_a_stopped_run_resumes_onto_the_same_cooldown(tmp_path):
         assert stopped[step]["lr"] == pytest.approx(straight[step]["lr"], rel=1e-9), step
         assert stopped[step]["loss"] == straight[step]["loss"], step
     assert not math.isnan(stopped[12]["loss"])
+
+
+def test_a_paused_run_goes_on_with_the_whole_runs_cooldown(tmp_path):
+    """train(pause_at=...) stops without changing the schedule, so milestones of a benchmark see the
+    model of the one long run."""
+    settings = ("train.time_limit=12", "train.cooldown=1", "train.save_every=100")
+    straight = train(tmp_path / "straight", *settings, clock=Clock())
+    paused = Trainer(RunConfig().with_overrides(TINY + list(settings)), tmp_path / "paused", show_progress=False)
+    paused.clock = Clock()
+    paused.train(pause_at=5.0)
+    assert paused.state.step == 5
+    goes_on = train(tmp_path / "paused", *settings, clock=Clock(start=50.0))
+    assert goes_on.resumed_from == 5 and goes_on.state.step == straight.state.step == 13
+    a, b = records(tmp_path / "straight"), records(tmp_path / "paused")
+    assert sorted(a) == sorted(b) == list(range(1, 14))
+    for step in a:
+        assert b[step]["lr"] == pytest.approx(a[step]["lr"], rel=1e-9) and b[step]["loss"] == a[step]["loss"], step

@@ -113,6 +113,7 @@ class Trainer:
         self.show_progress = show_progress and self.dist.is_main
         self.stream = stream
         self.clock = time.perf_counter  # what train.time_limit and the cooldown measure (a test may give its own)
+        self.pause_at: float | None = None  # see train()
         self.lock = RunLock(self.run_dir, command="train")
         try:
             self._lock()  # before anything in the run directory is read or written
@@ -238,8 +239,13 @@ class Trainer:
             self.metrics.truncate_after(self.state.step)
 
     # ---------------------------------------------------------------------------------- loop
-    def train(self) -> TrainResult:
-        """Train to the end of the recipe, holding the run directory's lock throughout, then release it."""
+    def train(self, *, pause_at: float | None = None) -> TrainResult:
+        """Train to the end of the recipe, holding the run directory's lock throughout, then release it.
+
+        ``pause_at`` stops earlier, once the run has trained that many seconds in all (validated and
+        saved as at its end), without changing the recipe: the schedule, a cooldown included, stays
+        the whole run's, and training again goes on from there."""
+        self.pause_at = pause_at
         self._lock()  # again, when train() is called a second time
         try:
             with storage_errors(self.run_dir), D.peer_failures(self.dist, self.run_dir):
@@ -255,9 +261,9 @@ class Trainer:
             model = DistributedDataParallel(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         total = t.max_steps or t.epochs * self.steps_per_epoch
         before = st.seconds  # the run's time limit counts the invocations before this one too
+        limits = [x for x in (t.time_limit, self.pause_at) if x is not None]
         progress = Progress(total_steps=total, initial_step=st.step, log_every=t.log_every, stream=self.stream,
-                            enabled=self.show_progress,
-                            time_limit=None if t.time_limit is None else max(t.time_limit - before, 0.0))
+                            enabled=self.show_progress, time_limit=max(min(limits) - before, 0.0) if limits else None)
         progress.message(f"training {self.model.num_parameters():,} parameters on {len(self.data.train):,} pairs, "
                          f"{len(self.batches)} batches/epoch, device {self.device}, {self.precision}"
                          + (" (auto)" if t.precision == "auto" else "") + ", "
@@ -318,9 +324,11 @@ class Trainer:
                            st.target_tokens)
 
     def _run_over(self) -> bool:
-        """Whether the run has reached ``train.max_steps`` or spent ``train.time_limit`` (over all invocations)."""
+        """Whether the run has reached ``train.max_steps`` or spent ``train.time_limit`` (over all
+        invocations), or reached the ``pause_at`` of this call."""
         t, st = self.cfg.train, self.state
-        return (t.max_steps is not None and st.step >= t.max_steps) or (t.time_limit is not None and st.seconds > t.time_limit)
+        return ((t.max_steps is not None and st.step >= t.max_steps) or (t.time_limit is not None and st.seconds > t.time_limit)
+                or (self.pause_at is not None and st.seconds >= self.pause_at))
 
     def _apply_cooldown(self, total_steps: int) -> float:
         """Set the learning rate of the next step, the schedule's times the cooldown factor, and return it.
