@@ -61,6 +61,15 @@ def cooldown_factor(progress: float, cooldown: float) -> float:
     return min(1.0, max(0.0, (1.0 - progress) / cooldown))
 
 
+def scale_rates(optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler,
+                factor: float) -> float:
+    """Set each parameter group's rate to the scheduler's times ``factor``; return the first. The
+    scheduler keeps the plain schedule, so a resumed run recomputes the factor from where it stands."""
+    for group, base in zip(optimizer.param_groups, scheduler.get_last_lr()):
+        group["lr"] = base * factor
+    return optimizer.param_groups[0]["lr"]
+
+
 def lr_function(schedule: str, *, d_model: int, warmup: int, scale: float = 1.0,
                 lr: float | None = None) -> Callable[[int], float]:
     """The learning rate as a function of the 1-based optimizer step for ``schedule``."""

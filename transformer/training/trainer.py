@@ -54,7 +54,7 @@ from transformer.training.data_setup import PreparedData, data_report, make_batc
 from transformer.training.finetune import freeze, model_config_for, open_source, provenance, refuse_itself
 from transformer.training.loss import LabelSmoothedCrossEntropy, symmetric_kl
 from transformer.training.progress import CURVE_FILE, METRICS_FILE, MetricsLog, Progress, plot_training_curve
-from transformer.training.schedule import build_optimizer, cooldown_factor, run_progress
+from transformer.training.schedule import build_optimizer, cooldown_factor, run_progress, scale_rates
 from transformer.training.alignment_log import ALIGNMENTS_FILE, AlignmentLog
 from transformer.training.tensorboard_log import TensorBoardLog
 from transformer.training.averaging import average_last
@@ -331,14 +331,10 @@ class Trainer:
                 or (self.pause_at is not None and st.seconds >= self.pause_at))
 
     def _apply_cooldown(self, total_steps: int) -> float:
-        """Set the learning rate of the next step, the schedule's times the cooldown factor, and return it.
-        The scheduler keeps the plain schedule, so a resumed run recomputes the factor from where it stands."""
+        """Set and return the learning rate of the next step (the schedule's times the cooldown factor)."""
         t, st = self.cfg.train, self.state
-        factor = cooldown_factor(run_progress(steps=st.step, seconds=st.seconds, total_steps=total_steps,
-                                              time_limit=t.time_limit), t.cooldown)
-        for group, base in zip(self.optimizer.param_groups, self.scheduler.get_last_lr()):
-            group["lr"] = base * factor
-        return self.optimizer.param_groups[0]["lr"]
+        return scale_rates(self.optimizer, self.scheduler, cooldown_factor(
+            run_progress(steps=st.step, seconds=st.seconds, total_steps=total_steps, time_limit=t.time_limit), t.cooldown))
 
     def _step(self, model: torch.nn.Module, group: list[Batch]) -> tuple[float, float]:
         """One optimizer step over ``group``; the loss is normalised by the step's global target tokens."""
