@@ -25,11 +25,11 @@ KERNELS = ("pack", "packed_linear", "decode_attention", "decoder_layer_step", "b
 @pytest.fixture
 def calls(monkeypatch):
     """Counts the kernel calls the engine's modules make (the ops as ``transformer.cpu.decoding``
-    calls them: ``ops.pack``, and ``_packed_linear`` etc., see ``ops.eager``), and ``F.linear``
-    calls (PyTorch's products)."""
+    calls them: ``decoding_ops.pack``, and ``_packed_linear`` etc., see ``decoding_ops.eager``),
+    and ``F.linear`` calls (PyTorch's products)."""
     counts = collections.Counter()
     for name in KERNELS:
-        owner, attribute = (engine.ops, name) if name == "pack" else (engine, f"_{name}")
+        owner, attribute = (engine.decoding_ops, name) if name == "pack" else (engine, f"_{name}")
         original = getattr(owner, attribute)
 
         def counting(*args, _name=name, _original=original, **kwargs):

@@ -25,7 +25,7 @@ from cpu_engine_helpers import calls  # noqa: F401 (calls: the shared fixture)
 from torch import nn
 
 from transformer.config import ModelConfig
-from transformer.cpu import ENV_SWITCH, Swaps, build, ops, prepare_for_decoding
+from transformer.cpu import ENV_SWITCH, Swaps, build, decoding_ops, prepare_for_decoding
 from transformer.cpu import decoding as engine
 from transformer.decoding import DecodeConfig, beam_search, decode, greedy_search
 from transformer.model import Transformer
@@ -370,4 +370,4 @@ def test_switched_off_nothing_is_swapped_and_int8_is_refused(trained, monkeypatc
     greedy_search(model, src, mask, bos_id=BOS, eos_id=EOS, max_len_b=2)
     assert not any(calls[k] for k in KERNELS)
     with pytest.raises(RuntimeError, match="unavailable"):
-        ops.best_tokens(torch.randn(2, 5), 1)
+        decoding_ops.best_tokens(torch.randn(2, 5), 1)

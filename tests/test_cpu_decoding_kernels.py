@@ -1,11 +1,12 @@
-"""The CPU engine's decoding kernels (transformer/cpu/ops.py) and its decoder layer step
-(transformer/cpu/decoding.py), each against float64.
+"""The CPU engine's decoding kernels (transformer/cpu/decoding_ops.py) and its decoder layer
+step (transformer/cpu/decoding.py), each against float64.
 
-* ``ops.packed_linear``: float32 panels against a float64 product, for row counts 0 to 301 and
-  K, N that are not multiples of the panel width; int8 panels against the dequantised weights
-  (scale max |w| / 127 per output feature) in float64; what ``pack`` stores.
-* ``ops.decode_attention`` against float64 attention (key masks, causal, beams sharing their
-  sentence's keys, rows with no allowed key); ``ops.best_tokens`` against log_softmax + topk.
+* ``decoding_ops.packed_linear``: float32 panels against a float64 product, for row counts 0 to
+  301 and K, N that are not multiples of the panel width; int8 panels against the dequantised
+  weights (scale max |w| / 127 per output feature) in float64; what ``pack`` stores.
+* ``decoding_ops.decode_attention`` against float64 attention (key masks, causal, beams sharing
+  their sentence's keys, rows with no allowed key); ``decoding_ops.best_tokens`` against
+  log_softmax + topk.
 * ``DecodingDecoderLayer`` against the model's ``DecoderLayer`` in float64, step by step with a
   ``KVCache``, post-LN and pre-LN, float32 and int8 weights.
 * ``torch.library.opcheck`` of the decoding operators.
@@ -23,7 +24,7 @@ from cpu_engine_helpers import calls  # noqa: F401 (calls: the shared fixture)
 from torch import nn
 from torch.library import opcheck
 
-from transformer.cpu import build, ops, prepare_for_decoding
+from transformer.cpu import build, decoding_ops, prepare_for_decoding
 from transformer.cpu import decoding as engine
 from transformer.model.cache import KVCache
 from transformer.model.layers import DecoderLayer
@@ -31,7 +32,7 @@ from transformer.model.masks import key_mask_for_attention
 
 pytestmark = requires_kernels
 
-PANEL = ops.panel_width() if build.available() else 16  # 32 where the kernels use AVX-512
+PANEL = decoding_ops.panel_width() if build.available() else 16  # 32 where the kernels use AVX-512
 
 
 # ------------------------------------------------------------------------------ packed products
@@ -67,13 +68,13 @@ ROWS = [0, 1, 2, 3, 5, 6, 7, 13, 64, 301]
 @pytest.mark.parametrize("K,N", SHAPES)
 def test_packed_linear_float32_equals_float64(K, N):
     w, b = _weights(K, N)
-    packed, scales = ops.pack(w, False)
+    packed, scales = decoding_ops.pack(w, False)
     assert scales.numel() == 0
     for rows in ROWS:
         x = torch.randn(rows, K)
         for bias in (b, None):
             for relu in (False, True):
-                got = ops.packed_linear(x, packed, scales, bias, N, relu)
+                got = decoding_ops.packed_linear(x, packed, scales, bias, N, relu)
                 _check_product(got, x, w, bias, relu, f"rows {rows}, bias {bias is not None}, relu {relu}")
 
 
@@ -82,11 +83,11 @@ def test_pack_lays_weights_out_in_panels():
     panels hold round(w * 127 / max |w|) with scale max |w| / 127 per feature."""
     K, N = 7, 2 * PANEL + 3
     w, _ = _weights(K, N)
-    packed, _ = ops.pack(w, False)
+    packed, _ = decoding_ops.pack(w, False)
     panels = -(-N // PANEL)
     as_rows = packed.view(panels, K, PANEL).transpose(1, 2).reshape(panels * PANEL, K)
     assert torch.equal(as_rows[:N], w) and as_rows[N:].eq(0).all()
-    packed8, scales = ops.pack(w, True)
+    packed8, scales = decoding_ops.pack(w, True)
     assert packed8.dtype == torch.int8 and scales.shape == (N,)
     most = w.abs().amax(dim=1)
     torch.testing.assert_close(scales, most / 127.0, rtol=0, atol=0)
@@ -99,48 +100,50 @@ def test_packed_linear_strided_inputs_weights_and_leading_dims():
     K, N = 32, PANEL + 5
     w = torch.randn(K, N).t()  # (N, K) at stride (1, N): packed from a copy
     b = torch.randn(N)
-    packed, scales = ops.pack(w, False)
+    packed, scales = decoding_ops.pack(w, False)
     base = torch.randn(5, 3, 48)
     for x in (base[..., :K],                   # rows at a stride of 48
               base.transpose(0, 1)[..., 8:40],  # a permuted view
               torch.randn(2, 3, 4, K),          # more leading dims
               torch.randn(0, K)):               # no rows
-        _check_product(ops.packed_linear(x, packed, scales, b, N, False), x, w, b, False, f"{tuple(x.stride())}")
+        got = decoding_ops.packed_linear(x, packed, scales, b, N, False)
+        _check_product(got, x, w, b, False, f"{tuple(x.stride())}")
 
 
 def test_packed_linear_many_rows_one_and_all_threads_and_wide_rows():
     w, b = _weights(300, 70)  # 300 floats a row: several row blocks
-    packed, scales = ops.pack(w, False)
+    packed, scales = decoding_ops.pack(w, False)
     x = torch.randn(1000, 300)
     threads = torch.get_num_threads()
     try:
         for n in {1, threads}:
             torch.set_num_threads(n)
-            _check_product(ops.packed_linear(x, packed, scales, b, 70, False), x, w, b, False, f"{n} threads")
+            _check_product(decoding_ops.packed_linear(x, packed, scales, b, 70, False), x, w, b, False, f"{n} threads")
     finally:
         torch.set_num_threads(threads)
     w, b = _weights(40000, 3)  # 160 KB a row: more than a row block
-    packed, scales = ops.pack(w, False)
+    packed, scales = decoding_ops.pack(w, False)
     for rows in (1, 2):
         x = torch.randn(rows, 40000)
-        _check_product(ops.packed_linear(x, packed, scales, b, 3, False), x, w, b, False, f"K 40000, {rows} rows")
+        got = decoding_ops.packed_linear(x, packed, scales, b, 3, False)
+        _check_product(got, x, w, b, False, f"K 40000, {rows} rows")
 
 
 @pytest.mark.parametrize("K,N", SHAPES)
 def test_packed_linear_int8_equals_the_dequantised_weights_in_float64(K, N):
     w, b = _weights(K, N)
     w[0] = 0.0  # a feature without weights: scale 0
-    packed, scales = ops.pack(w, True)
+    packed, scales = decoding_ops.pack(w, True)
     w8 = dequantized(w)
     step = w.abs().amax(dim=1) / 127.0
     for rows in ROWS:
         x = torch.randn(rows, K)
         for bias in (b, None):
             for relu in (False, True):
-                got = ops.packed_linear(x, packed, scales, bias, N, relu)
+                got = decoding_ops.packed_linear(x, packed, scales, bias, N, relu)
                 _check_product(got, x, w8, bias, relu, f"int8: rows {rows}, bias {bias is not None}, relu {relu}")
         # and within half a quantisation step per weight of the float32 weights
-        got = ops.packed_linear(x, packed, scales, b, N, False)
+        got = decoding_ops.packed_linear(x, packed, scales, b, N, False)
         exact = x.double() @ w.double().t() + b.double()
         bound = 0.5 * x.double().abs().sum(dim=1, keepdim=True) * step.double() + _product_bound(x, w, b)
         assert ((got.double() - exact).abs() <= bound).all()
@@ -150,9 +153,9 @@ def test_int8_packing_of_odd_weights():
     w = torch.randn(3, 20)
     w[0] = 1e-39  # too small for 127 / max |w|: quantised to 0 (no undefined conversion)
     w[1, 5] = float("nan")  # a NaN weight gives NaN outputs, as in float32
-    packed, scales = ops.pack(w, True)
+    packed, scales = decoding_ops.pack(w, True)
     x = torch.randn(2, 20)
-    got = ops.packed_linear(x, packed, scales, None, 3, False)
+    got = decoding_ops.packed_linear(x, packed, scales, None, 3, False)
     assert (got[:, 0] == 0).all() and got[:, 1].isnan().all()
     _check_product(got[:, 2:], x, dequantized(w[2:]), None, False, "third feature")
 
@@ -187,8 +190,8 @@ def test_decode_attention_equals_float64(B, M, H, T, S, D, masked, causal):
         mask = torch.rand(M, 1, 1, S) > 0.3
         mask[0, ..., 0] = True
         mask[-1, ..., -1] = False
-    assert ops.fits_decode_attention(q, k, v, mask)
-    got = ops.decode_attention(q, k, v, mask, causal)
+    assert decoding_ops.fits_decode_attention(q, k, v, mask)
+    got = decoding_ops.decode_attention(q, k, v, mask, causal)
     assert got.shape == (B, T, H * D) and got.dtype == torch.float32
     torch.testing.assert_close(got.double(), _attention64(q, k, v, mask, causal), rtol=1e-5, atol=1e-5)
 
@@ -201,24 +204,24 @@ def test_decode_attention_on_strided_views_broadcast_masks_and_rows_without_keys
     cache_v = torch.randn(2, 2, 40, 16)[:, :, :25]
     mask = torch.ones(1, 1, 1, 25, dtype=torch.bool)
     mask[..., 20:] = False
-    torch.testing.assert_close(ops.decode_attention(q, cache_k, cache_v, mask, False).double(),
+    torch.testing.assert_close(decoding_ops.decode_attention(q, cache_k, cache_v, mask, False).double(),
                                _attention64(q, cache_k, cache_v, mask, False), rtol=1e-5, atol=1e-5)
     none = torch.zeros(2, 1, 1, 25, dtype=torch.bool)
     none[0] = True
-    got = ops.decode_attention(q, cache_k, cache_v, none, False)
+    got = decoding_ops.decode_attention(q, cache_k, cache_v, none, False)
     assert got[2:].eq(0).all() and got[:2].ne(0).any()  # no allowed key: zeros
-    assert ops.decode_attention(q, cache_k[:, :, :0], cache_v[:, :, :0], None, False).eq(0).all()  # no keys
+    assert decoding_ops.decode_attention(q, cache_k[:, :, :0], cache_v[:, :, :0], None, False).eq(0).all()  # no keys
 
 
 def test_which_keys_and_masks_the_decode_attention_takes():
     q, k = torch.randn(2, 2, 1, 8), torch.randn(2, 2, 5, 8)
-    assert ops.fits_decode_attention(q, k, k, torch.ones(1, 1, 1, 5, dtype=torch.bool))
-    assert not ops.fits_decode_attention(q, k, k, torch.ones(2, 2, 1, 5, dtype=torch.bool))  # a mask per head
-    assert not ops.fits_decode_attention(q, k, k, torch.ones(2, 1, 1, 5))  # not bool
-    assert not ops.fits_decode_attention(q.double(), k.double(), k.double(), None)
-    assert not ops.fits_decode_attention(torch.randn(3, 2, 1, 8), k, k, None)  # 3 rows cannot share 2 key rows
-    assert not ops.fits_decode_attention(q, k[..., ::2], k[..., ::2], None)  # keys not unit-stride along D
-    assert not ops.fits_decode_attention(q, k, torch.randn(2, 2, 6, 8), None)
+    assert decoding_ops.fits_decode_attention(q, k, k, torch.ones(1, 1, 1, 5, dtype=torch.bool))
+    assert not decoding_ops.fits_decode_attention(q, k, k, torch.ones(2, 2, 1, 5, dtype=torch.bool))  # a mask per head
+    assert not decoding_ops.fits_decode_attention(q, k, k, torch.ones(2, 1, 1, 5))  # not bool
+    assert not decoding_ops.fits_decode_attention(q.double(), k.double(), k.double(), None)
+    assert not decoding_ops.fits_decode_attention(torch.randn(3, 2, 1, 8), k, k, None)  # 3 rows cannot share 2 key rows
+    assert not decoding_ops.fits_decode_attention(q, k[..., ::2], k[..., ::2], None)  # keys not unit-stride along D
+    assert not decoding_ops.fits_decode_attention(q, k, torch.randn(2, 2, 6, 8), None)
 
 
 # ------------------------------------------------------------------------------------ best tokens
@@ -228,7 +231,7 @@ def test_best_tokens_equal_log_softmax_and_topk(k):
     logits = torch.randn(70, 50) * 4
     logits[3, 10] = logits[3, 20] = logits[3, 40] = 30.0  # a tie at the top: the smaller id first, as argmax
     logits[5] = 0.0  # all tied
-    values, ids = ops.best_tokens(logits, k)
+    values, ids = decoding_ops.best_tokens(logits, k)
     expected = logits.double().log_softmax(-1)
     top = expected.topk(k, dim=-1)
     torch.testing.assert_close(values.double(), top.values, rtol=1e-6, atol=2e-6)
@@ -242,14 +245,14 @@ def test_best_tokens_equal_log_softmax_and_topk(k):
 
 def test_best_tokens_of_rows_at_a_stride_and_where_they_do_not_apply():
     logits = torch.randn(4, 3, 30)[:, -1]  # the decoder's last position: rows at a stride
-    assert ops.fits_best_tokens(logits, 2)
-    values, ids = ops.best_tokens(logits, 2)
+    assert decoding_ops.fits_best_tokens(logits, 2)
+    values, ids = decoding_ops.best_tokens(logits, 2)
     top = logits.double().log_softmax(-1).topk(2)
     torch.testing.assert_close(values.double(), top.values, rtol=0, atol=2e-6)
     assert torch.equal(ids, top.indices)
-    assert ops.best_tokens(torch.empty(0, 30), 2)[0].shape == (0, 2)
-    assert not ops.fits_best_tokens(logits.double(), 2) and not ops.fits_best_tokens(logits, 31)
-    assert not ops.fits_best_tokens(logits, 0)
+    assert decoding_ops.best_tokens(torch.empty(0, 30), 2)[0].shape == (0, 2)
+    assert not decoding_ops.fits_best_tokens(logits.double(), 2) and not decoding_ops.fits_best_tokens(logits, 31)
+    assert not decoding_ops.fits_best_tokens(logits, 0)
     with torch.enable_grad():
         assert engine.DecodingTransformer.best_tokens(logits, 2) is None  # autograd on: PyTorch's operators
 
@@ -382,17 +385,17 @@ def _opcheck(op, args):
 @pytest.mark.parametrize("int8", [False, True])
 def test_opcheck_pack_and_packed_linear(int8):
     w = torch.randn(PANEL + 3, 33)
-    _opcheck(ops.pack, (w, int8))
-    packed, scales = ops.pack(w, int8)
-    _opcheck(ops.packed_linear, (torch.randn(5, 33), packed, scales, torch.randn(PANEL + 3), PANEL + 3, True))
-    _opcheck(ops.packed_linear, (torch.randn(2, 3, 33), packed, scales, None, PANEL + 3, False))
+    _opcheck(decoding_ops.pack, (w, int8))
+    packed, scales = decoding_ops.pack(w, int8)
+    _opcheck(decoding_ops.packed_linear, (torch.randn(5, 33), packed, scales, torch.randn(PANEL + 3), PANEL + 3, True))
+    _opcheck(decoding_ops.packed_linear, (torch.randn(2, 3, 33), packed, scales, None, PANEL + 3, False))
 
 
 def test_opcheck_decode_attention_and_best_tokens():
     q, k, v = torch.randn(6, 2, 1, 8), torch.randn(3, 2, 7, 8), torch.randn(3, 2, 7, 8)
-    _opcheck(ops.decode_attention, (q, k, v, torch.rand(3, 1, 1, 7) > 0.3, False))
-    _opcheck(ops.decode_attention, (torch.randn(3, 2, 3, 8), k, v, None, True))
-    _opcheck(ops.best_tokens, (torch.randn(7, 30), 3))
+    _opcheck(decoding_ops.decode_attention, (q, k, v, torch.rand(3, 1, 1, 7) > 0.3, False))
+    _opcheck(decoding_ops.decode_attention, (torch.randn(3, 2, 3, 8), k, v, None, True))
+    _opcheck(decoding_ops.best_tokens, (torch.randn(7, 30), 3))
 
 
 @pytest.mark.parametrize("int8", [False, True])
@@ -404,4 +407,4 @@ def test_opcheck_decoder_layer_step(int8):
     kv = layer.cross_attn.memory_kv(torch.randn(2, 5, 32))
     args = (torch.randn(B, 1, 32), weights, torch.zeros(B, H, 3, D), torch.zeros(B, H, 3, D), 1,
             kv.k.detach(), kv.v.detach(), torch.rand(2, 1, 1, 5) > 0.2, H, 48, int8, 1e-5)
-    _opcheck(ops.decoder_layer_step, args)
+    _opcheck(decoding_ops.decoder_layer_step, args)

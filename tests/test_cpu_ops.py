@@ -1,5 +1,6 @@
-"""The engine's kernels (transformer/cpu/ops.py): each kernel equals a PyTorch composition of
-what it computes; which inputs they take, and the switch and a missing compiler turning them off.
+"""The engine's training kernels (transformer/cpu/ops.py): each kernel equals a PyTorch
+composition of what it computes; which inputs they take, and the switch and a missing compiler
+turning them off.
 
 The oracle's dropout mask is computed here independently, with Python integers: element i is
 kept when the 15 low bits of lane i % 4 of SplitMix64's output number i / 4 are >= round(p * 32768).

@@ -1,5 +1,5 @@
-"""The engine's custom operators (transformer/cpu/ops.py): each passes ``torch.library.opcheck``,
-and every operator ops.py defines is checked here.
+"""The engine's custom operators (transformer/cpu/ops.py, transformer/cpu/decoding_ops.py): each
+passes ``torch.library.opcheck``, and every operator the two modules define is checked here.
 
 What the kernels compute, against PyTorch compositions: tests/test_cpu_ops.py.
 """
@@ -9,7 +9,7 @@ import torch
 from cpu_engine_helpers import DTYPES, SEED, requires_kernels
 from torch.library import opcheck
 
-from transformer.cpu import ops
+from transformer.cpu import decoding_ops, ops
 from transformer.model.layers import DecoderLayer
 
 pytestmark = requires_kernels
@@ -32,7 +32,8 @@ def covers(*names):
 
 
 def test_every_custom_op_is_opchecked():
-    defined = {v._qualname for v in vars(ops).values() if isinstance(v, torch.library.CustomOpDef)}
+    defined = {v._qualname for module in (ops, decoding_ops) for v in vars(module).values()
+               if isinstance(v, torch.library.CustomOpDef)}
     assert len(defined) == 11 and defined == OPCHECKED
 
 
@@ -100,15 +101,15 @@ def test_opcheck_decode_attention(causal):  # float32 only (the op takes nothing
     k, v = torch.randn(M, H, S, D, generator=g), torch.randn(M, H, S, D, generator=g)
     mask = torch.ones(M, 1, 1, S, dtype=torch.bool)
     mask[1, ..., 4:] = False
-    check(ops.decode_attention, (q, k, v, mask, causal))
-    check(ops.decode_attention, (q, k, v, None, causal))
+    check(decoding_ops.decode_attention, (q, k, v, mask, causal))
+    check(decoding_ops.decode_attention, (q, k, v, None, causal))
 
 
 @covers("transformer_cpu::best_tokens")
 def test_opcheck_best_tokens():
     logits = torch.randn(5, 40, generator=torch.Generator().manual_seed(4))
-    check(ops.best_tokens, (logits, 4))
-    check(ops.best_tokens, (logits[:, ::2], 1))  # a strided row
+    check(decoding_ops.best_tokens, (logits, 4))
+    check(decoding_ops.best_tokens, (logits[:, ::2], 1))  # a strided row
 
 
 @covers("transformer_cpu::pack", "transformer_cpu::packed_linear")
@@ -116,10 +117,11 @@ def test_opcheck_best_tokens():
 def test_opcheck_pack_and_packed_linear(int8):
     g = torch.Generator().manual_seed(5)
     weight = torch.randn(40, 24, generator=g)  # 40 outputs: not a whole number of panels
-    check(ops.pack, (weight, int8))
-    packed, scales = ops.pack(weight, int8)
-    check(ops.packed_linear, (torch.randn(3, 2, 24, generator=g), packed, scales, torch.randn(40, generator=g), 40, True))
-    check(ops.packed_linear, (torch.randn(3, 24, generator=g), packed, scales, None, 40, False))
+    check(decoding_ops.pack, (weight, int8))
+    packed, scales = decoding_ops.pack(weight, int8)
+    x = torch.randn(3, 2, 24, generator=g)
+    check(decoding_ops.packed_linear, (x, packed, scales, torch.randn(40, generator=g), 40, True))
+    check(decoding_ops.packed_linear, (torch.randn(3, 24, generator=g), packed, scales, None, 40, False))
 
 
 def decoder_step_weights(layer: DecoderLayer, int8: bool) -> list:
@@ -130,9 +132,9 @@ def decoder_step_weights(layer: DecoderLayer, int8: bool) -> list:
     weights = []
     for i, norm in enumerate(norms):
         for lin in linears[2 * i: 2 * i + 2]:
-            weights += [*ops.pack(lin.weight.detach(), int8), lin.bias.detach()]
+            weights += [*decoding_ops.pack(lin.weight.detach(), int8), lin.bias.detach()]
         weights += [norm.weight.detach(), norm.bias.detach()]
-    assert len(weights) == ops.STEP_POINTERS
+    assert len(weights) == decoding_ops.STEP_POINTERS
     return weights
 
 
@@ -151,5 +153,5 @@ def test_opcheck_decoder_layer_step(norm_first, int8):
     cache_v[:, :, :position].normal_()
     mask = torch.ones(M, 1, 1, S, dtype=torch.bool)
     mask[1, ..., 3:] = False
-    check(ops.decoder_layer_step, (torch.randn(B, 1, E), decoder_step_weights(layer, int8), cache_k, cache_v,
-                                   position, kv.k, kv.v, mask, H, FF, norm_first, 1e-5))
+    check(decoding_ops.decoder_layer_step, (torch.randn(B, 1, E), decoder_step_weights(layer, int8), cache_k,
+                                            cache_v, position, kv.k, kv.v, mask, H, FF, norm_first, 1e-5))

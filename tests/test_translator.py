@@ -52,7 +52,7 @@ def test_translations_come_back_in_input_order_whatever_the_batching(run_dir, en
 def _count(monkeypatch, name: str) -> list:
     """The calls of one kernel (its arguments), as the engine's modules make them."""
     calls = []
-    owner, attribute = (cpu_decoding.ops, name) if name == "pack" else (cpu_decoding, f"_{name}")
+    owner, attribute = (cpu_decoding.decoding_ops, name) if name == "pack" else (cpu_decoding, f"_{name}")
     original = getattr(owner, attribute)
     monkeypatch.setattr(owner, attribute, lambda *a: calls.append(a) or original(*a))
     return calls

@@ -10,7 +10,8 @@ model's modules for subclasses that run compiled kernels where they apply, the w
 
 * ``build``: compiles ``fused.c`` and ``packed_linear.c`` once into a cached library;
   ``TRANSFORMER_FUSED_CPU=0`` turns every kernel off (the one switch).
-* ``ops``: the kernels as PyTorch custom operators (``torch.ops.transformer_cpu``).
+* ``ops``: the training kernels as PyTorch custom operators (``torch.ops.transformer_cpu``).
+* ``decoding_ops``: the decoding kernels as custom operators, in the same namespace.
 * ``training``: fast dropout, fused dropout + residual + LayerNorm, attention over short rows.
 * ``decoding``: packed float32/int8 linear layers, a decoder layer's step in one call,
   attention for decoding steps, the best tokens of each row.

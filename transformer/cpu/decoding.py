@@ -20,6 +20,8 @@ on, CPU autocast, other dtypes, attention weights asked for). The packed copies 
 the model is prepared: weights changed afterwards need ``prepare_for_decoding`` again (undo the
 returned swaps first). In float32 the outputs equal the model's to rounding and the decoded
 tokens are the same (``tests/test_cpu_decoding.py``); int8 changes the weights themselves.
+
+The kernels, as PyTorch custom operators, and their limits: ``decoding_ops``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer.cpu import build, ops
+from transformer.cpu import build, decoding_ops
 from transformer.cpu.swap import Swaps, swap
 from transformer.model.attention import CrossAttention, SelfAttention, scaled_dot_product_attention
 from transformer.model.cache import KVCache, StaticKV
@@ -36,9 +38,11 @@ from transformer.model.layers import DecoderLayer, FeedForward
 from transformer.model.transformer import Transformer
 
 PRECISIONS = ("fp32", "int8")
-# The decoding kernels as this module calls them (see ops.eager).
-_packed_linear, _decode_attention = ops.eager(ops.packed_linear), ops.eager(ops.decode_attention)
-_decoder_layer_step, _best_tokens = ops.eager(ops.decoder_layer_step), ops.eager(ops.best_tokens)
+# The decoding kernels as this module calls them (see decoding_ops.eager).
+_packed_linear = decoding_ops.eager(decoding_ops.packed_linear)
+_decode_attention = decoding_ops.eager(decoding_ops.decode_attention)
+_decoder_layer_step = decoding_ops.eager(decoding_ops.decoder_layer_step)
+_best_tokens = decoding_ops.eager(decoding_ops.best_tokens)
 # Queries per row up to which inference attention takes the decoding kernel (decoding steps; a
 # beam search's cross-attention stacks a sentence's beams); more, e.g. a whole encoder, go to
 # PyTorch's fused kernel, which works in blocks.
@@ -60,7 +64,7 @@ class PackedLinear(nn.Linear):
 
     def pack(self, int8: bool) -> None:
         """Pack the current weight (float32, or int8 with ``int8``); later products read the copy."""
-        self.packed = ops.pack(self.weight.detach(), int8) if self.weight.dtype == torch.float32 else None
+        self.packed = decoding_ops.pack(self.weight.detach(), int8) if self.weight.dtype == torch.float32 else None
 
     def applies(self, x: Tensor) -> bool:
         return (self.packed is not None and _inference_time(x) and x.dim() >= 1
@@ -103,7 +107,7 @@ class DecodingSelfAttention(SelfAttention):
         q, k, v = (self.split_heads(t) for t in self.qkv_proj(x).chunk(3, dim=-1))
         if cache is not None:
             k, v = cache.append(k, v)
-        if ops.fits_decode_attention(q, k, v, mask):
+        if decoding_ops.fits_decode_attention(q, k, v, mask):
             return self.out_proj(_decode_attention(q, k, v, mask, causal)), None
         return self.out_proj(self.merge_heads(_explicit_small(q, k, v, mask, causal))), None
 
@@ -122,7 +126,7 @@ class DecodingCrossAttention(CrossAttention):
         self.check_input(x, "decoder input to cross-attention")
         kv = memory_kv if memory_kv is not None else self.memory_kv(memory)
         q = self.split_heads(self.q_proj(x))
-        if ops.fits_decode_attention(q, kv.k, kv.v, mask):
+        if decoding_ops.fits_decode_attention(q, kv.k, kv.v, mask):
             return self.out_proj(_decode_attention(q, kv.k, kv.v, mask, False)), None
         return super().forward(x, memory, mask=mask, memory_kv=kv, need_weights=False)
 
@@ -174,7 +178,7 @@ class DecodingDecoderLayer(DecoderLayer):
             return False
         B, _, E = x.shape
         H = self.cross_attn.n_heads
-        return ops.keys_fit(B, H, E // H, kv.k, kv.v, mask)
+        return decoding_ops.keys_fit(B, H, E // H, kv.k, kv.v, mask)
 
     def _step(self, x: Tensor, cache: KVCache, kv: StaticKV, mask: Tensor | None) -> Tensor:
         B, _, E = x.shape
@@ -196,7 +200,7 @@ class DecodingTransformer(Transformer):
     def best_tokens(logits: Tensor, k: int) -> tuple[Tensor, Tensor] | None:
         """``(log-probabilities (N, k), ids (N, k))`` of the k best tokens per row of float32 CPU
         logits without autograd, best first (ties: smaller id first); None elsewhere."""
-        if torch.is_grad_enabled() or not ops.fits_best_tokens(logits, k):
+        if torch.is_grad_enabled() or not decoding_ops.fits_best_tokens(logits, k):
             return None
         return _best_tokens(logits, k)
 
