@@ -301,7 +301,7 @@ def main() -> None:
                         "average --tune-average chose)")
     parser.add_argument("--tune-beams", type=lambda s: [int(x) for x in s.split(",")], default=[4, 6, 8])
     parser.add_argument("--tune-alphas", type=lambda s: [float(x) for x in s.split(",")],
-                        default=[0.6, 0.8, 1.0, 1.2, 1.5, 2.0])
+                        default=[0.6, 0.8, 1.0, 1.2, 1.3, 1.4, 1.5, 1.6, 2.0])
     parser.add_argument("--from", dest="data_dir", default=None, help="local copy of the corpora")
     parser.add_argument("--run-dir", default=None)
     parser.add_argument("--seed", type=int, default=0)
