@@ -3,7 +3,6 @@ own reader; switched off; tensorboard missing; the fast heatmap painting against
 
 import io
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -119,17 +118,33 @@ def test_the_painted_heatmaps_match_matplotlibs_drawing_of_the_same_weights(head
 
 
 def test_tokens_per_second_counts_training_time_not_evaluation(tmp_path, monkeypatch):
-    """The window after an evaluation (steps 3-4) is not slowed down by the evaluation's time."""
-    validate = Trainer.validate
+    """The window after an evaluation (steps 3-4) is not slowed down by the evaluation's time.
+
+    The trainer's tokens/s clock is a counter the test moves: each step takes 1 s, each evaluation 1,000 s.
+    """
+    now = [0.0]
+    tokens: list[float] = []
+    step, validate = Trainer._step, Trainer.validate
+
+    def timed_step(self, model, group):
+        loss_sum, n = step(self, model, group)
+        now[0] += 1.0
+        tokens.append(float(n))
+        return loss_sum, n
 
     def slow_validate(self):
-        time.sleep(3.0)
+        now[0] += 1000.0
         return validate(self)
 
+    monkeypatch.setattr(Trainer, "_step", timed_step)
     monkeypatch.setattr(Trainer, "validate", slow_validate)
-    trainer = train(tmp_path / "run", "train.eval_every=2", "train.max_steps=6", "train.tensorboard=false",
-                    "train.alignment_sentences=0", "train.eval_sentences=0")
+    cfg = RunConfig().with_overrides([*TINY, "train.eval_every=2", "train.max_steps=6", "train.tensorboard=false",
+                                      "train.alignment_sentences=0", "train.eval_sentences=0"])
+    trainer = Trainer(cfg, tmp_path / "run", show_progress=False)
+    trainer.rate_clock = lambda: now[0]
+    trainer.train()
     rates = {r["step"]: r["tokens_per_s"] for r in trainer.metrics.read() if r["kind"] == "train"}
-    assert sorted(rates) == [2, 4, 6]
-    # with the 3 s inside the window, steps 3-4 (a few hundred tokens) would log a small fraction of step 1-2's rate
-    assert rates[4] > 0.5 * rates[2] and rates[6] > 0.5 * rates[2], rates
+    assert sorted(rates) == [2, 4, 6] and len(tokens) == 6
+    # each window's tokens over its 2 s of steps; the evaluations at steps 2 and 4 fall between windows
+    for last in (2, 4, 6):
+        assert rates[last] == pytest.approx(sum(tokens[last - 2:last]) / 2.0), rates

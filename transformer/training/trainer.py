@@ -113,6 +113,7 @@ class Trainer:
         self.show_progress = show_progress and self.dist.is_main
         self.stream = stream
         self.clock = time.perf_counter  # what train.time_limit and the cooldown measure (a test may give its own)
+        self.rate_clock = time.perf_counter  # what the logged tokens/s measure (read apart from self.clock)
         self.pause_at: float | None = None  # see train()
         self.lock = RunLock(self.run_dir, command="train")
         try:
@@ -276,7 +277,7 @@ class Trainer:
                                          say=progress.message)
         start = self.clock()
         window_loss = window_tokens = 0.0
-        window_start = time.perf_counter()
+        window_start = self.rate_clock()
         last_valid: dict[str, Any] | None = None
         stop = self._run_over()  # a finished run resumed: nothing to do
         while st.epoch < t.epochs and not stop:
@@ -291,7 +292,7 @@ class Trainer:
                 window_tokens += tokens
                 if st.step % t.log_every == 0:
                     window_loss, window_tokens = D.all_reduce_sum([window_loss, window_tokens], self.dist, self.device)
-                    rate = window_tokens / max(time.perf_counter() - window_start, 1e-9)
+                    rate = window_tokens / max(self.rate_clock() - window_start, 1e-9)
                     record = dict(kind="train", step=st.step, epoch=st.epoch, loss=window_loss / window_tokens,
                                   lr=lr, tokens_per_s=rate, grad_norm=float(self.grad_norm))
                     if self.dist.is_main:
@@ -299,18 +300,18 @@ class Trainer:
                         self.board.scalars(record)
                     progress.update(st.step, loss=record["loss"], lr=record["lr"], tokens_per_s=rate, epoch=st.epoch)
                     window_loss = window_tokens = 0.0
-                    window_start = time.perf_counter()
+                    window_start = self.rate_clock()
                 # rank 0's clock, so that every rank stops at the same step and cools down alike
                 st.seconds = D.broadcast_number(before + self.clock() - start, self.dist, self.device)
                 stop = self._run_over()
                 if stop:
                     break
-                paused = time.perf_counter()
+                paused = self.rate_clock()
                 if t.eval_every and st.step % t.eval_every == 0:
                     last_valid = self._validate_and_save(progress)
                 elif t.save_every and st.step % t.save_every == 0:
                     self._save()
-                window_start += time.perf_counter() - paused  # tokens/s counts training, not evaluating or saving
+                window_start += self.rate_clock() - paused  # tokens/s counts training, not evaluating or saving
             else:  # the epoch ran to its end
                 st.epoch += 1
                 st.batch_in_epoch = 0
