@@ -21,6 +21,10 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 ENV_SWITCH = "TRANSFORMER_FUSED_CPU"
 _SOURCES = (Path(__file__).with_name("fused.c"), Path(__file__).with_name("packed_linear.c"))
@@ -49,6 +53,18 @@ def library() -> ctypes.CDLL:
     if lib is None:
         raise RuntimeError(f"the CPU kernels are unavailable (switched off by {ENV_SWITCH}=0, or no C compiler)")
     return lib
+
+
+def pointer(tensor: torch.Tensor | None) -> int | None:
+    """A tensor's data address for the library's functions (None for a missing tensor)."""
+    return tensor.data_ptr() if tensor is not None else None
+
+
+def threads() -> int:
+    """The threads the library's parallel kernels use: PyTorch's intra-op thread count."""
+    import torch
+
+    return torch.get_num_threads()
 
 
 def _load() -> ctypes.CDLL | None:

@@ -7,8 +7,8 @@ modules (``transformer.cpu.decoding``) call the per-step ops through ``eager``, 
 directly, once per weight when a model is prepared.
 
 Inputs must be CPU tensors the kernels accept: callers check with ``keys_fit`` and the
-``fits_*`` functions, which state each kernel's limits. The training kernels' operators, and
-the small helpers both families use (``_ptr``, ``_threads``), are in ``ops``.
+``fits_*`` functions, which state each kernel's limits. The training kernels' operators are in
+``ops``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from transformer.cpu.build import library
-from transformer.cpu.ops import _ptr, _threads
+from transformer.cpu.build import library, pointer, threads
 
 # ------------------------------------------------------------- calling the ops in eager mode
 _DECODING_IMPLS: dict = {}
@@ -57,7 +56,7 @@ def _decode_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], c
     if out.numel():
         library().attend_f32(
             q.data_ptr(), q.stride(0), q.stride(1), q.stride(2), k.data_ptr(), k.stride(0), k.stride(1), k.stride(2),
-            v.data_ptr(), v.stride(0), v.stride(1), v.stride(2), _ptr(m), m.stride(0) if m is not None else 0,
+            v.data_ptr(), v.stride(0), v.stride(1), v.stride(2), pointer(m), m.stride(0) if m is not None else 0,
             m.stride(3) if m is not None else 0, int(causal), out.data_ptr(), B, H, T, S, D, B // M, 1.0 / D**0.5)
     return out
 
@@ -127,29 +126,33 @@ def panel_width() -> int:
     return library().panel_width()
 
 
+def _packed_size(N: int, K: int) -> int:
+    """Elements of an ``(N, K)`` weight packed in panels: N rounded up to whole panels, times K."""
+    panel = panel_width()
+    return (N + panel - 1) // panel * panel * K
+
+
 @torch.library.custom_op("transformer_cpu::pack", mutates_args=())
 def pack(weight: Tensor, int8: bool) -> tuple[Tensor, Tensor]:
     """A float32 weight ``(N, K)`` in the products' panel layout: ``(packed, scales)``; with ``int8``
     the panels hold int8 values with one float32 scale per output feature (max |w| / 127), else
     float32 values and ``scales`` is empty."""
     N, K = weight.shape
-    panel = panel_width()
-    size = (N + panel - 1) // panel * panel * K
+    size = _packed_size(N, K)
     w = weight if weight.stride(1) == 1 else weight.contiguous()
     if int8:
         packed, scales = torch.empty(size, dtype=torch.int8), torch.empty(N, dtype=torch.float32)
-        library().pack_s8(w.data_ptr(), N, K, w.stride(0), packed.data_ptr(), scales.data_ptr(), _threads())
+        library().pack_s8(w.data_ptr(), N, K, w.stride(0), packed.data_ptr(), scales.data_ptr(), threads())
     else:
         packed, scales = torch.empty(size, dtype=torch.float32), torch.empty(0, dtype=torch.float32)
-        library().pack_f32(w.data_ptr(), N, K, w.stride(0), packed.data_ptr(), _threads())
+        library().pack_f32(w.data_ptr(), N, K, w.stride(0), packed.data_ptr(), threads())
     return packed, scales
 
 
 @pack.register_fake
 def _(weight, int8):
     N, K = weight.shape
-    panel = panel_width()
-    size = (N + panel - 1) // panel * panel * K
+    size = _packed_size(N, K)
     scales = weight.new_empty(N if int8 else 0, dtype=torch.float32)
     return weight.new_empty(size, dtype=torch.int8 if int8 else torch.float32), scales
 
@@ -166,8 +169,8 @@ def _packed_linear(x: Tensor, packed: Tensor, scales: Tensor, bias: Optional[Ten
     y = torch.empty(rows, N, dtype=torch.float32)
     if rows and N:
         library().linear_f32(x2.data_ptr(), rows, K, x2.stride(0), packed.data_ptr(),
-                             scales.data_ptr() if scales.numel() else None, _ptr(b), N, y.data_ptr(), N, int(relu),
-                             _threads())
+                             scales.data_ptr() if scales.numel() else None, pointer(b), N, y.data_ptr(), N, int(relu),
+                             threads())
     return y.view(*x.shape[:-1], N)
 
 
@@ -204,8 +207,8 @@ def _decoder_layer_step(x: Tensor, weights: Sequence[Optional[Tensor]], cache_k:
     library().decoder_layer_step_f32(
         out.data_ptr(), B, E, n_heads, d_ff, pointers, cache_k.data_ptr(), cache_v.data_ptr(), cache_k.stride(0),
         cache_k.stride(1), cache_k.stride(2), position, mem_k.data_ptr(), mem_v.data_ptr(), mem_k.stride(0),
-        mem_k.stride(1), mem_k.stride(2), mem_v.stride(0), mem_v.stride(1), mem_v.stride(2), S, B // M, _ptr(m),
-        m.stride(0) if m is not None else 0, m.stride(3) if m is not None else 0, int(norm_first), eps, _threads())
+        mem_k.stride(1), mem_k.stride(2), mem_v.stride(0), mem_v.stride(1), mem_v.stride(2), S, B // M, pointer(m),
+        m.stride(0) if m is not None else 0, m.stride(3) if m is not None else 0, int(norm_first), eps, threads())
     return out
 
 

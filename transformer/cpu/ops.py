@@ -11,7 +11,7 @@ reproducible), and the backward pass recomputes it from the same seed instead of
 The wrappers at the end of each section (``dropout``, ``dropout_add_layer_norm``, ...) are what
 the engine's modules call. Inputs must be CPU tensors the kernels accept: callers check with the
 ``fits_*`` functions, which state each kernel's limits. The decoding kernels' operators, in
-the same namespace, are in ``decoding_ops`` (which imports ``_ptr`` and ``_threads`` from here).
+the same namespace, are in ``decoding_ops``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from transformer.cpu.build import library
+from transformer.cpu.build import library, pointer, threads
 
 DROP_BITS = 15  # an element is dropped when 15 random bits, as an integer, are below drop_threshold(p)
 MAX_FEATURES = 16384  # LayerNorm width the kernels accept (their per-thread buffers are on the stack)
@@ -38,14 +38,6 @@ def drop_threshold(p: float) -> int:
 def draw_seed() -> int:
     """A 64-bit seed (as a signed integer) drawn from PyTorch's default CPU generator."""
     return int(torch.randint(-(1 << 63), (1 << 63) - 1, (), dtype=torch.int64))
-
-
-def _ptr(tensor: Tensor | None) -> int | None:
-    return tensor.data_ptr() if tensor is not None else None
-
-
-def _threads() -> int:
-    return torch.get_num_threads()
 
 
 # ------------------------------------------------------------------------------------- dropout
