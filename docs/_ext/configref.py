@@ -45,7 +45,8 @@ FALLBACK_MEANINGS: dict[tuple[str, str], str] = {
     ("TrainConfig", "adam_beta1"): "Adam's beta1 (paper 5.3: 0.9)",
     ("TrainConfig", "adam_beta2"): "Adam's beta2 (paper 5.3: 0.98)",
     ("TrainConfig", "adam_eps"): "Adam's epsilon (paper 5.3: 1e-9)",
-    ("TrainConfig", "weight_decay"): "L2 weight decay of Adam (torch.optim.Adam's weight_decay); the paper has none",
+    ("TrainConfig", "weight_decay"): "weight decay: Adam's L2 term (train.optimizer=adam) or AdamW's decoupled "
+                                      "decay of the weight matrices (adamw); the paper has none",
     ("TrainConfig", "label_smoothing"): "label smoothing epsilon_ls (paper 5.4: 0.1)",
     ("TrainConfig", "device"): "\"auto\" (CUDA when available, else CPU), \"cpu\" or \"cuda\"",
     ("TrainConfig", "seed"): "seed of the weights' initialisation, dropout and the batch order",
@@ -79,6 +80,7 @@ def _choices() -> dict[tuple[str, str], tuple[str, ...]]:
         ("TrainConfig", "precision"): PRECISIONS,
         ("TrainConfig", "device"): run_config.DEVICES,
         ("TrainConfig", "schedule"): run_config.SCHEDULES,
+        ("TrainConfig", "optimizer"): run_config.OPTIMIZERS,
     }
 
 

@@ -29,6 +29,7 @@ from transformer.text.tokenizer import BYTE_TOKENS, SPECIAL_TOKENS
 SECTIONS = ("data", "model", "train")
 CORPORA = ("builtin", "files", "tsv", "multi30k", "tatoeba")
 SCHEDULES = ("auto", "noam", "inverse_sqrt", "constant")  # train.schedule (transformer/training/schedule.py)
+OPTIMIZERS = ("adam", "adamw")  # train.optimizer (transformer/training/schedule.py)
 FREEZABLE = ("embeddings", "encoder", "decoder")  # train.freeze: the parts that can be kept as they are
 # train.warmup when left unset: the paper's 4000 steps for noam, a short one for fine-tuning schedules
 DEFAULT_WARMUP = {"noam": 4000, "inverse_sqrt": 100, "constant": 100}
@@ -113,6 +114,10 @@ class TrainConfig:
     adam_beta1: float = field(default=0.9, metadata=probability())
     adam_beta2: float = field(default=0.98, metadata=probability())
     adam_eps: float = field(default=1e-9, metadata=positive())
+    # "adam" (paper 5.3; train.weight_decay is then an L2 term added to the gradient) or "adamw" (decoupled
+    # weight decay, Loshchilov & Hutter 2019: matrices shrink by rate * train.weight_decay each step,
+    # biases and LayerNorm parameters are not decayed)
+    optimizer: str = "adam"
     weight_decay: float = field(default=0.0, metadata=at_least(0.0))
     label_smoothing: float = field(default=0.1, metadata=probability())
     # R-Drop (Liang et al. 2021): weight of the symmetric KL between two dropout passes of each batch
@@ -204,6 +209,7 @@ class RunConfig:
         _choice("train.precision", t.precision, PRECISIONS)
         _choice("train.device", t.device, DEVICES)
         _choice("train.schedule", t.schedule, SCHEDULES)
+        _choice("train.optimizer", t.optimizer, OPTIMIZERS)
         t.frozen_parts()
         if d.mix:
             names = [name for name, _ in parse_mix(d.mix)]

@@ -1,6 +1,7 @@
 """Optimizer and learning-rate schedules: the paper's (section 5.3) and two for fine-tuning.
 
-Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9 and one of
+Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9 (or AdamW, the same with decoupled weight decay)
+and one of
 
 * ``noam`` (the paper's): ``scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``, which
   rises linearly for ``warmup`` steps and then decays with the inverse square root of the step
@@ -96,12 +97,17 @@ def build_optimizer(
     betas: tuple[float, float] = (0.9, 0.98),
     eps: float = 1e-9,
     weight_decay: float = 0.0,
+    decoupled: bool = False,
     schedule: str = "noam",
     lr: float | None = None,
-) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """Adam with the paper's settings and a schedule: the paper's warmup / inverse-square-root one
     (``noam``, scaled by ``scale``), or ``inverse_sqrt`` / ``constant`` at the peak rate ``lr``.
-    Only the parameters given are updated (frozen ones are left out by the caller)."""
+    Only the parameters given are updated (frozen ones are left out by the caller).
+
+    ``weight_decay`` is Adam's L2 term (added to every gradient, so Adam's normalisation scales it),
+    or with ``decoupled`` AdamW's: each matrix shrinks by ``rate * weight_decay`` per step, apart from
+    the gradient step, while vectors (biases, LayerNorm gains and shifts) are left undecayed."""
     rate = lr_function(schedule, d_model=d_model, warmup=warmup, scale=scale, lr=lr)
     params = list(params)
     if not params:
@@ -109,7 +115,14 @@ def build_optimizer(
     # The fused kernel updates every parameter in one pass (about 2x faster than the per-tensor
     # loop on CPU); it needs floating-point parameters on CPU or CUDA.
     fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
-    optimizer = torch.optim.Adam(params, lr=1.0, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused or None)
+    if decoupled:
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        optimizer: torch.optim.Optimizer = torch.optim.AdamW(
+            [g for g in groups if g["params"]], lr=1.0, betas=betas, eps=eps, fused=fused or None)
+    else:
+        optimizer = torch.optim.Adam(params, lr=1.0, betas=betas, eps=eps, weight_decay=weight_decay,
+                                     fused=fused or None)
     # LambdaLR multiplies the base lr (1.0) by the factor; its step counter starts at 0.
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: rate(step + 1))
     return optimizer, scheduler

@@ -163,7 +163,7 @@ class Trainer:
         self.optimizer, self.scheduler = build_optimizer(
             [p for p in self.model.parameters() if p.requires_grad], d_model=model_cfg.d_model, warmup=warmup,
             scale=t.lr_scale, schedule=schedule, lr=t.lr, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps,
-            weight_decay=t.weight_decay,
+            weight_decay=t.weight_decay, decoupled=t.optimizer == "adamw",
         )
         self.criterion = LabelSmoothedCrossEntropy(smoothing=t.label_smoothing, ignore_index=self.vocab.tgt.pad_id,
                                                    cpu_kernel=on_cpu and cpu_kernels_available())
