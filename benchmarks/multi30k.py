@@ -262,19 +262,25 @@ def report(summary: dict) -> None:
 
 def table(paths: list[Path]) -> None:
     """The ablation table (markdown) of benchmark.json files; the first is the baseline, to which
-    each row's validation BLEU is compared at the same minute."""
+    each row's validation BLEU is compared at the same minute. A run's last row adds the decoding
+    ``--tune-decoding`` chose on validation and its scores (``-`` for runs without it)."""
     runs = [json.loads(p.read_text()) for p in paths]
     base = {round(r["minutes"]): r for r in runs[0]["milestones"]}  # compared at the same minute
-    print("| change | minutes | steps | epochs | target tokens | valid BLEU | test BLEU | gap | valid vs first |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| change | minutes | steps | epochs | target tokens | valid BLEU | test BLEU | gap | valid vs first "
+          "| decoding chosen on valid: valid / test BLEU |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for run_ in runs:
         for i, r in enumerate(run_["milestones"]):
-            label = run_["label"] if i == len(run_["milestones"]) - 1 else f"{run_['label']} (at minute {r['minutes']:.0f})"
+            last = i == len(run_["milestones"]) - 1
+            label = run_["label"] if last else f"{run_['label']} (at minute {r['minutes']:.0f})"
             same = base.get(round(r["minutes"]))
             delta = f"{r['valid']['bleu'] - same['valid']['bleu']:+.2f}" if same else "-"
             tokens = f"{r['target_tokens'] / 1e6:.1f}M" if r.get("target_tokens") else "-"
+            tuned = run_["final"].get("tuned_decoding") if last else None
+            chosen = (f"beam {tuned['beam']}, alpha {tuned['alpha']}: {tuned['valid']['bleu']:.2f} / "
+                      f"{tuned['test']['bleu']:.2f}") if tuned else "-"
             print(f"| {label} | {r['minutes']:.1f} | {r['steps']:,} | {r['epochs']:.1f} | {tokens} | "
-                  f"{r['valid']['bleu']:.2f} | {r['test']['bleu']:.2f} | {r['gap']:+.2f} | {delta} |")
+                  f"{r['valid']['bleu']:.2f} | {r['test']['bleu']:.2f} | {r['gap']:+.2f} | {delta} | {chosen} |")
     peaks = sorted({r["machine"]["peak_gflops"]["bf16"] for r in runs if r["machine"]["peak_gflops"]["bf16"]})
     print(f"\nbf16 matmul peak of the runs: {', '.join(map(str, peaks))} GFLOP/s")
 
