@@ -44,7 +44,8 @@ from transformer.training.checkpoint import CONFIG_FILE, WEIGHTS_FILE
 from transformer.training.config import DataConfig, RunConfig
 from transformer.training.data_setup import load_text_splits
 from transformer.training.state import STATE_FILE, latest_checkpoint, list_checkpoints
-from transformer.training.trainer import RUN_CONFIG_FILE, Trainer
+from transformer.training.run_dir import RUN_CONFIG_FILE
+from transformer.training.trainer import Trainer
 from transformer.text.tokenizer import JOINT_FILE, SRC_FILE, TGT_FILE
 
 PHASE_FILE = "phase.json"

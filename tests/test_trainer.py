@@ -14,7 +14,8 @@ from safetensors.torch import load_file
 from transformer.training.checkpoint import load_model
 from transformer.training.config import RunConfig
 from transformer.training.state import list_checkpoints
-from transformer.training.trainer import RunDirectoryError, Trainer
+from transformer.training.run_dir import RunDirectoryError
+from transformer.training.trainer import Trainer
 
 TINY = [
     "data.builtin_train=1500", "data.builtin_valid=40", "data.builtin_test=40", "data.vocab_size=400",

@@ -254,7 +254,7 @@ def _average(args: argparse.Namespace) -> int:
     from transformer.training.checkpoint import WEIGHTS_FILE
     from transformer.training.averaging import average_last
     from transformer.training.lock import RunLock, storage_errors
-    from transformer.training.trainer import RUN_CONFIG_FILE
+    from transformer.training.run_dir import RUN_CONFIG_FILE
 
     model = Path(args.run_dir) / WEIGHTS_FILE
     out = Path(args.out) if args.out else model

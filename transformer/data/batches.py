@@ -18,7 +18,7 @@ token. Letters: B sentences in the batch, S source length, T target length (+1 f
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
 
@@ -264,6 +264,12 @@ class TokenBudgetBatches:
     has the same number of batches, ``len(self) = num_batches_total // W`` (which batches
     are dropped varies by epoch when shuffling). All ranks must use the same ``seed``.
 
+    **Segmentation**: ``segment(indices, rng)``, when given, returns the examples of a batch in
+    another segmentation (BPE-dropout, :class:`transformer.text.bpe_dropout.BPEDropout`); ``rng``
+    is ``numpy.random.default_rng([seed, 2, epoch, batch id])``, so a batch served again (on
+    resume, or on another rank) is segmented the same way. The batches are grouped by the lengths
+    of ``examples``; a batch in another segmentation may cost more than ``max_tokens``.
+
     Iterating yields :class:`Batch` es built lazily with :func:`make_batch`; ``iter(self)``
     is ``self.iter_from(self.epoch, 0)``. Call :meth:`set_epoch` before each epoch (as with
     ``DistributedSampler``); iteration does not advance the epoch by itself.
@@ -282,6 +288,7 @@ class TokenBudgetBatches:
         rank: int = 0,
         world_size: int = 1,
         max_sentences: int | None = None,
+        segment: Callable[[list[int], np.random.Generator], list[Example]] | None = None,
     ) -> None:
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
@@ -299,6 +306,7 @@ class TokenBudgetBatches:
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.shuffle, self.seed = shuffle, seed
         self.rank, self.world_size = rank, world_size
+        self.segment = segment
         self.epoch = 0
 
         n = len(examples)
@@ -407,14 +415,17 @@ class TokenBudgetBatches:
         if not 0 <= index <= len(self):
             raise ValueError(f"index must be in [0, {len(self)}] for this rank's epoch, got {index}")
         order = self._rank_order(epoch)[index:]  # validates epoch eagerly
-        return self._generate(order)
+        return self._generate(order, epoch)
 
-    def _generate(self, order: np.ndarray) -> Iterator[Batch]:
+    def _generate(self, order: np.ndarray, epoch: int) -> Iterator[Batch]:
         ex = self.examples
         for b in order.tolist():
-            yield make_batch(
-                [ex[i] for i in self._batches[b].tolist()], pad_id=self.pad_id, bos_id=self.bos_id, eos_id=self.eos_id
-            )
+            indices = self._batches[b].tolist()
+            if self.segment is None:
+                examples = [ex[i] for i in indices]
+            else:  # segmented anew, the same way whenever this batch of this epoch is served
+                examples = self.segment(indices, np.random.default_rng([self.seed, 2, epoch, b]))
+            yield make_batch(examples, pad_id=self.pad_id, bos_id=self.bos_id, eos_id=self.eos_id)
 
     def __iter__(self) -> Iterator[Batch]:
         return self.iter_from(self.epoch, 0)

@@ -70,6 +70,9 @@ class DataConfig:
     vocab_size: int = field(default=8000, metadata=int_at_least(
         MIN_VOCAB_SIZE, note=f"{len(SPECIAL_TOKENS)} special and {len(BYTE_TOKENS)} byte tokens, then the pieces"))
     joint_vocab: bool = True  # one shared vocabulary (paper 5.1), needed for shared embeddings
+    # BPE-dropout: training sentences segmented anew for every batch, each merge skipped with this
+    # probability (Provilkov et al. 2020 use 0.1); validation, test and translation keep plain BPE
+    bpe_dropout: float = field(default=0.0, metadata=valid(float, 0.0, 1.0, high_open=True, note="0 = plain BPE"))
     max_len: int = field(default=128, metadata=positive_int())  # drop pairs with a side longer than this many tokens
     # drop pairs whose token-length ratio (longer / shorter side) exceeds this
     max_ratio: float = field(default=3.0, metadata=at_least(1.0, note="longer / shorter side"))
@@ -211,6 +214,9 @@ class RunConfig:
         _choice("train.schedule", t.schedule, SCHEDULES)
         _choice("train.optimizer", t.optimizer, OPTIMIZERS)
         t.frozen_parts()
+        if d.mix and d.bpe_dropout:
+            raise ValueError("data.bpe_dropout does not work with data.mix yet: train on one corpus, or set "
+                             "data.bpe_dropout=0")
         if d.mix:
             names = [name for name, _ in parse_mix(d.mix)]
             if d.corpus != "builtin" and d.corpus != names[0]:

@@ -33,6 +33,7 @@ from transformer.data import TokenBudgetBatches, example_lengths, filter_example
 from transformer.data.indexed import ConcatPairs, IndexedPairs
 from transformer.data.mixing import MixedBatches, parse_mix
 from transformer.text import Vocabularies
+from transformer.text.bpe_dropout import BPEDropout
 from transformer.text.tokenizer import Tokenizer
 from transformer.training.config import DataConfig
 from transformer.training.data_cache import open_cache
@@ -173,15 +174,21 @@ def prepare_data(cfg: DataConfig, *, vocab: Vocabularies | None = None, max_unkn
     )
 
 
-def make_batches(data: PreparedData, *, max_tokens: int, seed: int, rank: int = 0,
-                 world_size: int = 1) -> TokenBudgetBatches | MixedBatches:
-    """The training batches: token-budget batches, or, with ``data.mix``, the corpora mixed by weight."""
+def make_batches(data: PreparedData, *, max_tokens: int, seed: int, rank: int = 0, world_size: int = 1,
+                 bpe_dropout: float = 0.0) -> TokenBudgetBatches | MixedBatches:
+    """The training batches: token-budget batches, or, with ``data.mix``, the corpora mixed by weight.
+    ``bpe_dropout`` > 0 segments every batch anew (:class:`~transformer.text.bpe_dropout.BPEDropout`)."""
     ids = dict(pad_id=data.vocab.src.pad_id, bos_id=data.vocab.tgt.bos_id, eos_id=data.vocab.tgt.eos_id)
     if data.parts:
+        if bpe_dropout:
+            raise ValueError("BPE-dropout does not work with data.mix yet")
         return MixedBatches(data.parts, data.weights, max_tokens=max_tokens, shuffle=True, seed=seed, rank=rank,
                             world_size=world_size, **ids)
+    segment = None
+    if bpe_dropout:
+        segment = BPEDropout(data.train, data.vocab.src, data.vocab.tgt, p=bpe_dropout, seed=seed).sample
     return TokenBudgetBatches(data.train, max_tokens=max_tokens, shuffle=True, seed=seed, rank=rank,
-                              world_size=world_size, **ids)
+                              world_size=world_size, segment=segment, **ids)
 
 
 class TokenizerCoverageError(ValueError):

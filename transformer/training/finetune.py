@@ -25,8 +25,8 @@ from transformer.model import RNNConfig
 from transformer.text import Vocabularies
 from transformer.training.checkpoint import CONFIG_FILE, WEIGHTS_FILE, CheckpointError, load_config
 from transformer.training.config import RunConfig
+from transformer.training.run_dir import RUN_CONFIG_FILE
 
-RUN_CONFIG_FILE = "run_config.json"
 # Model settings a fine-tuning run may set anew: they change no weight, only how training regularises.
 RETUNABLE = ("dropout", "attention_dropout", "activation_dropout")
 # The ModelConfig fields a preset fixes (model.preset=base contradicts a run of d_model 256).

@@ -24,7 +24,6 @@ the run with :class:`~transformer.training.lock.RunStorageError`, one line namin
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import random
@@ -39,40 +38,29 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from transformer.training.checkpoint import CONFIG_FILE, WEIGHTS_FILE, load_config, load_weights, save_weights
-from transformer.config import ModelConfig
+from transformer.training.checkpoint import WEIGHTS_FILE, load_config, load_weights, save_weights
 from transformer.decoding import DecodeConfig
 from transformer.data import Batch, make_batch
 from transformer.translate.evaluation import score
-from transformer.model import RNNConfig, build_model, config_from_dict
+from transformer.model import build_model
 from transformer.cpu import Swaps, accelerate_training, available as cpu_kernels_available
 from transformer.cpu.precision import resolve_precision, slow_bf16_warning
 from transformer.text import Vocabularies
 from transformer.training import distributed as D
-from transformer.training.config import RunConfig, setting_differences
+from transformer.training.config import RunConfig
 from transformer.training.data_setup import PreparedData, data_report, make_batches, prepare_data
 from transformer.training.finetune import freeze, model_config_for, open_source, provenance, refuse_itself
 from transformer.training.loss import LabelSmoothedCrossEntropy, symmetric_kl
 from transformer.training.progress import CURVE_FILE, METRICS_FILE, MetricsLog, Progress, plot_training_curve
 from transformer.training.schedule import build_optimizer, cooldown_factor, run_progress, scale_rates
-from transformer.training.alignment_log import ALIGNMENTS_FILE, AlignmentLog
+from transformer.training.alignment_log import AlignmentLog
 from transformer.training.tensorboard_log import TensorBoardLog
 from transformer.training.averaging import average_last
 from transformer.training.lock import RunLock, remove_stale_files, storage_errors
 from transformer.training.state import (
     TrainerState, latest_checkpoint, load_checkpoint, remove_stale_work_files, save_checkpoint)
-from transformer.text.tokenizer import JOINT_FILE, SRC_FILE, TGT_FILE
+from transformer.training.run_dir import RUN_FILES, check_model_config, previous_run, write_run_files
 from transformer.translate.translator import Translator
-
-RUN_CONFIG_FILE = "run_config.json"
-# The files of a run directory written through a temporary file and a rename.
-RUN_FILES = (CONFIG_FILE, WEIGHTS_FILE, RUN_CONFIG_FILE, JOINT_FILE, SRC_FILE, TGT_FILE, METRICS_FILE, CURVE_FILE,
-             ALIGNMENTS_FILE)
-
-
-class RunDirectoryError(ValueError):
-    """The run directory holds another run, or cannot be used."""
-
 
 @dataclass
 class TrainResult:
@@ -126,10 +114,9 @@ class Trainer:
 
     def _set_up(self, cfg: RunConfig) -> None:
         t = cfg.train
-        self.initialized_from: dict[str, Any] | None = None  # where train.init_from's weights came from
         if t.init_from:
             refuse_itself(t.init_from, self.run_dir)
-        vocab = self._check_run_dir()
+        vocab, self.initialized_from = previous_run(self.run_dir, cfg)  # kept as first recorded
         # A run resumed on another number of processes keeps its batches per step (or is refused here, before any write).
         self.accumulate = D.resume_accumulation(self.run_dir, t.accumulate, self.dist)
         # Fine-tuning (train.init_from): the initial run gives the tokenizer, the architecture and the
@@ -151,7 +138,7 @@ class Trainer:
             model_cfg = load_config(self.run_dir)
         else:
             model_cfg = cfg.model_config(src_vocab_size=self.vocab.src.vocab_size, tgt_vocab_size=self.vocab.tgt.vocab_size)
-        self._check_model_config(model_cfg)
+        check_model_config(self.run_dir, model_cfg)
         self.model = build_model(model_cfg).to(self.device)
         if source is not None:
             load_weights(self.model, source.weights)
@@ -168,13 +155,15 @@ class Trainer:
         self.criterion = LabelSmoothedCrossEntropy(smoothing=t.label_smoothing, ignore_index=self.vocab.tgt.pad_id,
                                                    cpu_kernel=on_cpu and cpu_kernels_available())
         self.batches = make_batches(self.data, max_tokens=cfg.data.max_tokens, seed=t.seed, rank=self.dist.rank,
-                                    world_size=self.dist.world_size)
+                                    world_size=self.dist.world_size, bpe_dropout=cfg.data.bpe_dropout)
         self.steps_per_epoch = D.steps_per_epoch(len(self.batches), self.accumulate)
         self.metrics = MetricsLog(self.run_dir / METRICS_FILE)
         self.scaler = torch.amp.GradScaler("cuda") if self.precision == "fp16" else None
         self.state = TrainerState()
         self.resumed_from: int | None = None
-        self._write_run_files(model_cfg)
+        if self.dist.is_main:
+            write_run_files(self.run_dir, cfg, self.vocab, model_cfg, self.initialized_from)
+        D.barrier(self.dist)
         self._resume()
         D.adopt_layout(self.state, self.dist, self.accumulate)
         self.alignments = AlignmentLog.for_run(self.run_dir, self.data, t.alignment_sentences,
@@ -195,40 +184,6 @@ class Trainer:
     def close(self) -> None:
         """Release the run directory's lock (``train`` does at its end); the trainer can still be read."""
         self.lock.release()
-
-    def _check_run_dir(self) -> Vocabularies | None:
-        """Refuse a run directory of another configuration; return its tokenizer when resuming."""
-        saved = self.run_dir / RUN_CONFIG_FILE
-        if not saved.exists():
-            if self.run_dir.exists() and any(p.name in (CONFIG_FILE, WEIGHTS_FILE) for p in self.run_dir.iterdir()):
-                raise RunDirectoryError(f"{self.run_dir} already holds a model that was not trained by this run; "
-                                        "choose another --run-dir")
-            return None
-        try:
-            previous = RunConfig.from_dict(json.loads(saved.read_text(encoding="utf-8")))
-        except (ValueError, json.JSONDecodeError) as err:
-            raise RunDirectoryError(f"{saved} is not a readable run config ({err}); choose another --run-dir") from None
-        self.initialized_from = previous.initialized_from  # kept as first recorded
-        if previous.recipe_settings() != self.cfg.recipe_settings():
-            diffs = setting_differences(previous.recipe_settings(), self.cfg.recipe_settings())
-            raise RunDirectoryError(
-                f"{self.run_dir} holds a run with a different configuration ({'; '.join(diffs[:6])}); "
-                "choose another --run-dir to start a new run, or repeat the original settings to resume"
-            )
-        return Vocabularies.load(self.run_dir)
-
-    def _check_model_config(self, model_cfg: ModelConfig | RNNConfig) -> None:
-        path = self.run_dir / CONFIG_FILE
-        if path.exists() and config_from_dict(json.loads(path.read_text(encoding="utf-8"))) != model_cfg:
-            raise RunDirectoryError(f"{path} describes a different model than this run; choose another --run-dir")
-
-    def _write_run_files(self, model_cfg: ModelConfig | RNNConfig) -> None:
-        if self.dist.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            self.vocab.save(self.run_dir)
-            model_cfg.to_json(self.run_dir / CONFIG_FILE)
-            dataclasses.replace(self.cfg, initialized_from=self.initialized_from).save(self.run_dir / RUN_CONFIG_FILE)
-        D.barrier(self.dist)
 
     def _resume(self) -> None:
         path = latest_checkpoint(self.run_dir)
@@ -266,7 +221,9 @@ class Trainer:
         progress = Progress(total_steps=total, initial_step=st.step, log_every=t.log_every, stream=self.stream,
                             enabled=self.show_progress, time_limit=max(min(limits) - before, 0.0) if limits else None)
         progress.message(f"training {self.model.num_parameters():,} parameters on {len(self.data.train):,} pairs, "
-                         f"{len(self.batches)} batches/epoch, device {self.device}, {self.precision}"
+                         f"{len(self.batches)} batches/epoch"
+                         + (f" (BPE-dropout {self.cfg.data.bpe_dropout})" if self.cfg.data.bpe_dropout else "")
+                         + f", device {self.device}, {self.precision}"
                          + (" (auto)" if t.precision == "auto" else "") + ", "
                          + D.describe_layout(self.dist, self.accumulate, t.accumulate)
                          + (f"; resumed at step {st.step}" if self.resumed_from else ""))

@@ -1,0 +1,69 @@
+"""The run directory's own files: which run it holds, and writing them.
+
+A run directory that already holds a run is resumed only with the same recipe; one that holds
+another run's settings, or a model no run trained, is refused with :class:`RunDirectoryError`
+before anything in it is changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from transformer.config import ModelConfig
+from transformer.model import RNNConfig, config_from_dict
+from transformer.text import Vocabularies
+from transformer.text.tokenizer import JOINT_FILE, SRC_FILE, TGT_FILE
+from transformer.training.alignment_log import ALIGNMENTS_FILE
+from transformer.training.checkpoint import CONFIG_FILE, WEIGHTS_FILE
+from transformer.training.config import RunConfig, setting_differences
+from transformer.training.progress import CURVE_FILE, METRICS_FILE
+
+RUN_CONFIG_FILE = "run_config.json"
+# The files of a run directory written through a temporary file and a rename.
+RUN_FILES = (CONFIG_FILE, WEIGHTS_FILE, RUN_CONFIG_FILE, JOINT_FILE, SRC_FILE, TGT_FILE, METRICS_FILE, CURVE_FILE,
+             ALIGNMENTS_FILE)
+
+
+class RunDirectoryError(ValueError):
+    """The run directory holds another run, or cannot be used."""
+
+
+def previous_run(run_dir: Path, cfg: RunConfig) -> tuple[Vocabularies | None, dict[str, Any] | None]:
+    """The tokenizer and ``initialized_from`` of the run ``run_dir`` holds (None, None for a new
+    run); :class:`RunDirectoryError` when it holds another configuration or a model of no run."""
+    saved = run_dir / RUN_CONFIG_FILE
+    if not saved.exists():
+        if run_dir.exists() and any(p.name in (CONFIG_FILE, WEIGHTS_FILE) for p in run_dir.iterdir()):
+            raise RunDirectoryError(f"{run_dir} already holds a model that was not trained by this run; "
+                                    "choose another --run-dir")
+        return None, None
+    try:
+        previous = RunConfig.from_dict(json.loads(saved.read_text(encoding="utf-8")))
+    except (ValueError, json.JSONDecodeError) as err:
+        raise RunDirectoryError(f"{saved} is not a readable run config ({err}); choose another --run-dir") from None
+    if previous.recipe_settings() != cfg.recipe_settings():
+        diffs = setting_differences(previous.recipe_settings(), cfg.recipe_settings())
+        raise RunDirectoryError(
+            f"{run_dir} holds a run with a different configuration ({'; '.join(diffs[:6])}); "
+            "choose another --run-dir to start a new run, or repeat the original settings to resume"
+        )
+    return Vocabularies.load(run_dir), previous.initialized_from
+
+
+def check_model_config(run_dir: Path, model_cfg: ModelConfig | RNNConfig) -> None:
+    """Refuse a run directory whose model description is not ``model_cfg``."""
+    path = run_dir / CONFIG_FILE
+    if path.exists() and config_from_dict(json.loads(path.read_text(encoding="utf-8"))) != model_cfg:
+        raise RunDirectoryError(f"{path} describes a different model than this run; choose another --run-dir")
+
+
+def write_run_files(run_dir: Path, cfg: RunConfig, vocab: Vocabularies, model_cfg: ModelConfig | RNNConfig,
+                    initialized_from: dict[str, Any] | None) -> None:
+    """Write the tokenizer, the model description and the full run config into ``run_dir``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    vocab.save(run_dir)
+    model_cfg.to_json(run_dir / CONFIG_FILE)
+    dataclasses.replace(cfg, initialized_from=initialized_from).save(run_dir / RUN_CONFIG_FILE)
