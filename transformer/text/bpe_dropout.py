@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from transformer.text.tokenizer import WORD_BOUNDARY, BPETokenizer, Tokenizer
+from transformer.text.tokenizer import BYTE_TOKENS, WORD_BOUNDARY, BPETokenizer, Tokenizer
 
 Example = tuple[list[int], list[int]]
 SAMPLES = 16  # segmentations drawn per distinct word
@@ -69,9 +69,8 @@ class _Side:
         self.vocab = tokenizer._hf.get_vocab(with_added_tokens=True)
         pieces = tokenizer.pieces(range(tokenizer.vocab_size))
         self.starts_word = np.array([piece.startswith(WORD_BOUNDARY) for piece in pieces])
-        specials = set(tokenizer.special_ids.values())
-        self.fixed_piece = np.array([i in specials or (piece.startswith("<0x") and piece.endswith(">"))
-                                     for i, piece in enumerate(pieces)])
+        specials, byte_pieces = set(tokenizer.special_ids.values()), set(BYTE_TOKENS)
+        self.fixed_piece = np.array([i in specials or piece in byte_pieces for i, piece in enumerate(pieces)])
         self.words: dict[tuple[int, ...], int] = {}  # a word's plain-BPE ids -> its number
         self.variants: list[list[tuple[int, ...]]] = []  # per word number, its sampled segmentations
         self.rng = random.Random(seed)
@@ -121,7 +120,6 @@ class BPEDropout:
             raise ValueError(f"BPE-dropout probability must be in [0, 1), got {p}")
         if samples < 1:
             raise ValueError(f"samples must be >= 1, got {samples}")
-        self.p = p
         self.src = _Side(src, p, samples, seed)
         self.tgt = self.src if tgt is src else _Side(tgt, p, samples, seed + 1)
         self._words: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
@@ -130,11 +128,6 @@ class BPEDropout:
             self._words[1].append(np.array(self.tgt.word_numbers(t), dtype=np.int32))
         self._counts = tuple(np.array([len(v) for v in side.variants], dtype=np.int64)
                              for side in (self.src, self.tgt))
-
-    @property
-    def distinct_words(self) -> int:
-        """Distinct words of the training examples (both sides; counted once when the vocabulary is joint)."""
-        return len(self.src.variants) + (0 if self.tgt is self.src else len(self.tgt.variants))
 
     def sample(self, indices: Sequence[int], rng: np.random.Generator) -> list[Example]:
         """The examples ``indices``, each word in one of its sampled segmentations chosen with ``rng``."""

@@ -24,7 +24,6 @@ the run with :class:`~transformer.training.lock.RunStorageError`, one line namin
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import sys
