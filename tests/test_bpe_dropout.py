@@ -99,6 +99,33 @@ def test_batches_are_segmented_by_seed_epoch_and_batch(corpus):
             assert a.src.equal(b.src) and a.tgt_out.equal(b.tgt_out)
 
 
+def test_segmented_batches_are_budgeted_by_their_expected_lengths(corpus):
+    vocab, examples = corpus
+    plain_src = np.array([len(s) for s, _ in examples])
+    plain_tgt = np.array([len(t) for _, t in examples])
+    src, tgt = BPEDropout(examples, vocab.src, vocab.tgt, p=0.0, seed=0).expected_lengths()
+    assert src.tolist() == plain_src.tolist() and tgt.tolist() == plain_tgt.tolist()
+    sampler = BPEDropout(examples, vocab.src, vocab.tgt, p=0.1, seed=0)
+    src, tgt = sampler.expected_lengths()
+    assert (src >= plain_src).all() and (tgt >= plain_tgt).all()
+    assert src.sum() > 1.05 * plain_src.sum()  # the dropped merges lengthen the sentences
+    drawn = sampler.sample(range(len(examples)), np.random.default_rng(1))
+    assert abs(sum(len(s) for s, _ in drawn) - src.sum()) < 0.02 * src.sum()  # as long as expected
+
+    ids = dict(pad_id=vocab.src.pad_id, bos_id=vocab.tgt.bos_id, eos_id=vocab.tgt.eos_id)
+
+    def mean_cost(**kw):
+        batches = TokenBudgetBatches(examples, max_tokens=800, seed=4, segment=sampler.sample, **ids, **kw)
+        costs = [b.src.numel() + b.tgt_in.numel() for e in range(3) for b in batches.iter_from(e, 0)]
+        return sum(costs) / len(costs)
+
+    assert mean_cost() > 1.1 * 800  # budgeted by the plain lengths, the segmented batches run over
+    # a batch is padded to its longest drawn sentence, so a few percent over on average
+    assert mean_cost(lengths=(src, tgt)) <= 1.05 * 800
+    with pytest.raises(ValueError, match="the target lengths must be 800 non-negative integers"):
+        TokenBudgetBatches(examples, max_tokens=800, lengths=(src, tgt[:-1]), **ids)
+
+
 def test_bad_settings_are_refused(corpus):
     vocab, examples = corpus
     for p in (1.0, -0.1):

@@ -159,6 +159,16 @@ def _sort_keys(first: np.ndarray, second: np.ndarray, tie: np.ndarray) -> np.nda
     return np.argsort(packed)
 
 
+def _checked_lengths(lengths: tuple[np.ndarray, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``lengths`` as two int64 arrays of ``n`` non-negative lengths, or a ValueError naming the fault."""
+    src, tgt = (np.asarray(x) for x in lengths)
+    for side, arr in (("source", src), ("target", tgt)):
+        if arr.shape != (n,) or not np.issubdtype(arr.dtype, np.integer) or (arr < 0).any():
+            raise ValueError(f"lengths: the {side} lengths must be {n} non-negative integers (one per example), "
+                             f"got shape {arr.shape} of {arr.dtype}")
+    return src.astype(np.int64), tgt.astype(np.int64)
+
+
 class TokenBudgetBatches:
     """Length-grouped batches under a token budget; deterministic, resumable, DDP-sharded.
 
@@ -191,8 +201,11 @@ class TokenBudgetBatches:
     **Segmentation**: ``segment(indices, rng)``, when given, returns the examples of a batch in
     another segmentation (BPE-dropout, :class:`transformer.text.bpe_dropout.BPEDropout`); ``rng``
     is ``numpy.random.default_rng([seed, 2, epoch, batch id])``, so a batch served again (on
-    resume, or on another rank) is segmented the same way. The batches are grouped by the lengths
-    of ``examples``; a batch in another segmentation may cost more than ``max_tokens``.
+    resume, or on another rank) is segmented the same way. The batches are grouped and budgeted
+    by ``lengths`` (source, target) when given, the examples' own lengths otherwise: a segmenter
+    that lengthens sentences passes their expected lengths, so its batches cost about
+    ``max_tokens`` (a few percent more on average, as a batch is padded to its longest drawn
+    sentence).
 
     Iterating yields :class:`Batch` es built lazily with :func:`make_batch`; ``iter(self)``
     is ``self.iter_from(self.epoch, 0)``. Call :meth:`set_epoch` before each epoch (as with
@@ -213,6 +226,7 @@ class TokenBudgetBatches:
         world_size: int = 1,
         max_sentences: int | None = None,
         segment: Callable[[list[int], np.random.Generator], list[Example]] | None = None,
+        lengths: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
@@ -234,7 +248,7 @@ class TokenBudgetBatches:
         self.epoch = 0
 
         n = len(examples)
-        src_lens, tgt_lens = example_lengths(examples)  # (N,) each
+        src_lens, tgt_lens = example_lengths(examples) if lengths is None else _checked_lengths(lengths, n)
         if src_lens.min() == 0:
             raise ValueError(
                 f"example {int(np.argmin(src_lens))} has an empty source; drop empties with filter_examples first"

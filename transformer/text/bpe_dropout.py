@@ -129,6 +129,17 @@ class BPEDropout:
         self._counts = tuple(np.array([len(v) for v in side.variants], dtype=np.int64)
                              for side in (self.src, self.tgt))
 
+    def expected_lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every example's source and target length in pieces, averaged over its words' sampled
+        segmentations and rounded (int64 arrays): what a batcher should budget by, since the
+        dropped merges make the sentences longer than their plain BPE."""
+        return tuple(self._mean_lengths(k) for k in (0, 1))
+
+    def _mean_lengths(self, k: int) -> np.ndarray:
+        side, words = (self.src, self.tgt)[k], self._words[k]
+        mean = np.array([sum(map(len, v)) / len(v) for v in side.variants], dtype=np.float64)
+        return np.array([np.rint(mean[w].sum()) for w in words], dtype=np.int64)
+
     def sample(self, indices: Sequence[int], rng: np.random.Generator) -> list[Example]:
         """The examples ``indices``, each word in one of its sampled segmentations chosen with ``rng``."""
         return list(zip(*(self._draw(k, indices, rng) for k in (0, 1))))

@@ -184,11 +184,12 @@ def make_batches(data: PreparedData, *, max_tokens: int, seed: int, rank: int = 
             raise ValueError("BPE-dropout does not work with data.mix yet")
         return MixedBatches(data.parts, data.weights, max_tokens=max_tokens, shuffle=True, seed=seed, rank=rank,
                             world_size=world_size, **ids)
-    segment = None
-    if bpe_dropout:
-        segment = BPEDropout(data.train, data.vocab.src, data.vocab.tgt, p=bpe_dropout, seed=seed).sample
+    segment = lengths = None
+    if bpe_dropout:  # budgeted by the segmented lengths, so a batch keeps to about max_tokens
+        sampler = BPEDropout(data.train, data.vocab.src, data.vocab.tgt, p=bpe_dropout, seed=seed)
+        segment, lengths = sampler.sample, sampler.expected_lengths()
     return TokenBudgetBatches(data.train, max_tokens=max_tokens, shuffle=True, seed=seed, rank=rank,
-                              world_size=world_size, segment=segment, **ids)
+                              world_size=world_size, segment=segment, lengths=lengths, **ids)
 
 
 class TokenizerCoverageError(ValueError):
