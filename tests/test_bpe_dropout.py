@@ -17,6 +17,7 @@ from transformer.text import Vocabularies
 from transformer.text.bpe_dropout import BPEDropout, dropout_segment, merge_ranks
 from transformer.text.sentencepiece import SentencePieceTokenizer
 from transformer.training.config import RunConfig
+from transformer.training.data_setup import PreparedData, make_batches
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +125,10 @@ def test_segmented_batches_are_budgeted_by_their_expected_lengths(corpus):
     assert mean_cost(lengths=(src, tgt)) <= 1.05 * 800
     with pytest.raises(ValueError, match="the target lengths must be 800 non-negative integers"):
         TokenBudgetBatches(examples, max_tokens=800, lengths=(src, tgt[:-1]), **ids)
+    # the trainer's batches (make_batches) are budgeted by those lengths
+    data = PreparedData(vocab=vocab, train=examples, valid=[], valid_text=[])
+    budgeted = make_batches(data, max_tokens=800, seed=0, bpe_dropout=0.1).batch_costs()
+    assert budgeted == TokenBudgetBatches(examples, max_tokens=800, seed=0, lengths=(src, tgt), **ids).batch_costs()
 
 
 def test_bad_settings_are_refused(corpus):
