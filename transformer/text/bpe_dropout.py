@@ -137,7 +137,7 @@ class BPEDropout:
 
     def _mean_lengths(self, k: int) -> np.ndarray:
         side, words = (self.src, self.tgt)[k], self._words[k]
-        mean = np.array([sum(map(len, v)) / len(v) for v in side.variants], dtype=np.float64)
+        mean = np.array([sum(map(len, v)) for v in side.variants], dtype=np.float64) / self._counts[k]
         return np.array([np.rint(mean[w].sum()) for w in words], dtype=np.int64)
 
     def sample(self, indices: Sequence[int], rng: np.random.Generator) -> list[Example]:

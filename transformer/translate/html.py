@@ -73,10 +73,10 @@ import bisect
 import html as _html
 import re
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from typing import Callable, Sequence
 
 from transformer.translate.html_placement import render_sentence, sentence_events
+from transformer.translate.html_tokens import Token, tokenize
 from transformer.translate.segment import split_sentences
 
 __all__ = ["translate_html", "html_sentences", "Translate", "Align"]
@@ -107,110 +107,6 @@ _TO_SPACE = str.maketrans(dict.fromkeys(_HTML_SPACE, " "))
 # A character reference, as html.unescape finds them (its own pattern where it has one).
 _CHARREF = getattr(_html, "_charref", None) or re.compile(
     r"&(#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?)")
-
-
-# --- Tokens: every construct of the source, with its exact extent ----------------------
-
-
-@dataclass
-class _Token:
-    kind: str  # start empty end data comment decl pi cdata junk
-    start: int
-    end: int | None
-    name: str = ""
-    attrs: list = field(default_factory=list)
-
-
-class _Tokenizer(HTMLParser):
-    """html.parser, recording where each construct starts (``getpos``) and, where it can be
-    known exactly, ends (a start tag: ``get_starttag_text``)."""
-
-    def __init__(self, source: str, newlines: list[int], base: int = 0):
-        super().__init__(convert_charrefs=True)  # text as a browser reads it: "&#<p>" is "&#" + <p>
-        self.source, self.newlines, self.base = source, newlines, base
-        self.first_newline = bisect.bisect_left(newlines, base)  # of the text fed: source[base:]
-        self.tokens: list[_Token] = []
-
-    def _pos(self) -> int:
-        line, column = self.getpos()
-        return (self.base if line == 1 else self.newlines[self.first_newline + line - 2] + 1) + column
-
-    def _add(self, kind, end=None, name="", attrs=()):
-        start = self._pos()
-        self.tokens.append(_Token(kind, start, None if end is None else start + end, name, attrs=list(attrs)))
-
-    def handle_starttag(self, tag, attrs):
-        self._add("start", len(self.get_starttag_text() or "") or None, tag, attrs)
-
-    def handle_startendtag(self, tag, attrs):
-        self._add("empty", len(self.get_starttag_text() or "") or None, tag, attrs)
-
-    def handle_endtag(self, tag):
-        self._add("end", None, tag)
-
-    def handle_data(self, data):
-        self._add("data")
-
-    def handle_comment(self, data):
-        self._add("comment")
-
-    def handle_decl(self, decl):
-        self._add("decl")
-
-    def handle_pi(self, data):
-        self._add("pi")
-
-    def unknown_decl(self, data):
-        self._add("cdata")
-
-
-def _tokenize(source: str) -> list[_Token]:
-    """Every construct of ``source`` in order; their extents tile the source exactly. Whatever
-    the parser skipped (``</>``, an unterminated construct at the end) becomes a ``junk`` token."""
-    newlines = [m.start() for m in re.finditer("\n", source)]
-    raw: list[_Token] = []
-    base = 0
-    while True:
-        parser = _Tokenizer(source, newlines, base)
-        try:
-            parser.feed(source[base:])
-            # html.parser may stop early, waiting for more data: let it go on, so that the rest
-            # is parsed rather than dumped as text by close().
-            while parser.rawdata:
-                left = len(parser.rawdata)
-                parser.feed("")
-                if len(parser.rawdata) >= left:
-                    break
-            parser.close()
-            raw += parser.tokens
-            break
-        except Exception:  # html.parser gives up on some input ("<![<" in 3.11): that "<" is text
-            at = max(parser._pos(), base)
-            raw += [t for t in parser.tokens if t.start < at]
-            if at >= len(source):
-                break
-            raw.append(_Token("data", at, at + 1))
-            base = at + 1
-    tokens, position = [], 0
-    for k, token in enumerate(raw):
-        if token.start < position:  # cannot happen with html.parser; be safe
-            continue
-        if token.start > position:
-            tokens.append(_Token("junk", position, token.start))
-        following = raw[k + 1].start if k + 1 < len(raw) else len(source)
-        following = max(following, token.start)
-        if token.kind == "data" and source[token.start] != "<":
-            # Text runs to the next "<" (what the parser skipped after it is junk); text that
-            # starts with "<" is a construct the parser gave up on, up to the next token.
-            less_than = source.find("<", token.start + 1, following)
-            token.end = following if less_than < 0 else less_than
-        elif token.end is None or token.end > following or token.kind == "data":
-            token.end = following
-        tokens.append(token)
-        position = token.end
-    if position < len(source):
-        tokens.append(_Token("junk", position, len(source)))
-    return tokens
 
 
 # --- Runs: the text of one block, with its inline tags ---------------------------------
@@ -345,7 +241,7 @@ def _no_translate(attrs) -> bool:
     return False
 
 
-def _region_end(tokens: list[_Token], i: int, ancestors: list[str]) -> int:
+def _region_end(tokens: list[Token], i: int, ancestors: list[str]) -> int:
     """The index after the last token of the element opened by ``tokens[i]``: its end tag, or
     (unclosed) the token before the end tag of one of its ancestors, or the end of the page."""
     name, depth, inner = tokens[i].name, 1, []
@@ -370,7 +266,7 @@ def _region_end(tokens: list[_Token], i: int, ancestors: list[str]) -> int:
 
 def _plan(source: str, lang: str | None) -> tuple[list, list[_Sentence]]:
     """The page as a list of raw strings and runs, and all its sentences in order."""
-    tokens = _tokenize(source)
+    tokens = tokenize(source)
     parts: list = []
     run: _Run | None = None
     stack: list[str] = []
