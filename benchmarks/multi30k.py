@@ -26,6 +26,8 @@ chosen on.
     python benchmarks/multi30k.py --minutes 10 --milestones 4,6,8 --set model.dropout=0.3 \\
         --label "dropout 0.3" --run-dir /tmp/ablation-dropout --from ../shared/data
     python benchmarks/multi30k.py --table /tmp/ablation-*/benchmark.json   # the ablation table (markdown)
+    python benchmarks/multi30k.py --steps 6900 --set train.device=cuda --from ../shared/data
+                                  # a 30-minute CPU run's steps replayed on a GPU (scored there too)
     python benchmarks/multi30k.py --minutes 0.5 --test-sentences 20 --run-dir /tmp/m30k-check --from ../shared/data
                                                                     # a check of the script, not a result
 """
@@ -50,7 +52,7 @@ from transformer.training.config import DataConfig, RunConfig, TrainConfig
 from transformer.training.state import list_checkpoints
 from transformer.training.trainer import Trainer
 from transformer.translate.evaluation import score
-from transformer.translate.translator import Translator
+from transformer.translate.translator import Translator, decoding_device
 
 BEAM = DecodeConfig(strategy="beam", beam_size=4, alpha=0.6)
 AVERAGE = 5  # checkpoints averaged into the scored model
@@ -77,22 +79,30 @@ def recipe(*, corpus: str, src: str, tgt: str, data_dir: str | None, minutes: fl
     return cfg.with_overrides(list(overrides)) if overrides else cfg
 
 
-def decode_in_bf16() -> bool:
-    """Decode in bf16 only where the CPU multiplies bf16 in hardware."""
-    return fast_bf16("cpu")
+def run_device(run_dir: Path) -> torch.device:
+    """Where the run trained (its ``train.device``; ``auto`` is the GPU where there is one): it is
+    scored there too."""
+    name = json.loads((run_dir / "run_config.json").read_text())["train"]["device"]
+    return decoding_device(name)
+
+
+def decode_in_bf16(device: torch.device | str = "cpu") -> bool:
+    """Decode in bf16 only where the device multiplies bf16 in hardware."""
+    return fast_bf16(device)
 
 
 def load_scoring_translator(run_dir: Path, *, weights: Path | None = None,
                             decoding: DecodeConfig = BEAM) -> Translator:
-    """The run's model (or ``weights`` loaded into it) prepared for decoding."""
-    bf16 = decode_in_bf16()
-    translator = Translator.from_run_dir(run_dir, decoding=decoding, bf16=bf16)
+    """The run's model (or ``weights`` loaded into it) prepared for decoding, on the run's device."""
+    device = run_device(run_dir)
+    bf16 = decode_in_bf16(device)
+    translator = Translator.from_run_dir(run_dir, decoding=decoding, bf16=bf16, device=device)
     if weights is not None:
         # the CPU engine packed the weights when the Translator prepared the model: give the model
         # back unprepared, load the other weights, and prepare it again
         translator.close()
         load_weights(translator.model, weights)
-        translator = Translator(translator.model, translator.vocab, decoding=decoding, bf16=bf16)
+        translator = Translator(translator.model, translator.vocab, decoding=decoding, bf16=bf16, device=device)
     return translator
 
 
@@ -166,7 +176,8 @@ def machine() -> dict:
     """What makes runs of different days comparable: the CPU, torch, and today's matmul peak."""
     cpu = cpu_model() or platform.processor() or platform.machine()
     print("measuring the matmul peak ...", flush=True)
-    return {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    return {"cpu": cpu, "gpu": gpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
             "date": datetime.date.today().isoformat(),
             "peak_gflops": {"fp32": round(matmul_peak(torch.float32) / 1e9),
                             "bf16": round(matmul_peak(torch.bfloat16) / 1e9) if fast_bf16("cpu") else None}}
@@ -193,8 +204,9 @@ def run(args: argparse.Namespace) -> dict:
     trainer = result = None
     kept = max([args.average, *(args.tune_average or [])])
     keep = [f"train.keep_last={kept}"] if kept > AVERAGE else []
+    steps = [f"train.max_steps={args.steps}", "train.time_limit=null"] if args.steps else []
     cfg = recipe(corpus=args.corpus, src=args.src, tgt=args.tgt, data_dir=args.data_dir,
-                 minutes=args.minutes, seed=args.seed, overrides=args.set + keep)
+                 minutes=args.minutes, seed=args.seed, overrides=steps + args.set + keep)
     for mark in milestone_minutes(args.milestones, args.minutes):
         # each segment pauses the whole run at its mark, so the schedule (and its cooldown) stays the run's
         trainer = Trainer(cfg, run_dir)
@@ -229,7 +241,8 @@ def run(args: argparse.Namespace) -> dict:
     reached = next((r["minutes"] for r in rows if r["test"]["bleu"] >= args.target), None) if args.target else None
     return {"label": args.label or (", ".join(args.set) if args.set else "recipe"), "settings": list(args.set),
             "corpus": args.corpus, "direction": f"{args.src}-{args.tgt}", "seed": args.seed,
-            "machine": info, "precision": {"train": trainer.precision, "decode": "bf16" if decode_in_bf16() else "fp32"},
+            "machine": info, "precision": {"train": trainer.precision, "decode": "bf16" if decode_in_bf16(trainer.device) else "fp32"},
+            "device": str(trainer.device),
             "valid_sentences": len(sets["valid"]), "test_sentences": len(sets["test"]),
             "train_steps": result.steps, "train_seconds": round(trained), "epochs": rows[-1]["epochs"],
             "target_tokens": result.target_tokens, "milestones": rows, "final": final,
@@ -293,6 +306,9 @@ def main() -> None:
     parser.add_argument("--src", default="de")
     parser.add_argument("--tgt", default="en")
     parser.add_argument("--minutes", type=float, default=30.0, help="training time budget")
+    parser.add_argument("--steps", type=int, default=0,
+                        help="train for this many steps instead of --minutes (the cooldown follows the steps): "
+                        "replays a CPU run's step count on a faster device, e.g. a GPU (--set train.device=cuda)")
     parser.add_argument("--milestones", default=None,
                         help="comma-separated minutes before --minutes at which to score too (e.g. 4,6,8,10,15,20)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -319,6 +335,8 @@ def main() -> None:
     parser.add_argument("--table", nargs="+", type=Path, default=None, metavar="BENCHMARK_JSON",
                         help="print the ablation table of these benchmark.json files (the first is the baseline)")
     args = parser.parse_args()
+    if args.steps < 0 or (args.steps and args.milestones):
+        parser.error("--steps must be >= 1, and goes without --milestones (which are minutes)")
     if args.table:
         table(args.table)
         return

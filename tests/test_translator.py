@@ -333,3 +333,26 @@ def test_run_directory_missing_its_tokenizer(run_dir, tmp_path):
     (broken / "tokenizer.json").unlink()
     result = cli("translate", str(broken), "je suis étudiant")
     assert result.returncode == 2 and "tokenizer" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_decoding_device_is_the_gpu_only_where_there_is_one(monkeypatch):
+    from transformer.translate.translator import decoding_device
+    for present in (True, False):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: present)
+        assert decoding_device("auto").type == ("cuda" if present else "cpu")
+        assert decoding_device("auto", int8=True).type == "cpu"  # int8 is a CPU format
+        assert decoding_device("cpu").type == "cpu"
+    with pytest.raises(ValueError, match="no CUDA device"):
+        decoding_device("cuda")
+    with pytest.raises(ValueError, match="device must be one of"):
+        decoding_device("tpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(ValueError, match="int8 quantisation is for fp32 CPU inference"):
+        decoding_device("cuda", int8=True)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without a CUDA device")
+def test_translate_on_cuda_without_a_gpu_says_so(run_dir):
+    done = cli("translate", str(run_dir), "--device", "cuda", input="bonjour\n")
+    assert done.returncode == 2 and "no CUDA device" in done.stderr and "--device cpu" in done.stderr
+    assert done.stdout == ""

@@ -23,7 +23,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from transformer.serve.limits import ConnectionLimits, ServeLimits
-from transformer.translate.cli import INT8_HELP
+from transformer.translate.cli import DEVICE_HELP, DEVICES, INT8_HELP
 
 _DEFAULTS = ServeLimits()
 _OPTIONS = {  # field -> (option, type, help)
@@ -81,6 +81,7 @@ def register_serve_command(subparsers: argparse._SubParsersAction) -> argparse.A
     p.add_argument("--beam-size", type=int, default=4, help="default beam size of requests (default: 4, the paper's)")
     p.add_argument("--bf16", action="store_true", help="decode with a bfloat16 copy of the weights")
     p.add_argument("--int8", action="store_true", help=INT8_HELP)
+    p.add_argument("--device", choices=DEVICES, default="auto", help=DEVICE_HELP)
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default: info)")
     for name, (option, kind, what) in _OPTIONS.items():
@@ -161,7 +162,7 @@ def run_serve(args: argparse.Namespace) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     try:
         run_dir = Path(args.run_dir)
-        translator = load_translator(run_dir, bf16=args.bf16, int8=args.int8)
+        translator = load_translator(run_dir, bf16=args.bf16, int8=args.int8, device=args.device)
         translator = translator.with_decoding(beam_size=args.beam_size)
         src_lang, tgt_lang = translator.src_lang, translator.tgt_lang
         app = create_app(translator, limits, src_lang=src_lang, tgt_lang=tgt_lang)

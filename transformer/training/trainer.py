@@ -61,6 +61,9 @@ from transformer.training.state import (
 from transformer.training.run_dir import RUN_FILES, check_model_config, previous_run, write_run_files
 from transformer.translate.translator import Translator
 
+SCALER_KEY = "grad_scaler"  # TrainerState.extra entry of fp16's loss scaler, so a resume keeps its scale
+
+
 @dataclass
 class TrainResult:
     run_dir: Path
@@ -189,6 +192,8 @@ class Trainer:
         if path is None:
             return
         self.state = load_checkpoint(path, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
+        if self.scaler is not None and (scaler_state := self.state.extra.get(SCALER_KEY)):
+            self.scaler.load_state_dict(scaler_state)  # fp16: the loss scale reached, not the initial one
         self.resumed_from = self.state.step
         if self.dist.is_main:
             self.metrics.truncate_after(self.state.step)
@@ -410,6 +415,8 @@ class Trainer:
 
     # ---------------------------------------------------------------------------------- saving
     def _save(self) -> None:
+        if self.scaler is not None:
+            self.state.extra[SCALER_KEY] = self.scaler.state_dict()  # plain numbers: the scale and its counters
         if self.dist.is_main:
             save_checkpoint(self.run_dir, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
                             state=self.state, keep_last=self.cfg.train.keep_last)

@@ -29,9 +29,11 @@ from transformer.translate.inputs import InputText, Line, Reporter, count_lines,
 from transformer.translate.stream import (
     CHUNK_CHARS, PROGRESS_EVERY, Progress, encode_output, open_output, same_file, write_chunks,
 )
-from transformer.translate.translator import TranslationWarning, Translator, load_translator
+from transformer.translate.translator import DEVICES, TranslationWarning, Translator, load_translator
 
 
+DEVICE_HELP = ("where to decode: auto (default) is the GPU where PyTorch sees one (the CPU with --int8, a CPU "
+               "format), else the CPU")
 INT8_HELP = ("decode with int8 copies of the linear layers' weights (one scale per output feature) in the "
              "CPU engine's kernels, activations and sums in float32: a quarter of the weights' memory traffic "
              "(Transformer models on CPU)")
@@ -59,10 +61,11 @@ def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--bf16", action="store_true", help="decode with a bfloat16 copy of the weights (fast on CPUs with AVX-512 bf16 or AMX)")
     g.add_argument("--int8", action="store_true", help=INT8_HELP)
     g.add_argument("--batch-tokens", type=int, default=12000, help="source tokens x beams per batch (default: 12000)")
+    g.add_argument("--device", choices=DEVICES, default="auto", help=DEVICE_HELP)
 
 
 DECODING_ARGUMENTS = ("beam", "greedy", "n_best", "alpha", "length_penalty", "max_len_b", "stopping", "sample",
-                      "temperature", "top_k", "top_p", "seed", "bf16", "int8", "batch_tokens")
+                      "temperature", "top_k", "top_p", "seed", "bf16", "int8", "batch_tokens", "device")
 
 
 def decode_config(args: argparse.Namespace) -> DecodeConfig:
@@ -83,7 +86,7 @@ def translator_from_args(args: argparse.Namespace) -> Translator:
     if args.batch_tokens < 1:
         raise ValueError(f"--batch-tokens must be >= 1, got {args.batch_tokens}")
     return load_translator(args.run_dir, decoding=decode_config(args), max_tokens=args.batch_tokens, bf16=args.bf16,
-                           int8=args.int8)
+                           int8=args.int8, device=args.device)
 
 
 def _settings(args: argparse.Namespace) -> dict:

@@ -266,13 +266,33 @@ def to_bf16(model: Transformer | RNNSeq2Seq) -> Transformer | RNNSeq2Seq:
     return plain_copy(model).to(torch.bfloat16).eval()
 
 
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def decoding_device(name: str, *, int8: bool = False) -> torch.device:
+    """The device to decode on: ``auto`` is the GPU where PyTorch sees one (the CPU with ``int8``,
+    which is a CPU format), else the CPU. Raises ValueError for an unknown name, for ``cuda``
+    where there is no CUDA device, and for ``cuda`` with ``int8``."""
+    if name not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got {name!r}")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() and not int8 else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device cuda: PyTorch sees no CUDA device here (this torch build or machine has none); "
+                         "use --device cpu or auto")
+    if name == "cuda" and int8:
+        raise ValueError("int8 quantisation is for fp32 CPU inference: use --device cpu (or auto) with --int8")
+    return torch.device(name)
+
+
 def load_translator(run_dir: str | os.PathLike[str], *, decoding: DecodeConfig | None = None, bf16: bool = False,
-                    int8: bool = False, **options) -> Translator:
+                    int8: bool = False, device: str = "cpu", **options) -> Translator:
     """The translator of a trained run directory, as the CLI, the server and ``attend`` load it.
 
     ``decoding`` defaults to the paper's beam search; ``bf16`` or ``int8`` (not both) pick the
-    precision; other ``options`` go to ``Translator``. Raises FileNotFoundError naming what is
-    missing, ValueError for settings that do not go together."""
+    precision; ``device`` is ``cpu``, ``cuda`` or ``auto`` (:func:`decoding_device`); other
+    ``options`` go to ``Translator``. Raises FileNotFoundError naming what is missing, ValueError
+    for settings that do not go together."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory not found: {run_dir}")
@@ -281,7 +301,8 @@ def load_translator(run_dir: str | os.PathLike[str], *, decoding: DecodeConfig |
         raise FileNotFoundError(f"{run_dir} is not a trained run directory: missing {', '.join(missing)}")
     if int8 and bf16:
         raise ValueError("int8 quantisation is for fp32 CPU inference: give --int8 or --bf16, not both")
-    return Translator.from_run_dir(run_dir, decoding=decoding, bf16=bf16, quantize="int8" if int8 else None, **options)
+    return Translator.from_run_dir(run_dir, decoding=decoding, bf16=bf16, quantize="int8" if int8 else None,
+                                   device=decoding_device(device, int8=int8), **options)
 
 
 def run_languages(run_dir: str | os.PathLike[str]) -> tuple[str | None, str | None]:

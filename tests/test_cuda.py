@@ -1,0 +1,161 @@
+"""On a CUDA GPU: training in each precision, exact resume (the CUDA RNG and fp16's loss scale
+included), checkpoints that load on the CPU, decoding that agrees with the CPU's, the translate
+command's --device, and a one-process torchrun over NCCL.
+
+Skipped where PyTorch sees no CUDA device (CI has none, and the pinned torch is the CPU build);
+on a GPU machine: ``pytest tests/test_cuda.py``."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from trainer_helpers import TINY, records, train
+from transformer.demo import demo_config
+from transformer.decoding import DecodeConfig
+from transformer.model.masks import padding_mask
+from transformer.training.checkpoint import load_model
+from transformer.training.config import RunConfig
+from transformer.training.trainer import SCALER_KEY, Trainer
+from transformer.training.state import STATE_FILE, latest_checkpoint
+from transformer.translate.evaluation import score
+from transformer.translate.translator import Translator
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="no CUDA device: these check the GPU paths on a machine with one")
+
+GPU = ("train.device=cuda",)
+
+
+def losses(run_dir) -> list[float]:
+    return [r["loss"] for _, r in sorted(records(run_dir).items())]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_training_on_the_gpu_learns_in_each_precision(tmp_path, precision):
+    run = tmp_path / "run"
+    trainer = train(run, *GPU, f"train.precision={precision}", "train.max_steps=60", "train.save_every=30")
+    assert trainer.device.type == "cuda" and trainer.precision == precision
+    assert all(p.device.type == "cuda" for p in trainer.model.parameters())
+    assert (trainer.scaler is not None) == (precision == "fp16")
+    curve = losses(run)
+    assert len(curve) == 60 and all(math.isfinite(x) for x in curve)
+    assert sum(curve[-10:]) / 10 < sum(curve[:10]) / 10 - 0.5, curve  # it learns
+    model = load_model(run)  # a GPU run's files load on the CPU
+    assert all(p.device.type == "cpu" for p in model.parameters())
+
+
+def test_a_resumed_gpu_run_matches_one_run_dropout_masks_included(tmp_path):
+    """The CUDA generator draws the dropout masks: a resume restores it with the rest."""
+    settings = (*GPU, "train.save_every=8", "model.dropout=0.3")
+    train(tmp_path / "straight", *settings, "train.max_steps=16")
+    train(tmp_path / "resumed", *settings, "train.max_steps=8")
+    train(tmp_path / "resumed", *settings, "train.max_steps=16")
+    straight, resumed = losses(tmp_path / "straight"), losses(tmp_path / "resumed")
+    assert len(resumed) == 16
+    assert resumed == pytest.approx(straight, rel=1e-4)  # GPU sums may differ in the last bits, not more
+
+
+def test_fp16_resume_keeps_the_loss_scale(tmp_path):
+    run = tmp_path / "run"
+    settings = [*TINY, *GPU, "train.precision=fp16", "train.save_every=6"]
+    first = train(run, *GPU, "train.precision=fp16", "train.save_every=6", "train.max_steps=12")
+    reached = first.scaler.state_dict()
+    fresh = torch.amp.GradScaler("cuda").state_dict() or {"scale": 65536.0, "_growth_tracker": 0}
+    assert (reached["scale"], reached["_growth_tracker"]) != (fresh["scale"], fresh["_growth_tracker"])
+    saved = json.loads((latest_checkpoint(run) / STATE_FILE).read_text())["trainer"]["extra"][SCALER_KEY]
+    assert saved == reached
+    second = Trainer(RunConfig().with_overrides(settings + ["train.max_steps=24"]), run, show_progress=False)
+    try:
+        assert second.resumed_from == 12 and second.scaler.state_dict() == reached
+    finally:
+        second.close()
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """The demo's recipe trained on the GPU in fp32: its run directory and its test pairs."""
+    run = tmp_path_factory.mktemp("gpu") / "run"
+    cfg = demo_config(time_limit=None).with_overrides([*GPU, "train.precision=fp32"])
+    trainer = Trainer(cfg, run, show_progress=False)
+    trainer.train()
+    return run, trainer.data.test_text[:100]
+
+
+@pytest.fixture(scope="module")
+def trained(demo):
+    return demo[0]
+
+
+@pytest.fixture(scope="module")
+def sentences(demo):
+    return [s for s, _ in demo[1][:40]]
+
+
+def test_the_demo_trained_on_the_gpu_meets_the_demos_quality(demo):
+    run, pairs = demo
+    hypotheses = Translator.from_run_dir(run, decoding=DecodeConfig(strategy="greedy"), device="cuda").translate(
+        [s for s, _ in pairs])
+    assert score(hypotheses, [r for _, r in pairs]).bleu >= 85
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+def test_gpu_decoding_agrees_with_the_cpu(trained, sentences, strategy):
+    decoding = DecodeConfig(strategy=strategy, beam_size=4)
+    cpu = Translator.from_run_dir(trained, decoding=decoding, device="cpu").translate_n_best(sentences)
+    gpu = Translator.from_run_dir(trained, decoding=decoding, device="cuda").translate_n_best(sentences)
+    assert all(len(a[0].tokens) > 2 for a in cpu)  # real translations, not a model that stops at once
+    same = [a[0].tokens == b[0].tokens for a, b in zip(cpu, gpu)]
+    assert sum(same) >= len(sentences) - 2, same  # fp32 on both: a near-tie may flip, not more
+    for a, b, equal in zip(cpu, gpu, same):
+        if equal:
+            assert a[0].score == pytest.approx(b[0].score, abs=1e-3)
+
+
+def test_gpu_logits_equal_the_cpu_logits(trained):
+    model = load_model(trained)
+    g = torch.Generator().manual_seed(0)
+    src, tgt = torch.randint(4, model.config.src_vocab_size, (2, 2, 9), generator=g)
+    mask = padding_mask(src, pad_id=0)
+    with torch.inference_mode():
+        expected = model(src, tgt, mask)
+        got = model.to("cuda")(src.cuda(), tgt.cuda(), mask.cuda()).cpu()
+    assert torch.allclose(got, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_bf16_decoding_on_the_gpu_mostly_agrees_with_fp32(trained, sentences):
+    fp32 = Translator.from_run_dir(trained, device="cuda").translate(sentences)
+    bf16 = Translator.from_run_dir(trained, device="cuda", bf16=True).translate(sentences)
+    assert all(bf16) and sum(a == b for a, b in zip(fp32, bf16)) >= 0.8 * len(sentences)
+
+
+def cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "transformer.cli", *args], capture_output=True, text=True, **kwargs)
+
+
+def test_translate_command_decodes_on_the_gpu_by_default(trained, sentences):
+    text = "".join(s + "\n" for s in sentences[:10])
+    auto = cli("translate", str(trained), "--greedy", input=text)
+    cuda = cli("translate", str(trained), "--greedy", "--device", "cuda", input=text)
+    cpu = cli("translate", str(trained), "--greedy", "--device", "cpu", input=text)
+    assert auto.returncode == cuda.returncode == cpu.returncode == 0, auto.stderr + cuda.stderr + cpu.stderr
+    assert auto.stdout == cuda.stdout and len(auto.stdout.splitlines()) == 10
+    assert all(line.strip() for line in auto.stdout.splitlines())
+    assert sum(a == b for a, b in zip(auto.stdout.splitlines(), cpu.stdout.splitlines())) >= 9
+    refused = cli("translate", str(trained), "--int8", "--device", "cuda", input=text)
+    assert refused.returncode == 2 and "int8" in refused.stderr
+
+
+def test_one_process_torchrun_trains_over_nccl(tmp_path):
+    run = tmp_path / "ddp"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1", "-m", "transformer.cli",
+         "train", "--run-dir", str(run), "--quiet", *TINY, *GPU, "train.max_steps=6"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(losses(run)) == 6 and all(math.isfinite(x) for x in losses(run))
