@@ -38,6 +38,7 @@ import argparse
 import datetime
 import json
 import platform
+import shutil
 import time
 from pathlib import Path
 
@@ -142,15 +143,25 @@ def average_now(run_dir: Path, n: int = AVERAGE) -> tuple[Path, str]:
     return run_dir / AVERAGED_FILE, f"average of last {len(used)} ({used[0].name}..{used[-1].name})"
 
 
-def tune_average(run_dir: Path, sets: dict[str, list[tuple[str, str]]], windows: list[int]) -> dict:
-    """Average the last N checkpoints for each N of ``windows``, keep the N with the best validation
-    BLEU (ties: the smaller N) in ``averaged.safetensors``, and score test with it."""
+def tune_average(run_dir: Path, sets: dict[str, list[tuple[str, str]]], windows: list[int], *,
+                 ema: bool = False) -> dict:
+    """Average the last N checkpoints for each N of ``windows`` (and, for a run with ``train.ema``,
+    take its moving average of the weights as a candidate too, ``average`` 0), keep the candidate
+    with the best validation BLEU (ties: the smaller N, the moving average first) in
+    ``averaged.safetensors``, and score test with it."""
     grid = []
+    if ema:  # the run's model.safetensors is its moving average
+        grid.append({"average": 0, "model": "moving average of the weights",
+                     "valid": score_run(run_dir, sets["valid"], weights=run_dir / WEIGHTS_FILE)})
     for n in sorted(set(windows)):
         weights, label = average_now(run_dir, n)
         grid.append({"average": n, "model": label, "valid": score_run(run_dir, sets["valid"], weights=weights)})
     best = max(grid, key=lambda g: (g["valid"]["bleu"], -g["average"]))
-    weights, _ = average_now(run_dir, best["average"])
+    if best["average"]:
+        weights, _ = average_now(run_dir, best["average"])
+    else:
+        weights = run_dir / AVERAGED_FILE
+        shutil.copyfile(run_dir / WEIGHTS_FILE, weights)
     return {**best, "test": score_run(run_dir, sets["test"], weights=weights), "grid": grid}
 
 
@@ -225,11 +236,13 @@ def run(args: argparse.Namespace) -> dict:
         print(f"minute {r['minutes']:.1f}: step {r['steps']}, epoch {r['epochs']:.1f}, {r['target_tokens']:,} target "
               f"tokens; {label}: validation BLEU {r['valid']['bleu']:.2f}, test BLEU {r['test']['bleu']:.2f}", flush=True)
     assert trainer is not None and result is not None
+    # the run's own model: its best checkpoint on validation, or its moving average with train.ema
     final = {"averaged": rows[-1],
-             "best_on_validation": {"model": "best checkpoint on validation (greedy BLEU, 200 sentences)",
+             "best_on_validation": {"model": f"moving average of the weights (decay {cfg.train.ema})" if cfg.train.ema
+                                    else "best checkpoint on validation (greedy BLEU, 200 sentences)",
                                     **score_sets(run_dir, sets)}}
     if args.tune_average:
-        final["tuned_average"] = tune_average(run_dir, sets, args.tune_average)
+        final["tuned_average"] = tune_average(run_dir, sets, args.tune_average, ema=bool(cfg.train.ema))
     if args.tune_decoding:
         decoding, grid = tune_decoding(run_dir, run_dir / AVERAGED_FILE, sets["valid"], args.tune_beams,
                                        args.tune_alphas)
@@ -262,10 +275,13 @@ def report(summary: dict) -> None:
         print(f"{r['minutes']:>6.1f} {r['steps']:>6} {r['epochs']:>6.1f} {r['valid']['bleu']:>10.2f} "
               f"{r['test']['bleu']:>9.2f} {r['gap']:>5.2f} {r['valid']['chrf']:>10.2f} {r['test']['chrf']:>9.2f}")
     best = summary["final"]["best_on_validation"]
-    print(f"best checkpoint on validation: valid BLEU {best['valid']['bleu']:.2f}, test BLEU {best['test']['bleu']:.2f}")
+    print(f"{best['model']}: valid BLEU {best['valid']['bleu']:.2f}, test BLEU {best['test']['bleu']:.2f}")
     if chosen := summary["final"].get("tuned_average"):
-        print(f"averaging chosen on validation: last {chosen['average']} (" + ", ".join(
-            f"{g['average']}: {g['valid']['bleu']:.2f}" for g in chosen["grid"]) + f"); test BLEU {chosen['test']['bleu']:.2f}")
+        def name(n: int) -> str:
+            return "the moving average" if n == 0 else f"last {n}"
+        print(f"averaging chosen on validation: {name(chosen['average'])} (" + ", ".join(
+            f"{name(g['average'])}: {g['valid']['bleu']:.2f}" for g in chosen["grid"])
+            + f"); test BLEU {chosen['test']['bleu']:.2f}")
     if tuned := summary["final"].get("tuned_decoding"):
         print(f"decoding chosen on validation: beam {tuned['beam']}, alpha {tuned['alpha']}: valid BLEU "
               f"{tuned['valid']['bleu']:.2f}, test BLEU {tuned['test']['bleu']:.2f}")

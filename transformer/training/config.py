@@ -147,6 +147,9 @@ class TrainConfig:
     keep_last: int = field(default=5, metadata=positive_int())  # checkpoints kept (plus the best)
     # at the end, average the last N checkpoints into the model (paper: 5); <= keep_last
     average_last: int = field(default=0, metadata=int_at_least(0, note="0 = none; at most train.keep_last"))
+    # decay of an exponential moving average of the weights, updated after every step, saved in each
+    # checkpoint, and the run's model at its end (e.g. 0.999); not with train.average_last
+    ema: float = field(default=0.0, metadata=valid(float, 0.0, 1.0, high_open=True, note="0 = none"))
     # write TensorBoard logs to RUN_DIR/tensorboard (with the tensorboard extra installed)
     tensorboard: bool = True
     # validation sentences whose cross-attention is recorded at each evaluation (alignments.jsonl,
@@ -205,6 +208,9 @@ class RunConfig:
         config_dict.check_fields(t, "train")
         for section in (d, t):
             _check_strings(section)
+        if t.ema and t.average_last:
+            raise ValueError(f"train.ema ({t.ema}) and train.average_last ({t.average_last}) each make the run's "
+                             "final model: set one of them to 0")
         if t.average_last > t.keep_last:
             raise ValueError(
                 f"train.average_last ({t.average_last}) must not exceed train.keep_last ({t.keep_last}): only the "

@@ -97,10 +97,13 @@ def restore_rng_state(state: dict[str, Any]) -> None:
 def save_checkpoint(
     run_dir: PathLike, *, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: LRScheduler | None,
     state: TrainerState, keep_last: int = 5, rng: dict[str, Any] | None = None,
+    tensor_files: dict[str, dict[str, Tensor]] | None = None,
 ) -> Path:
     """Write ``run_dir/checkpoints/step-{state.step:08d}/`` atomically, point ``latest.json`` at it, prune.
 
-    ``rng`` defaults to :func:`capture_rng_state` now. Pruning keeps the newest ``keep_last``
+    ``rng`` defaults to :func:`capture_rng_state` now. ``tensor_files`` (file name -> tensors) are
+    written into the checkpoint too (the moving average of the weights, say);
+    :func:`read_tensor_file` reads one back. Pruning keeps the newest ``keep_last``
     checkpoints, the best one (``state.best_step``) and this one; stale ``.tmp-*`` directories
     of other processes are removed. Returns the checkpoint directory.
     """
@@ -135,6 +138,8 @@ def save_checkpoint(
         _fsync(tmp / MODEL_FILE)
         _write_tensors(opt_tensors, tmp / OPTIMIZER_FILE)
         _write_tensors(rng_tensors, tmp / RNG_FILE)
+        for file_name, tensors in (tensor_files or {}).items():
+            _write_tensors(tensors, tmp / file_name)
         _write_text(tmp / STATE_FILE, text)
         _fsync(tmp)
         _move_into_place(tmp, final)
@@ -341,6 +346,13 @@ def _read_state_file(path: Path) -> dict[str, Any]:
         if not isinstance(doc.get(key), dict):
             raise CheckpointError(f"{path}: the {key!r} entry is missing or not an object")
     return doc
+
+
+def read_tensor_file(checkpoint: PathLike, name: str) -> dict[str, Tensor] | None:
+    """The tensors of ``name`` in a checkpoint directory (written through ``tensor_files``), or None
+    where the checkpoint has no such file. Raises CheckpointError for a truncated or corrupt one."""
+    path = Path(checkpoint) / name
+    return _read_tensors(path) if path.is_file() else None
 
 
 def _read_tensors(path: Path) -> dict[str, Tensor]:

@@ -3,11 +3,13 @@
 A run directory holds everything needed to translate with, inspect or resume a run::
 
     run/
-      config.json, model.safetensors   the model (best on validation, or averaged; load_model reads it)
+      config.json, model.safetensors   the model (best on validation, averaged, or the moving average;
+                                       load_model reads it)
       tokenizer.json                   the tokenizer (tokenizer.src.json + tokenizer.tgt.json if separate)
       run_config.json                  the full RunConfig
       metrics.jsonl, training_curve.png
-      checkpoints/step-XXXXXXXX/       weights, optimizer, schedule, RNG, data position
+      checkpoints/step-XXXXXXXX/       weights, optimizer, schedule, RNG, data position (and
+                                       ema.safetensors with train.ema)
       checkpoints/latest.json
 
 Running the same command again on an existing run directory resumes from its latest
@@ -57,11 +59,14 @@ from transformer.training.tensorboard_log import TensorBoardLog
 from transformer.training.averaging import average_last
 from transformer.training.lock import RunLock, remove_stale_files, storage_errors
 from transformer.training.state import (
-    TrainerState, latest_checkpoint, load_checkpoint, remove_stale_work_files, save_checkpoint)
+    CheckpointError, TrainerState, latest_checkpoint, load_checkpoint, read_tensor_file, remove_stale_work_files,
+    save_checkpoint)
+from transformer.training.ema import EMA_FILE, WeightAverage
 from transformer.training.run_dir import RUN_FILES, check_model_config, previous_run, write_run_files
 from transformer.translate.translator import Translator
 
 SCALER_KEY = "grad_scaler"  # TrainerState.extra entry of fp16's loss scaler, so a resume keeps its scale
+EMA_UPDATES_KEY = "ema_updates"  # TrainerState.extra entry: updates of the moving average of the weights
 
 
 @dataclass
@@ -161,6 +166,7 @@ class Trainer:
         self.steps_per_epoch = D.steps_per_epoch(len(self.batches), self.accumulate)
         self.metrics = MetricsLog(self.run_dir / METRICS_FILE)
         self.scaler = torch.amp.GradScaler("cuda") if self.precision == "fp16" else None
+        self.ema = WeightAverage(self.model, t.ema) if t.ema else None
         self.state = TrainerState()
         self.resumed_from: int | None = None
         if self.dist.is_main:
@@ -194,6 +200,12 @@ class Trainer:
         self.state = load_checkpoint(path, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
         if self.scaler is not None and (scaler_state := self.state.extra.get(SCALER_KEY)):
             self.scaler.load_state_dict(scaler_state)  # fp16: the loss scale reached, not the initial one
+        if self.ema is not None:
+            saved = read_tensor_file(path, EMA_FILE)
+            if saved is None:
+                raise CheckpointError(f"{path} holds no moving average of the weights ({EMA_FILE}), "
+                                      "though train.ema is set")
+            self.ema.load(saved, self.state.extra.get(EMA_UPDATES_KEY, self.state.step))
         self.resumed_from = self.state.step
         if self.dist.is_main:
             self.metrics.truncate_after(self.state.step)
@@ -332,6 +344,8 @@ class Trainer:
             stepped = True
         if stepped:  # the schedule counts the optimizer steps taken
             self.scheduler.step()
+            if self.ema is not None:
+                self.ema.update(self.model)
         self.optimizer.zero_grad(set_to_none=True)
         return loss_total, local_tokens
 
@@ -417,9 +431,12 @@ class Trainer:
     def _save(self) -> None:
         if self.scaler is not None:
             self.state.extra[SCALER_KEY] = self.scaler.state_dict()  # plain numbers: the scale and its counters
+        if self.ema is not None:
+            self.state.extra[EMA_UPDATES_KEY] = self.ema.updates
         if self.dist.is_main:
             save_checkpoint(self.run_dir, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
-                            state=self.state, keep_last=self.cfg.train.keep_last)
+                            state=self.state, keep_last=self.cfg.train.keep_last,
+                            tensor_files={EMA_FILE: self.ema.tensors} if self.ema is not None else None)
         D.barrier(self.dist)
 
     def _finish(self, progress: Progress) -> None:
@@ -428,6 +445,11 @@ class Trainer:
             if n:
                 used = average_last(self.run_dir, n, self.run_dir / WEIGHTS_FILE)
                 progress.message(f"averaged the last {len(used)} checkpoints into {self.run_dir / WEIGHTS_FILE}")
+            if self.ema is not None:
+                with self.ema.swapped_into(self.model):
+                    save_weights(self.model, self.run_dir / WEIGHTS_FILE)
+                progress.message(f"the moving average of the weights (decay {self.ema.decay}) is the model: "
+                                 f"{self.run_dir / WEIGHTS_FILE}")
             try:
                 plot_training_curve(self.metrics.read(), self.run_dir / CURVE_FILE)
             except Exception as err:  # a plot must never lose a finished run
