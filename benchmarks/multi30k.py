@@ -10,7 +10,7 @@ scale 0.6) whose rate falls linearly to zero over the last 30% of the time
 (paper 6.1). Validation and test sets are scored cased and detokenized with beam 4,
 length penalty 0.6. Precision: training under bf16 autocast where the device has bf16 matrix
 units (CUDA from compute capability 8.0, CPUs with AVX-512 bf16 or AMX) and in fp32 elsewhere
-(``train.precision=auto``); decoding on the CPU in bf16 where it has bf16 units, else fp32.
+(``train.precision=auto``); decoding on the device the run trained on, in bf16 where it has bf16 units, else fp32.
 
 Every run records what makes runs of different days comparable: the day's matmul peak, the
 CPU, steps, epochs and target tokens seen. ``--milestones`` stops training at those minutes,

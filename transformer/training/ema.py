@@ -44,12 +44,9 @@ class WeightAverage:
                              1.0 - self.rate())
         self.updates += 1
 
-    @torch.no_grad()
     def copy_to(self, model: nn.Module) -> None:
         """Put the average into ``model``'s weights (in their dtypes)."""
-        current = unique_state_dict(model)
-        for name, value in self.tensors.items():
-            current[name].copy_(value)
+        _copy_into(model, self.tensors)
 
     def load(self, tensors: dict[str, Tensor], updates: int) -> None:
         """Restore a saved average (its tensors and update count); the names must be this model's."""
@@ -70,7 +67,11 @@ class WeightAverage:
         try:
             yield model
         finally:
-            with torch.no_grad():
-                current = unique_state_dict(model)
-                for name, value in own.items():
-                    current[name].copy_(value)
+            _copy_into(model, own)
+
+
+@torch.no_grad()
+def _copy_into(model: nn.Module, tensors: dict[str, Tensor]) -> None:
+    current = unique_state_dict(model)
+    for name, value in tensors.items():
+        current[name].copy_(value)
