@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 
 import numpy as np
@@ -42,6 +42,7 @@ __all__ = [
     "filter_lengths",
     "Batch",
     "make_batch",
+    "drop_words",
     "TokenBudgetBatches",
 ]
 
@@ -139,6 +140,26 @@ def make_batch(examples: Sequence[Example], *, pad_id: int, bos_id: int, eos_id:
         n_src_tokens=int(src_lens.sum()),
         n_tgt_tokens=int(tgt_lens.sum()) + n,
     )
+
+
+def drop_words(batch: Batch, p: float, *, pad_id: int, src_unk_id: int, tgt_unk_id: int) -> Batch:
+    """Word dropout (Sennrich & Zhang 2019): each real source token and each target token the
+    decoder reads is replaced by ``<unk>`` with probability ``p``, drawn from torch's generator of
+    the batch's device (so a checkpoint's RNG state resumes the same draws).
+
+    The tokens the decoder must predict (``tgt_out``), the decoder's ``<s>`` and the padding stay
+    as they are, so the loss still asks for the whole sentence from a partly hidden input.
+    """
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"word dropout probability must be in [0, 1), got {p}")
+    if p == 0.0:
+        return batch
+    src_drop = (torch.rand(batch.src.shape, device=batch.src.device) < p) & batch.src_mask
+    tgt_read = batch.tgt_out != pad_id  # tgt_in has the same padding positions (see Batch)
+    tgt_read[:, 0] = False  # <s>
+    tgt_drop = (torch.rand(batch.tgt_in.shape, device=batch.tgt_in.device) < p) & tgt_read
+    return replace(batch, src=batch.src.masked_fill(src_drop, src_unk_id),
+                   tgt_in=batch.tgt_in.masked_fill(tgt_drop, tgt_unk_id))
 
 
 # --------------------------------------------------------------------------- many batches

@@ -126,6 +126,9 @@ class TrainConfig:
     # R-Drop (Liang et al. 2021): weight of the symmetric KL between two dropout passes of each batch
     # (each step computes the batch twice); 0 = off
     rdrop: float = field(default=0.0, metadata=at_least(0.0))
+    # word dropout (Sennrich & Zhang 2019): probability that each source token and each target token the
+    # decoder reads (not the ones it predicts) is replaced by <unk> in training; 0 = off
+    word_dropout: float = field(default=0.0, metadata=valid(float, 0.0, 1.0, high_open=True, note="0 = off"))
     # gradient clipping by global norm (the paper has none)
     clip_norm: float | None = field(default=None, metadata=at_least(0.0, note="0 = no clipping",
                                                                      none_means="no clipping"))

@@ -41,7 +41,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from transformer.training.checkpoint import WEIGHTS_FILE, load_config, load_weights, save_weights
 from transformer.decoding import DecodeConfig
-from transformer.data import Batch, make_batch
+from transformer.data import Batch, drop_words, make_batch
 from transformer.translate.evaluation import score
 from transformer.model import build_model
 from transformer.cpu import Swaps, accelerate_training, available as cpu_kernels_available
@@ -239,6 +239,7 @@ class Trainer:
         progress.message(f"training {self.model.num_parameters():,} parameters on {len(self.data.train):,} pairs, "
                          f"{len(self.batches)} batches/epoch"
                          + (f" (BPE-dropout {self.cfg.data.bpe_dropout})" if self.cfg.data.bpe_dropout else "")
+                         + (f" (word dropout {t.word_dropout})" if t.word_dropout else "")
                          + f", device {self.device}, {self.precision}"
                          + (" (auto)" if t.precision == "auto" else "") + ", "
                          + D.describe_layout(self.dist, self.accumulate, t.accumulate)
@@ -321,6 +322,9 @@ class Trainer:
         loss_total = 0.0
         for i, batch in enumerate(group):
             batch = batch.to(self.device)
+            if t.word_dropout:
+                batch = drop_words(batch, t.word_dropout, pad_id=self.vocab.tgt.pad_id,
+                                   src_unk_id=self.vocab.src.unk_id, tgt_unk_id=self.vocab.tgt.unk_id)
             sync = nullcontext() if (not self.dist.enabled or i == len(group) - 1) else model.no_sync()  # type: ignore[operator]
             with sync:
                 with self._autocast():  # the forward pass only; backward runs in the dtypes it recorded
