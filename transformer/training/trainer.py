@@ -322,9 +322,8 @@ class Trainer:
         loss_total = 0.0
         for i, batch in enumerate(group):
             batch = batch.to(self.device)
-            if t.word_dropout:
-                batch = drop_words(batch, t.word_dropout, pad_id=self.vocab.tgt.pad_id,
-                                   src_unk_id=self.vocab.src.unk_id, tgt_unk_id=self.vocab.tgt.unk_id)
+            batch = drop_words(batch, t.word_dropout, pad_id=self.vocab.tgt.pad_id,  # the batch itself at 0
+                               src_unk_id=self.vocab.src.unk_id, tgt_unk_id=self.vocab.tgt.unk_id)
             sync = nullcontext() if (not self.dist.enabled or i == len(group) - 1) else model.no_sync()  # type: ignore[operator]
             with sync:
                 with self._autocast():  # the forward pass only; backward runs in the dtypes it recorded
