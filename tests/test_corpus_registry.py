@@ -50,7 +50,7 @@ def sha(data: bytes) -> str:
 
 
 def test_registry_names_and_fields():
-    assert set(REGISTRY) == {"multi30k", "tatoeba"}
+    assert set(REGISTRY) == {"multi30k", "tatoeba", "wmt14-en-de", "wmt14-en-fr"}
     m, t = REGISTRY["multi30k"], REGISTRY["tatoeba"]
     assert m.languages == ("en", "de", "fr") and m.splits == ("train", "val", "test_2016_flickr")
     assert {f.name for f in m.files} == {f"{s}.{l}.gz" for s in m.splits for l in m.languages}

@@ -4,8 +4,13 @@ A file only ever appears under its final name after its sha256 has been checked:
 streamed into a temporary ``.<name>.*.part`` file in the destination directory (so the final
 :func:`os.replace` is an atomic rename on the same file system), hashed on the way, compared with
 the expected digest, and only then renamed into place. On any failure (network error, truncated
-body, wrong bytes, bad zip, Ctrl-C) the temporary files are removed and a :class:`CorpusError`
+body, wrong bytes, bad archive, Ctrl-C) the temporary files are removed and a :class:`CorpusError`
 is raised, so a later run starts from a clean state.
+
+A download may be an archive of which one member is wanted: a zip, or a tar (``.tar``,
+``.tgz``, ``.tar.gz``, ``.tar.bz2``, ``.tar.xz``; recognised by its contents, not its name). The
+member is streamed out of the verified archive into a second temporary file, hashed on the way,
+checked against its own digest and only then renamed into place; the archive is not kept.
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ import hashlib
 import http.client
 import os
 import sys
+import tarfile
 import tempfile
 import urllib.error
 import urllib.request
 import zipfile
+import zlib
 from pathlib import Path
 from typing import BinaryIO
 
@@ -121,23 +128,55 @@ def _stream(url: str, out: BinaryIO, *, label: str, timeout: float, progress: bo
     return h.hexdigest(), n
 
 
-def _extract(zip_path: Path, member: str, out: BinaryIO, url: str) -> str:
-    """Copy ``member`` of the zip at ``zip_path`` into ``out``; return its sha256 hex."""
+def _copy_hashed(src: BinaryIO, out: BinaryIO) -> str:
     h = hashlib.sha256()
-    try:
-        with zipfile.ZipFile(zip_path) as zf:
-            try:
-                src = zf.open(member)
-            except KeyError:
-                names = ", ".join(zf.namelist()[:10])
-                raise CorpusError(f"{url}: the zip has no member {member!r} (it has: {names})") from None
-            with src:
-                for chunk in iter(lambda: src.read(1 << 20), b""):
-                    out.write(chunk)
-                    h.update(chunk)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as exc:
-        raise CorpusError(f"{url}: cannot extract {member!r} from the zip ({exc})") from None
+    for chunk in iter(lambda: src.read(1 << 20), b""):
+        out.write(chunk)
+        h.update(chunk)
     return h.hexdigest()
+
+
+def _tar_name(name: str) -> str:
+    """A tar member's name as listed, without a leading ``./`` (some archivers write one)."""
+    return name[2:] if name.startswith("./") else name
+
+
+def _extract(archive: Path, member: str, out: BinaryIO, url: str) -> str:
+    """Copy ``member`` of the zip or tar archive at ``archive`` into ``out``; return its sha256 hex.
+
+    A tar is read as a stream (one pass, any compression tarfile knows), so a multi-gigabyte
+    archive is never seeked through or held in memory.
+    """
+    if zipfile.is_zipfile(archive):
+        try:
+            with zipfile.ZipFile(archive) as zf:
+                try:
+                    src = zf.open(member)
+                except KeyError:
+                    names = ", ".join(zf.namelist()[:10])
+                    raise CorpusError(f"{url}: the zip has no member {member!r} (it has: {names})") from None
+                with src:
+                    return _copy_hashed(src, out)
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as exc:
+            raise CorpusError(f"{url}: cannot extract {member!r} from the zip ({exc})") from None
+    seen: list[str] = []
+    try:
+        with tarfile.open(archive, "r|*") as tf:
+            for info in tf:
+                name = _tar_name(info.name)
+                if name != _tar_name(member):
+                    if len(seen) < 10:
+                        seen.append(name)
+                    continue
+                src = tf.extractfile(info)
+                if src is None:
+                    raise CorpusError(f"{url}: member {member!r} of the tar is not a regular file")
+                with src:
+                    return _copy_hashed(src, out)
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        raise CorpusError(f"{url}: cannot extract {member!r}: not a zip or tar archive, or a truncated or corrupt "
+                          f"one ({exc})") from None
+    raise CorpusError(f"{url}: the archive has no member {member!r} (it has: {', '.join(seen)})")
 
 
 def download_verified(
@@ -151,11 +190,11 @@ def download_verified(
     timeout: float = 60,
     hint: str = "check the network connection",
 ) -> Path:
-    """Download ``url`` to ``dest``, verified; with ``member``, extract that zip member to ``dest``.
+    """Download ``url`` to ``dest``, verified; with ``member``, extract that archive member to ``dest``.
 
     The download is streamed into a temporary file in ``dest``'s directory and its sha256
     compared with ``sha256``. Without ``member`` that file is renamed to ``dest``. With
-    ``member`` the download is a zip archive: ``member`` is extracted into a second temporary
+    ``member`` the download is a zip or tar archive: ``member`` is extracted into a second temporary
     file, its sha256 compared with ``member_sha256``, and that file is renamed to ``dest`` (the
     archive itself is not kept). ``progress`` shows a tqdm bar when stderr is a terminal, and
     one line per verified file otherwise.
@@ -166,7 +205,7 @@ def download_verified(
     Raises:
         CorpusError: network error (URL named, ``hint`` appended), a body shorter than its
             Content-Length ("was cut short: got N of M bytes"), a sha256 mismatch ("expected
-            ... got ..."), or a bad zip / missing member. No temporary file is left behind and
+            ... got ..."), or a bad archive / missing member. No temporary file is left behind and
             ``dest`` is not created.
     """
     if member is not None and member_sha256 is None:

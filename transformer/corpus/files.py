@@ -1,4 +1,6 @@
-"""Reading parallel text: two line-aligned files, or one TSV file, plain or gzip.
+"""Reading parallel text: two line-aligned files, or one TSV file, plain or gzip; or two
+line-aligned members of a tar archive (:func:`read_archive_parallel`, for corpora published as
+``.tgz`` / ``.tar`` archives such as WMT's).
 
 Everything that can go wrong with the input files raises :class:`CorpusError`, whose
 message names the file(s), the 1-based line number where relevant, and what to do about it.
@@ -15,12 +17,13 @@ from __future__ import annotations
 
 import gzip
 import os
+import tarfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-__all__ = ["CorpusError", "ReadStats", "read_parallel", "read_tsv", "read_lines"]
+__all__ = ["CorpusError", "ReadStats", "read_archive_parallel", "read_parallel", "read_tsv", "read_lines"]
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _UTF8_BOM = b"\xef\xbb\xbf"
@@ -95,6 +98,11 @@ def read_lines(path: PathLike) -> tuple[list[str], bool]:
             1-based line number of the first bad byte).
     """
     data, gz = _read_bytes(path)
+    return _decode_lines(data, str(Path(path))), gz
+
+
+def _decode_lines(data: bytes, name: str) -> list[str]:
+    """``data`` (UTF-8, an optional byte-order mark) split into lines on ``"\\n"``; ``name`` for errors."""
     if data.startswith(_UTF8_BOM):
         data = data[len(_UTF8_BOM) :]
     try:
@@ -104,13 +112,13 @@ def read_lines(path: PathLike) -> tuple[list[str], bool]:
         line_start = data.rfind(b"\n", 0, exc.start) + 1
         bad = data[exc.start : exc.end]
         raise CorpusError(
-            f"{Path(path)}: line {line_no}: invalid UTF-8 (byte {bad!r} at column {exc.start - line_start + 1}, "
+            f"{name}: line {line_no}: invalid UTF-8 (byte {bad!r} at column {exc.start - line_start + 1}, "
             f"{exc.reason}); re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 IN > OUT`"
         ) from None
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the final newline ends the last line; it does not start a new one
-    return lines, gz
+    return lines
 
 
 def _empty_corpus_error(sources: list[str], n_read: int, n_empty: int) -> CorpusError:
@@ -148,6 +156,68 @@ def read_parallel(src_path: PathLike, tgt_path: PathLike) -> tuple[list[tuple[st
         )
     return _keep_nonempty(zip(src_lines, tgt_lines), n_read=len(src_lines),
                           sources=(str(src_path), str(tgt_path)), gzipped=(src_gz, tgt_gz))
+
+
+def read_archive_parallel(
+    archive: PathLike, src_member: str, tgt_member: str
+) -> tuple[list[tuple[str, str]], ReadStats]:
+    """Read two line-aligned members of the tar archive ``archive`` (``.tar``, ``.tgz``, ...).
+
+    The archive is read once, as a stream, whatever its size; each of the two members may itself
+    be gzip-compressed (detected by its magic bytes, as in :func:`read_parallel`). Member names
+    match with or without a leading ``./``. Pairs are kept and counted as :func:`read_parallel`
+    does; the sources are named ``ARCHIVE:MEMBER``.
+
+    Raises:
+        CorpusError: the archive is missing, truncated or corrupt; a member is missing (a few of
+            the archive's members named); a member is not valid UTF-8; the two members have
+            different line counts; or no pair is left.
+    """
+    path = Path(archive)
+    wanted = {src_member.removeprefix("./"): None, tgt_member.removeprefix("./"): None}
+    found: dict[str, tuple[list[str], bool]] = {}
+    seen: list[str] = []
+    try:
+        with tarfile.open(path, "r|*") as tf:
+            for info in tf:
+                name = info.name.removeprefix("./")
+                if name not in wanted or not info.isfile():
+                    if len(seen) < 8:
+                        seen.append(name)
+                    continue
+                src = tf.extractfile(info)
+                assert src is not None  # a regular file
+                with src:
+                    data = src.read()
+                if len(data) != info.size:
+                    raise EOFError(f"member {name!r} ends after {len(data)} of its {info.size} bytes")
+                gz = data[:2] == _GZIP_MAGIC
+                if gz:
+                    data = gzip.decompress(data)
+                found[name] = (_decode_lines(data, f"{path}:{name}"), gz)
+                if len(found) == len(wanted):
+                    break
+    except FileNotFoundError:
+        raise CorpusError(f"{path}: file not found (check the path; it is resolved against {Path.cwd()})") from None
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        raise CorpusError(f"{path}: cannot read the archive ({exc}); it is truncated or corrupt: download it "
+                          "again") from None
+    missing = [m for m in wanted if m not in found]
+    if missing and not seen and not found:
+        raise CorpusError(f"{path}: cannot read the archive (no member in it could be read); it is truncated or "
+                          "corrupt, or not a tar archive: download it again")
+    if missing:
+        raise CorpusError(f"{path}: the archive has no member {missing[0]!r} (its first members: {', '.join(seen)}); "
+                          "is it the right archive?")
+    (src_lines, src_gz), (tgt_lines, tgt_gz) = found[src_member.removeprefix("./")], found[tgt_member.removeprefix("./")]
+    src_name, tgt_name = f"{path}:{src_member}", f"{path}:{tgt_member}"
+    if len(src_lines) != len(tgt_lines):
+        raise CorpusError(
+            f"line counts differ: {src_name} has {len(src_lines)} lines but {tgt_name} has {len(tgt_lines)}; "
+            "the two members must be line-aligned translations of each other: the archive is not the published one"
+        )
+    return _keep_nonempty(zip(src_lines, tgt_lines), n_read=len(src_lines), sources=(src_name, tgt_name),
+                          gzipped=(src_gz, tgt_gz))
 
 
 def read_tsv(path: PathLike, *, src_column: int = 0, tgt_column: int = 1) -> tuple[list[tuple[str, str]], ReadStats]:

@@ -1,11 +1,17 @@
 """A registry of real parallel corpora with sha256-verified downloads.
 
-Two corpora are registered (see ``../shared/data/*/SOURCE.md`` for where the hashes come from):
+Four corpora are registered (for Multi30k and Tatoeba, ``../shared/data/*/SOURCE.md`` says where
+the hashes come from; for WMT14, the comment above :data:`_WMT_ARCHIVES`):
 
 * ``multi30k``: image captions in en / de / fr (Elliott et al. 2016, 2017), splits ``train``
   (29,000), ``val`` (1,014) and ``test_2016_flickr`` (1,000); research and education use only.
 * ``tatoeba``: 167,130 English<TAB>French pairs (manythings.org export 2019-04-07), CC BY 2.0 FR;
   one file, split ``all``: split it with :func:`tatoeba_splits`.
+* ``wmt14-en-de`` and ``wmt14-en-fr``: the training data of the WMT14 translation task that the
+  paper trains on (about 4.5 million and 36 million pairs), split ``train``, kept as the published
+  ``.tgz`` / ``.tar`` archives (the members are read straight out of them). Their validation and
+  test sets are newstest2013 and newstest2014, through sacreBLEU's names
+  (:mod:`transformer.corpus.testsets`: ``wmt13``, ``wmt14/full``).
 
 :func:`fetch` returns a directory holding a corpus's files under their original names. It uses
 an existing local copy when given one (``local_dir``, ``--from DIR`` or ``$TRANSFORMER_DATA``,
@@ -26,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from transformer.corpus.download import download_verified, verify_file
-from transformer.corpus.files import CorpusError, ReadStats, read_parallel, read_tsv
+from transformer.corpus.files import CorpusError, ReadStats, read_archive_parallel, read_parallel, read_tsv
 
 __all__ = [
-    "DATA_ENV", "CACHE_ENV", "REGISTRY", "CorpusInfo", "RemoteFile", "corpus_pairs", "data_command",
+    "DATA_ENV", "CACHE_ENV", "REGISTRY", "WMT14_PARTS", "CorpusInfo", "RemoteFile", "corpus_pairs", "data_command",
     "default_cache_dir", "fetch", "get_corpus", "read_corpus", "register_data_command", "tatoeba_splits",
 ]
 
@@ -49,7 +55,8 @@ class RemoteFile:
         name: the local file name (``train.de.gz``, ``eng-fra.txt``).
         url: the original public address of the download.
         sha256: the sha256 of the bytes at ``url``.
-        member: if the download is a zip archive, the member to extract into ``name``.
+        member: if the download is a zip or tar archive, the member to extract into ``name``
+            (without one, an archive is kept whole under ``name``).
         member_sha256: the sha256 of that member (required with ``member``).
     """
 
@@ -100,6 +107,75 @@ _M30K_SHA256 = {
 }
 _TATOEBA_COMMIT = "adddaf33ac35572bcfeb421efec29435e7ea9332"
 
+# The WMT14 training archives as statmt.org publishes them: (url, byte count, sha256). The sha256
+# digests and byte counts are TensorFlow Datasets' recorded checksums of these URLs
+# (github.com/tensorflow/datasets, tensorflow_datasets/url_checksums/wmt14_translate.txt at commit
+# 333639b37af6c6fedf3610a4a2d42f1c6ef6f7d5 for Europarl v7, Common Crawl and News Commentary v9;
+# wmt13_translate.txt at commit 90b66237ad09c9e5b9b1bc61b646db7b1fb0713c, and wmt15_translate.txt at
+# 333639b3..., for the UN corpus and Giga-FrEn). The first three also match Hugging Face datasets'
+# wmt14 dataset_infos.json "download_checksums" (github.com/huggingface/datasets,
+# datasets/wmt14/dataset_infos.json at commit 22d3b80586cab756b70d6c939ceace94bb356a8c). No digest
+# is published for the members inside the archives, so the archives are kept whole and verified
+# (see read_corpus for the members read from each).
+_WMT_ARCHIVES: dict[str, tuple[str, int, str]] = {
+    "training-parallel-europarl-v7.tgz": (
+        "http://www.statmt.org/wmt13/training-parallel-europarl-v7.tgz", 657_632_379,
+        "0224c7c710c8a063dfd893b0cc0830202d61f4c75c17eb8e31836103d27d96e7"),
+    "training-parallel-commoncrawl.tgz": (
+        "http://www.statmt.org/wmt13/training-parallel-commoncrawl.tgz", 918_311_367,
+        "c7a74e2ea01ac6c920123108627e35278d4ccb5701e15428ffa34de86fa3a9e5"),
+    "training-parallel-nc-v9.tgz": (
+        "http://www.statmt.org/wmt14/training-parallel-nc-v9.tgz", 80_418_416,
+        "cb8953f292298e6877ae433c98912b927cb0766b303f4540512ddd286c748485"),
+    "training-parallel-un.tgz": (
+        "http://www.statmt.org/wmt13/training-parallel-un.tgz", 2_365_634_246,
+        "29141b5c1eba149a94f7a59d3b1a834b2e47fe0f8758d68dcd77a3d3f497ee47"),
+    "training-giga-fren.tar": (
+        "http://www.statmt.org/wmt10/training-giga-fren.tar", 2_595_102_720,
+        "3ff8319f6919393520559bfbc7ad6a747ec81b3abc7be9993b338d4b017b4d9a"),
+}
+# The parallel members of each archive, per language pair ({x} is the non-English language, {lang}
+# the side): the layout fairseq's prepare-wmt14en2de.sh / prepare-wmt14en2fr.sh and Hugging Face's
+# wmt14 builder read. In this order the parts are concatenated.
+WMT14_PARTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "wmt14-en-de": (
+        ("training-parallel-europarl-v7.tgz", "training/europarl-v7.de-en.{lang}"),
+        ("training-parallel-commoncrawl.tgz", "commoncrawl.de-en.{lang}"),
+        ("training-parallel-nc-v9.tgz", "training/news-commentary-v9.de-en.{lang}"),
+    ),
+    "wmt14-en-fr": (
+        ("training-parallel-europarl-v7.tgz", "training/europarl-v7.fr-en.{lang}"),
+        ("training-parallel-commoncrawl.tgz", "commoncrawl.fr-en.{lang}"),
+        ("training-parallel-un.tgz", "un/undoc.2000.fr-en.{lang}"),
+        ("training-parallel-nc-v9.tgz", "training/news-commentary-v9.fr-en.{lang}"),
+        ("training-giga-fren.tar", "giga-fren.release2.fixed.{lang}.gz"),
+    ),
+}
+_WMT_CITATION = (
+    "Bojar et al. (2014). Findings of the 2014 Workshop on Statistical Machine Translation. WMT 2014 (W14-3302); "
+    "Koehn (2005), Europarl; Smith et al. (2013), Common Crawl; Callison-Burch et al. (2009), 10^9 French-English")
+_WMT_LICENSE = "research use (WMT14 shared task; each part under its own terms: see statmt.org/wmt14)"
+
+
+def _wmt14(pair: str, pairs: str) -> CorpusInfo:
+    x = pair.split("-")[1]
+    archives = sorted({archive for archive, _ in WMT14_PARTS[f"wmt14-{pair}"]})
+    sizes = f"{pairs}, {sum(_WMT_ARCHIVES[a][1] for a in archives) / 1e9:.2f} GB to download"
+    names = ", ".join(member.split("/")[-1].replace(".{lang}", "").replace(".gz", "")
+                      for _, member in WMT14_PARTS[f"wmt14-{pair}"])
+    return CorpusInfo(
+        name=f"wmt14-{pair}",
+        description=f"WMT14 English-{'German' if x == 'de' else 'French'} training data ({sizes}): {names}; "
+        "raw text, kept as the published archives",
+        citation=_WMT_CITATION,
+        license=_WMT_LICENSE,
+        attribution=f"WMT14 {pair} training data (statmt.org/wmt14/translation-task.html): {names}",
+        languages=("en", x),
+        splits=("train",),
+        files=tuple(RemoteFile(name=a, url=_WMT_ARCHIVES[a][0], sha256=_WMT_ARCHIVES[a][2]) for a in archives),
+    )
+
+
 REGISTRY: dict[str, CorpusInfo] = {
     "multi30k": CorpusInfo(
         name="multi30k",
@@ -144,6 +220,8 @@ REGISTRY: dict[str, CorpusInfo] = {
             ),
         ),
     ),
+    "wmt14-en-de": _wmt14("en-de", "4,508,785 pairs"),
+    "wmt14-en-fr": _wmt14("en-fr", "40,836,715 pairs, the paper's 36 million after cleaning"),
 }
 """The known corpora, by name."""
 
@@ -260,7 +338,9 @@ def corpus_pairs(
     ``directory`` is what :func:`fetch` returned. ``multi30k`` reads ``<split>.<src>.gz`` and
     ``<split>.<tgt>.gz`` with :func:`read_parallel`; ``tatoeba`` has the one split ``"all"``,
     read with :func:`read_tsv` (column 0 is ``en``, column 1 is ``fr``), in file order (sorted
-    by length: split it with :func:`tatoeba_splits`). Pairs with an empty side are skipped;
+    by length: split it with :func:`tatoeba_splits`). The WMT14 corpora have the one split
+    ``"train"``: the members listed in :data:`WMT14_PARTS`, read out of their archives with
+    :func:`read_archive_parallel`, concatenated in that order. Pairs with an empty side are skipped;
     :func:`read_corpus` also returns how many.
 
     Raises:
@@ -292,7 +372,26 @@ def read_corpus(
         return read_parallel(directory / f"{split}.{src}.gz", directory / f"{split}.{tgt}.gz")
     if info.name == "tatoeba":
         return read_tsv(directory / "eng-fra.txt", src_column=_TATOEBA_COLUMNS[src], tgt_column=_TATOEBA_COLUMNS[tgt])
-    raise CorpusError(f"no reader for corpus {info.name!r}; readable: multi30k, tatoeba")
+    if info.name in WMT14_PARTS:
+        return _read_parts(directory, WMT14_PARTS[info.name], src=src, tgt=tgt)
+    raise CorpusError(f"no reader for corpus {info.name!r}; readable: {', '.join(REGISTRY)}")
+
+
+def _read_parts(directory: Path, parts: tuple[tuple[str, str], ...], *, src: str,
+                tgt: str) -> tuple[list[tuple[str, str]], ReadStats]:
+    """The pairs of each (archive, member pattern) part, one after the other, with their statistics summed."""
+    pairs: list[tuple[str, str]] = []
+    total = ReadStats(n_read=0, n_kept=0, n_empty_skipped=0)
+    for archive, member in parts:
+        part, read = read_archive_parallel(directory / archive, member.format(lang=src), member.format(lang=tgt))
+        pairs.extend(part)
+        total = ReadStats(
+            n_read=total.n_read + read.n_read, n_kept=total.n_kept + read.n_kept,
+            n_empty_skipped=total.n_empty_skipped + read.n_empty_skipped,
+            n_empty_src=total.n_empty_src + read.n_empty_src, n_empty_tgt=total.n_empty_tgt + read.n_empty_tgt,
+            sources=total.sources + read.sources, gzipped=total.gzipped + read.gzipped)
+        del part
+    return pairs, total
 
 
 def tatoeba_splits(
@@ -362,7 +461,8 @@ def register_data_command(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "data",
         help="list the registered real corpora, or download one (sha256-verified)",
-        description="List the registered real corpora (Multi30k, Tatoeba en-fr), or download one into the "
+        description="List the registered real corpora (Multi30k, Tatoeba en-fr, the WMT14 en-de and en-fr "
+        "training data), or download one into the "
         f"cache (${CACHE_ENV}, default ~/.cache/transformer), verifying each file's sha256. With --from DIR "
         f"or ${DATA_ENV}=DIR, a local copy laid out as DIR/<corpus>/<file> is verified and used instead.",
     )
