@@ -27,7 +27,7 @@ from transformer.data.mixing import parse_mix
 from transformer.text.tokenizer import BYTE_TOKENS, SPECIAL_TOKENS
 
 SECTIONS = ("data", "model", "train")
-CORPORA = ("builtin", "files", "tsv", "multi30k", "tatoeba")
+CORPORA = ("builtin", "files", "tsv", "multi30k", "tatoeba", "wmt14-en-de", "wmt14-en-fr")
 SCHEDULES = ("auto", "noam", "inverse_sqrt", "constant")  # train.schedule (transformer/training/schedule.py)
 OPTIMIZERS = ("adam", "adamw")  # train.optimizer (transformer/training/schedule.py)
 FREEZABLE = ("embeddings", "encoder", "decoder")  # train.freeze: the parts that can be kept as they are
@@ -48,13 +48,21 @@ SEED = dict(low=0, high=2**32 - 1)  # numpy's global generator takes seeds in [0
 class DataConfig:
     """Where the parallel text comes from and how it is cut into batches."""
 
-    corpus: str = "builtin"  # "builtin" (generated fr->en), "files", "tsv", or a registry name: "multi30k", "tatoeba"
+    # "builtin" (generated fr->en), "files", "tsv", or a registry name: "multi30k", "tatoeba", "wmt14-en-de", "wmt14-en-fr"
+    corpus: str = "builtin"
     data_dir: str | None = None  # registry corpora: a local copy (default: $TRANSFORMER_DATA, else download)
     train_src: str | None = None  # corpus=files: line-aligned text files (plain or gzip)
     train_tgt: str | None = None
     valid_src: str | None = None
     valid_tgt: str | None = None
     tsv: str | None = None  # corpus=tsv: one "source<TAB>target" pair per line
+    # validation pairs from a sacreBLEU test set in data.src_lang-data.tgt_lang, e.g. wmt13 (newstest2013),
+    # read from sacreBLEU's cache ($SACREBLEU, default ~/.sacrebleu) or downloaded into it; instead of the
+    # corpus's own validation split or files
+    valid_set: str | None = None
+    # the run's test pairs from a sacreBLEU test set, e.g. wmt14/full (newstest2014, 3,003 sentences); what
+    # `transformer evaluate RUN_DIR` scores when given no test set
+    test_set: str | None = None
     # several corpora sampled by weight instead of data.corpus, e.g. "multi30k:0.8,tatoeba:0.2" (registry
     # names, builtin, or .tsv files): each epoch holds every training pair of the first corpus and draws
     # the others anew so that each has its share of the epoch's pairs; validation and test come from the first
@@ -207,6 +215,17 @@ class RunConfig:
             raise ValueError("data.corpus=tsv needs data.tsv (a file of source<TAB>target lines)")
         if bool(d.valid_src) != bool(d.valid_tgt):
             raise ValueError("give both data.valid_src and data.valid_tgt, or neither")
+        if d.valid_set and d.valid_src:
+            raise ValueError(f"data.valid_set={d.valid_set} and data.valid_src/valid_tgt both name validation data: "
+                             "keep one")
+        for key in ("valid_set", "test_set"):
+            if getattr(d, key):
+                from transformer.corpus.testsets import check_test_set
+
+                try:
+                    check_test_set(getattr(d, key), d.src_lang, d.tgt_lang)
+                except ValueError as err:
+                    raise ValueError(f"data.{key}: {err}") from None
         config_dict.check_fields(d, "data")  # the ranges declared on the fields
         config_dict.check_fields(t, "train")
         for section in (d, t):

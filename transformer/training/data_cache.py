@@ -12,7 +12,8 @@ cache: ``$TRANSFORMER_CACHE``, else ``~/.cache/transformer``)::
 The **source key** hashes everything that decides a corpus's pairs and splits: the corpus name,
 languages and split settings (sizes, ``data.seed`` where it shuffles, ``data.valid_fraction``), the
 data files (registry corpora: their registered sha256; ``files`` / ``tsv``: size, modification
-time and content hash of each file, see :func:`~transformer.data.binary.file_fingerprint`) and the
+time and content hash of each file, see :func:`~transformer.data.binary.file_fingerprint`), the
+sacreBLEU test sets of ``data.valid_set`` / ``data.test_set`` (by name and language pair) and the
 source code that reads and splits them. The **vocab key** of a tokenized directory hashes the
 tokenizer files, the code that applies them and the libraries' versions
 (:func:`~transformer.data.binary.vocab_fingerprint`); that of a trained tokenizer, the source keys
@@ -40,7 +41,7 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from transformer.corpus.files import CorpusError
-from transformer.corpus.registry import REGISTRY, default_cache_dir
+from transformer.corpus.registry import REGISTRY, WMT14_PARTS, default_cache_dir
 from transformer.data.binary import (
     build_lock, encode_to_indexed, file_fingerprint, publish, remove_temporaries, vocab_fingerprint)
 from transformer.data.indexed import IndexedFormatError, IndexedPairs, open_indexed
@@ -90,6 +91,8 @@ def source_description(cfg: DataConfig, read_splits: ReadSplits) -> dict[str, An
         d.update(src=cfg.src_lang, tgt=cfg.tgt_lang, files={f.name: f.local_sha256 for f in REGISTRY[cfg.corpus].files})
         if cfg.corpus == "tatoeba":
             d["seed"] = cfg.seed  # its split is a seeded shuffle
+        elif cfg.corpus in WMT14_PARTS and not cfg.valid_set:
+            d.update(valid_fraction=cfg.valid_fraction, seed=cfg.seed)  # validation held out of the training pairs
     else:
         d["train"] = [_fingerprint(p) for p in ((cfg.train_src, cfg.train_tgt) if cfg.corpus == "files" else (cfg.tsv,))
                       if p]
@@ -97,6 +100,9 @@ def source_description(cfg: DataConfig, read_splits: ReadSplits) -> dict[str, An
             d["valid"] = [_fingerprint(cfg.valid_src), _fingerprint(cfg.valid_tgt)]
         else:
             d.update(valid_fraction=cfg.valid_fraction, seed=cfg.seed)  # a seeded hold-out
+    for key in ("valid_set", "test_set"):  # sacreBLEU test sets: fixed by name and language pair
+        if getattr(cfg, key):
+            d[key] = [getattr(cfg, key), cfg.src_lang, cfg.tgt_lang]
     return d
 
 

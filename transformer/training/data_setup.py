@@ -7,6 +7,10 @@ Splits:
 * multi30k: its train / val / test_2016_flickr splits in the chosen languages;
 * tatoeba: English-French, shuffled with the seed and split so that no source sentence of the
   test or validation split occurs in training (``tatoeba_splits``);
+* wmt14-en-de, wmt14-en-fr: training pairs only; validation from ``data.valid_set`` (a sacreBLEU
+  test set such as ``wmt13``), else a seeded held-out fraction as for files;
+* ``data.valid_set`` / ``data.test_set``, with any corpus: the validation / test pairs are those of
+  that sacreBLEU test set (:mod:`transformer.corpus.testsets`);
 * data.mix: each corpus of the mix read as above; validation and test from the first, the
   training splits of all of them mixed by weight each epoch (:mod:`transformer.data.mixing`).
 
@@ -58,6 +62,31 @@ class PreparedData:
 
 def load_text_splits(cfg: DataConfig) -> tuple[dict[str, list[Pair]], dict[str, Any]]:
     """Sentence pairs per split ("train", "valid", optionally "test") and reading statistics."""
+    splits, stats = _corpus_splits(cfg)
+    for split, name in (("valid", cfg.valid_set), ("test", cfg.test_set)):
+        if name:
+            from transformer.corpus.testsets import sacrebleu_pairs
+
+            splits[split] = sacrebleu_pairs(name, src=cfg.src_lang, tgt=cfg.tgt_lang)
+            stats[f"{split}_set"] = name
+    return splits, stats
+
+
+def _held_out(train: list[Pair], cfg: DataConfig) -> tuple[list[Pair], list[Pair]]:
+    """(train, valid): a seeded ``data.valid_fraction`` of the pairs (at most 2,000) held out for validation."""
+    rng = random.Random(cfg.seed)
+    order = list(range(len(train)))
+    rng.shuffle(order)
+    n_valid = min(max(1, int(len(train) * cfg.valid_fraction)), 2000) if cfg.valid_fraction > 0 else 0
+    held = set(order[:n_valid])
+    valid = [train[i] for i in sorted(held)]
+    train = [p for i, p in enumerate(train) if i not in held]
+    if not train:
+        raise CorpusError("no training pairs left after holding out validation pairs; give more data")
+    return train, valid
+
+
+def _corpus_splits(cfg: DataConfig) -> tuple[dict[str, list[Pair]], dict[str, Any]]:
     stats: dict[str, Any] = {}
     if cfg.corpus == "builtin":
         splits = builtin_splits(
@@ -75,10 +104,16 @@ def load_text_splits(cfg: DataConfig) -> tuple[dict[str, list[Pair]], dict[str, 
                 splits[split], read = read_corpus(cfg.corpus, src=cfg.src_lang, tgt=cfg.tgt_lang, split=name,
                                                   directory=directory)
                 stats[f"{split}_read"] = vars(read)
-        else:
+        elif cfg.corpus == "tatoeba":
             pairs, read = read_corpus(cfg.corpus, src=cfg.src_lang, tgt=cfg.tgt_lang, split="all", directory=directory)
             stats["corpus_read"] = vars(read)  # one file for all splits, read before it is split
             splits = tatoeba_splits(pairs, seed=cfg.seed)
+        else:  # training pairs only (WMT14): validation from data.valid_set, else held out
+            train, read = read_corpus(cfg.corpus, src=cfg.src_lang, tgt=cfg.tgt_lang, split="train",
+                                      directory=directory)
+            stats["train_read"] = vars(read)
+            splits = {"train": train, "valid": []} if cfg.valid_set else dict(zip(("train", "valid"),
+                                                                                 _held_out(train, cfg)))
         return splits, stats
     if cfg.corpus == "files":
         assert cfg.train_src and cfg.train_tgt
@@ -90,16 +125,10 @@ def load_text_splits(cfg: DataConfig) -> tuple[dict[str, list[Pair]], dict[str, 
     if cfg.valid_src and cfg.valid_tgt:
         valid, vread = read_parallel(cfg.valid_src, cfg.valid_tgt)
         stats["valid_read"] = vars(vread)
+    elif cfg.valid_set:
+        valid = []  # load_text_splits reads it
     else:
-        rng = random.Random(cfg.seed)
-        order = list(range(len(train)))
-        rng.shuffle(order)
-        n_valid = min(max(1, int(len(train) * cfg.valid_fraction)), 2000) if cfg.valid_fraction > 0 else 0
-        held = set(order[:n_valid])
-        valid = [train[i] for i in sorted(held)]
-        train = [p for i, p in enumerate(train) if i not in held]
-        if not train:
-            raise CorpusError("no training pairs left after holding out validation pairs; give more data")
+        train, valid = _held_out(train, cfg)
     return {"train": train, "valid": valid}, stats
 
 

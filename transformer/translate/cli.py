@@ -323,8 +323,10 @@ def register_evaluate_command(sub: argparse._SubParsersAction) -> None:
         "evaluate",
         help="translate a test set and print sacreBLEU and chrF with their signatures",
         description="Translate a test set and score it with sacreBLEU and chrF on detokenized, cased text (the "
-        "way papers report it). Test set: --src FILE --ref FILE (plain or gzip), or --corpus multi30k|tatoeba with "
-        "--split (languages default to the run's). Scoring is line by line: each source line is translated whole, "
+        "way papers report it). Test set: --src FILE --ref FILE (plain or gzip), --corpus multi30k|tatoeba with "
+        "--split, or --test-set NAME, a sacreBLEU test set such as wmt14/full (newstest2014) from sacreBLEU's cache "
+        "($SACREBLEU, default ~/.sacrebleu; downloaded there when missing); without any, the run's data.test_set "
+        "(languages default to the run's). Scoring is line by line: each source line is translated whole, "
         "as one segment, and scored against the same line of the references (as `translate --segment lines`).",
     )
     p.add_argument("run_dir", metavar="RUN_DIR")
@@ -332,6 +334,8 @@ def register_evaluate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ref", help="reference translations, one per line (plain or gzip)")
     p.add_argument("--corpus", choices=("multi30k", "tatoeba"), help="a registry corpus instead of files")
     p.add_argument("--split", default=None, help="corpus split (multi30k default: test_2016_flickr; tatoeba: test)")
+    p.add_argument("--test-set", metavar="NAME", help="a sacreBLEU test set, e.g. wmt14/full (newstest2014 as the "
+                   "paper scored it) or wmt13 (default: the run's data.test_set when no other test set is given)")
     p.add_argument("--src-lang", help="source language (default: the run's data.src_lang)")
     p.add_argument("--tgt-lang", help="target language (default: the run's data.tgt_lang)")
     p.add_argument("--from", dest="data_dir", metavar="DIR", help="local copy of registry corpora (e.g. ../shared/data)")
@@ -367,12 +371,20 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
 
 def _test_set(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    given = [name for name, on in (("--corpus", args.corpus), ("--src/--ref", args.src or args.ref),
+                                   ("--test-set", args.test_set)) if on]
+    if len(given) > 1:
+        raise ValueError(f"give one test set: {' or '.join(given)}, not both")
     if args.corpus:
-        if args.src or args.ref:
-            raise ValueError("give --corpus or --src/--ref files, not both")
         return _corpus_test_set(args)
+    if args.test_set or not given:
+        data = _run_data(args.run_dir)
+        name = args.test_set or (data.test_set if data else None)
+        if name:
+            return _sacrebleu_test_set(args, name, data)
     if not (args.src and args.ref):
-        raise ValueError("give --src FILE and --ref FILE, or --corpus NAME")
+        raise ValueError("give --src FILE and --ref FILE, --corpus NAME or --test-set NAME (the run names no "
+                         "data.test_set)")
     sources, references = read_lines(args.src), read_lines(args.ref)
     if len(sources) != len(references):
         raise ValueError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
@@ -381,12 +393,29 @@ def _test_set(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     return sources, references
 
 
-def _corpus_test_set(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    from transformer.corpus.registry import corpus_pairs, fetch, tatoeba_splits
+def _run_data(run_dir: str):  # -> DataConfig | None
+    """The run's data settings, or None when the directory holds no run configuration."""
     from transformer.training.config import RunConfig
 
-    run_config = Path(args.run_dir) / "run_config.json"
-    data = RunConfig.from_dict(json.loads(run_config.read_text())).data if run_config.exists() else None
+    run_config = Path(run_dir) / "run_config.json"
+    return RunConfig.from_dict(json.loads(run_config.read_text())).data if run_config.exists() else None
+
+
+def _sacrebleu_test_set(args: argparse.Namespace, name: str, data) -> tuple[list[str], list[str]]:
+    from transformer.corpus.testsets import sacrebleu_pairs
+
+    src = args.src_lang or (data.src_lang if data else None)
+    tgt = args.tgt_lang or (data.tgt_lang if data else None)
+    if not (src and tgt):
+        raise ValueError("give --src-lang and --tgt-lang (the run directory does not say)")
+    pairs = sacrebleu_pairs(name, src=src, tgt=tgt)
+    return [s for s, _ in pairs], [t for _, t in pairs]
+
+
+def _corpus_test_set(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    from transformer.corpus.registry import corpus_pairs, fetch, tatoeba_splits
+
+    data = _run_data(args.run_dir)
     src = args.src_lang or (data.src_lang if data else None)
     tgt = args.tgt_lang or (data.tgt_lang if data else None)
     if not (src and tgt):
