@@ -149,8 +149,12 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="settings, e.g. model.preset=small train.epochs=3")
-    p.add_argument("--config", help="YAML or JSON run configuration")
-    p.add_argument("--corpus", help="shortcut for data.corpus: builtin, files, tsv, multi30k or tatoeba")
+    p.add_argument("--config", help="YAML or JSON run configuration (a recipe file is accepted too)")
+    p.add_argument("--recipe", metavar="NAME",
+                   help="one of the paper's experiments as shipped (wmt14-en-de-base, wmt14-en-de-big, wmt14-en-fr-base, "
+                   "wmt14-en-fr-big), or a recipe file: its settings, with train.accumulate set for the number of "
+                   "processes (the same command on 1 GPU or under torchrun); key=value overrides apply on top")
+    p.add_argument("--corpus", help="shortcut for data.corpus: builtin, files, tsv, multi30k, tatoeba, wmt14-en-de or wmt14-en-fr")
     p.add_argument("--src", help="shortcut for data.src_lang (e.g. de)")
     p.add_argument("--tgt", help="shortcut for data.tgt_lang (e.g. en)")
     p.add_argument("--from", dest="data_dir", metavar="DIR",
@@ -175,7 +179,16 @@ def _train(args: argparse.Namespace) -> int:
     if args.init_from is not None:
         shortcuts.append(f"train.init_from={args.init_from}")
     overrides = shortcuts + list(args.overrides)
-    cfg = RunConfig.load(args.config, overrides) if args.config else RunConfig().with_overrides(overrides)
+    if args.recipe and args.config:
+        raise UsageError("give --recipe or --config, not both (key=value overrides go on top of either)")
+    if args.recipe or (args.config and _is_recipe_file(args.config)):
+        from transformer.recipes import load_recipe
+
+        cfg = load_recipe(args.recipe or args.config, overrides, run_dir=args.run_dir)
+    elif args.config:
+        cfg = RunConfig.load(args.config, overrides)
+    else:
+        cfg = RunConfig().with_overrides(overrides)
     retain_freed_memory()  # training reuses the same large temporaries each step (transformer/cpu/allocator.py)
     result = Trainer(cfg, args.run_dir, show_progress=not args.quiet).train()
     summary = {"run_dir": str(result.run_dir), "steps": result.steps, "epochs": result.epochs_completed,
@@ -186,6 +199,12 @@ def _train(args: argparse.Namespace) -> int:
     else:
         print(f"trained {result.steps} steps in {result.seconds:.0f} s; model in {result.run_dir}")
     return 0
+
+
+def _is_recipe_file(path: str) -> bool:
+    from transformer.recipes import is_recipe_file
+
+    return is_recipe_file(path)
 
 
 def _register_demo(sub: argparse._SubParsersAction) -> None:
