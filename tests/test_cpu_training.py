@@ -63,7 +63,9 @@ def train_step(model, *, cpu_kernel: bool, bf16: bool = False, data=None):
     """The trainer's forward and backward: ``(loss, {name: gradient})``."""
     src, tgt_in, tgt_out, keep = data or batch()
     model.zero_grad(set_to_none=True)
-    criterion = LabelSmoothedCrossEntropy(smoothing=0.1, ignore_index=PAD, cpu_kernel=cpu_kernel)
+    criterion = LabelSmoothedCrossEntropy(smoothing=0.1, ignore_index=PAD)
+    if cpu_kernel:
+        accelerate_training(criterion)  # the engine's one-pass loss, as the trainer applies it
     real = tgt_out != PAD
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         logits = model(src, tgt_in, keep, positions=real)
@@ -150,8 +152,9 @@ def test_decoder_layer_with_a_fully_masked_memory_row_equals_the_model(calls):
         assert not got.isnan().any()
         if dtype == torch.float32:
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
-            for g, w in zip(got_grads, want_grads):
-                torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
+            largest = max(w.abs().max().item() for w in want_grads)  # the final norm's, ~100
+            for g, w in zip(got_grads, want_grads):  # to float32 rounding of the layer's largest gradient
+                torch.testing.assert_close(g, w, atol=max(1e-5, 3e-7 * largest), rtol=1e-4)
         else:
             torch.testing.assert_close(got, want, atol=5e-2, rtol=5e-2)
             flat, want_flat = (torch.cat([g.float().flatten() for g in grads]) for grads in (got_grads, want_grads))

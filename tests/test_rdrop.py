@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from transformer.training.config import RunConfig
-from transformer.training.loss import reference_smoothed_nll, symmetric_kl
+from transformer.training.loss import symmetric_kl
 from transformer.training.trainer import Trainer
 
 TINY = [
@@ -43,13 +43,30 @@ def test_the_trainers_rdrop_loss_is_two_dropout_passes_plus_alpha_times_their_kl
     first, second = logits.chunk(2)
     assert not torch.equal(first, second)  # each copy drew its own masks
     target = batch.tgt_out[real]
-    ce1, _ = reference_smoothed_nll(first, target, smoothing=0.1, ignore_index=-1)
-    ce2, _ = reference_smoothed_nll(second, target, smoothing=0.1, ignore_index=-1)
+    ce1, ce2 = (F.cross_entropy(x.double(), target, label_smoothing=0.1, reduction="sum") for x in (first, second))
     la, lb = F.log_softmax(first.double(), -1), F.log_softmax(second.double(), -1)
     kl = 0.5 * (F.kl_div(lb, la, log_target=True, reduction="sum") + F.kl_div(la, lb, log_target=True, reduction="sum"))
     assert kl.item() > 0
     assert reported.item() == pytest.approx(0.5 * (ce1 + ce2).item(), rel=1e-5)
     assert loss.item() == pytest.approx((0.5 * (ce1 + ce2) + 0.5 * alpha * kl).item(), rel=1e-5)
+    trainer.close()
+
+
+@pytest.mark.parametrize("alpha", [0.0, 3.0])
+def test_logits_at_every_position_give_the_loss_of_logits_at_real_targets(tmp_path, alpha):
+    """The GPU's way (logits at every target position, padding ignored by the loss and the KL) and the
+    CPU's (logits at real targets only) give one loss: the same dropout masks, the same numbers."""
+    trainer = Trainer(RunConfig().with_overrides(TINY + ["train.max_steps=1", "model.dropout=0.3",
+                                                         f"train.rdrop={alpha}"]), tmp_path / "run", show_progress=False)
+    batch = next(trainer.batches.iter_from(0, 0))
+    assert (batch.tgt_out == trainer.vocab.tgt.pad_id).any()  # padding to ignore
+    model = trainer.model.train()
+    results = []
+    for sparse in (True, False):
+        trainer.sparse_logits = sparse
+        torch.manual_seed(1)
+        results.append([x.item() for x in trainer._loss(model, batch)])
+    assert results[0] == pytest.approx(results[1], rel=1e-5)
     trainer.close()
 
 

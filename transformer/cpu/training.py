@@ -8,6 +8,8 @@ tiny matrices. ``accelerate_training`` swaps the model's ``nn.Dropout``, ``AddNo
 ``SelfAttention`` and ``CrossAttention`` modules for subclasses that call those kernels in
 training mode with autograd on, on CPU tensors the kernels accept, and run the model's own code
 otherwise (evaluation, CUDA, attention weights asked for, rows longer than the kernels' limits).
+Given the loss too (``accelerate_training(model, criterion)``), it swaps the label-smoothed
+cross-entropy for its one-pass form (``transformer.cpu.loss``).
 
 The results equal the model's up to floating-point rounding and the dropout masks, which come
 from the kernels' SplitMix64 streams (seeded from PyTorch's generator) instead of PyTorch's:
@@ -21,9 +23,11 @@ import torch
 from torch import Tensor, nn
 
 from transformer.cpu import build, ops
+from transformer.cpu.loss import ChunkedLabelSmoothedCrossEntropy
 from transformer.cpu.swap import Swaps, swap
 from transformer.model.attention import CrossAttention, SelfAttention, check_mask
 from transformer.model.layers import AddNorm
+from transformer.training.loss import LabelSmoothedCrossEntropy
 
 # Rows of up to this many queries and keys take the attention kernel in training; longer ones
 # PyTorch's fused kernel, which works in blocks and wins there (see docs/performance.md).
@@ -103,13 +107,16 @@ TRAINING_CLASSES: dict[type, type] = {
     AddNorm: FusedAddNorm,
     SelfAttention: TrainingSelfAttention,
     CrossAttention: TrainingCrossAttention,
+    LabelSmoothedCrossEntropy: ChunkedLabelSmoothedCrossEntropy,
 }
 
 
-def accelerate_training(model: nn.Module) -> Swaps:
-    """Swap ``model``'s modules (in place) for the training kernels' subclasses; returns what was
-    swapped (``.undo()`` restores the model's classes). Nothing is swapped where the kernels are
-    unavailable (``build.available()`` False: no C compiler, or ``TRANSFORMER_FUSED_CPU=0``)."""
-    if not build.available():
-        return Swaps()
-    return swap(model, TRAINING_CLASSES)
+def accelerate_training(*modules: nn.Module) -> Swaps:
+    """Swap the modules of each of ``modules`` (a model, its loss) in place for the training kernels'
+    subclasses; returns what was swapped (``.undo()`` restores the classes). Nothing is swapped where
+    the kernels are unavailable (``build.available()`` False: no C compiler, or ``TRANSFORMER_FUSED_CPU=0``)."""
+    swaps = Swaps()
+    if build.available():
+        for module in modules:
+            swaps.changed += swap(module, TRAINING_CLASSES).changed
+    return swaps

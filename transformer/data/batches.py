@@ -67,13 +67,13 @@ class Batch:
     n_src_tokens: int  # real source tokens
     n_tgt_tokens: int  # real target tokens = non-pad entries of tgt_out (EOS included)
 
-    def to(self, device: torch.device | str) -> Batch:
-        """The same batch with its tensors on ``device``."""
+    def to(self, device: torch.device | str, *, non_blocking: bool = False) -> Batch:
+        """The same batch with its tensors on ``device`` (``non_blocking``: see ``Tensor.to``)."""
         return Batch(
-            src=self.src.to(device),
-            src_mask=self.src_mask.to(device),
-            tgt_in=self.tgt_in.to(device),
-            tgt_out=self.tgt_out.to(device),
+            src=self.src.to(device, non_blocking=non_blocking),
+            src_mask=self.src_mask.to(device, non_blocking=non_blocking),
+            tgt_in=self.tgt_in.to(device, non_blocking=non_blocking),
+            tgt_out=self.tgt_out.to(device, non_blocking=non_blocking),
             n_src_tokens=self.n_src_tokens,
             n_tgt_tokens=self.n_tgt_tokens,
         )

@@ -145,6 +145,9 @@ class TrainConfig:
     # CPUs with AVX-512 bf16 or AMX, or CUDA) or "fp16" (CUDA, loss scaling)
     precision: str = "auto"
     device: str = "auto"
+    # torch.compile the model's forward pass (CUDA only: the CUDA engine; falls back to eager, with a
+    # warning, where compiling fails)
+    compile: bool = False
     # torch intra-op threads on CPU
     threads: int | None = field(default=None, metadata=int_at_least(1, MAX_THREADS, none_means="torch's choice"))
     seed: int = field(default=0, metadata=int_at_least(**SEED))

@@ -44,7 +44,8 @@ from transformer.decoding import DecodeConfig
 from transformer.data import Batch, drop_words, make_batch
 from transformer.translate.evaluation import score
 from transformer.model import build_model
-from transformer.cpu import Swaps, accelerate_training, available as cpu_kernels_available
+from transformer import cuda
+from transformer.cpu import accelerate_training
 from transformer.cpu.precision import resolve_precision, slow_bf16_warning
 from transformer.text import Vocabularies
 from transformer.training import distributed as D
@@ -99,6 +100,9 @@ class Trainer:
         self.precision = resolve_precision(t.precision, self.device)  # "auto" resolved: fp32, bf16 or fp16
         if self.precision == "fp16" and self.device.type != "cuda":
             raise ValueError("train.precision=fp16 needs CUDA (loss scaling); use bf16 or fp32 on CPU")
+        if t.compile and self.device.type != "cuda":
+            raise ValueError("train.compile applies to training on CUDA (on a CPU the CPU engine's kernels "
+                             "do that work); leave it off or use train.device=cuda")
         self.dist = D.init_distributed(self.device.type)
         if self.dist.enabled and self.device.type == "cuda":
             self.device = torch.device("cuda", self.dist.local_rank)
@@ -110,6 +114,7 @@ class Trainer:
         self.clock = time.perf_counter  # what train.time_limit and the cooldown measure (a test may give its own)
         self.rate_clock = time.perf_counter  # what the logged tokens/s measure (read apart from self.clock)
         self.pause_at: float | None = None  # see train()
+        self.progress: Progress | None = None  # while train() runs
         self.lock = RunLock(self.run_dir, command="train")
         try:
             self._lock()  # before anything in the run directory is read or written
@@ -150,17 +155,21 @@ class Trainer:
         if source is not None:
             load_weights(self.model, source.weights)
         self.frozen = freeze(self.model, t.frozen_parts())  # out of the optimizer: they stay bit for bit
-        # On CPU the engine's kernels take dropout, Add & Norm, short-row attention and the loss.
+        self.criterion = LabelSmoothedCrossEntropy(smoothing=t.label_smoothing, ignore_index=self.vocab.tgt.pad_id)
+        # One engine for the device, chosen here: on a CPU its kernels take dropout, Add & Norm, short-row
+        # attention and the loss; on CUDA torch.compile where asked, and batches copied ahead of their step.
         on_cpu = self.device.type == "cpu"
-        self.engine = accelerate_training(self.model) if on_cpu else Swaps()
+        self.engine = (accelerate_training(self.model, self.criterion) if on_cpu
+                       else cuda.accelerate_training(self.model, compile=t.compile, say=self._say))
+        # Logits only at real target positions on a CPU (skips the padding x vocabulary product); on a GPU
+        # at every position, the loss ignoring padding, so a step's shapes never wait on the data.
+        self.sparse_logits = on_cpu
         schedule, warmup = t.effective_schedule()
         self.optimizer, self.scheduler = build_optimizer(
             [p for p in self.model.parameters() if p.requires_grad], d_model=model_cfg.d_model, warmup=warmup,
             scale=t.lr_scale, schedule=schedule, lr=t.lr, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps,
             weight_decay=t.weight_decay, decoupled=t.optimizer == "adamw",
         )
-        self.criterion = LabelSmoothedCrossEntropy(smoothing=t.label_smoothing, ignore_index=self.vocab.tgt.pad_id,
-                                                   cpu_kernel=on_cpu and cpu_kernels_available())
         self.batches = make_batches(self.data, max_tokens=cfg.data.max_tokens, seed=t.seed, rank=self.dist.rank,
                                     world_size=self.dist.world_size, bpe_dropout=cfg.data.bpe_dropout)
         self.steps_per_epoch = D.steps_per_epoch(len(self.batches), self.accumulate)
@@ -236,6 +245,7 @@ class Trainer:
         limits = [x for x in (t.time_limit, self.pause_at) if x is not None]
         progress = Progress(total_steps=total, initial_step=st.step, log_every=t.log_every, stream=self.stream,
                             enabled=self.show_progress, time_limit=max(min(limits) - before, 0.0) if limits else None)
+        self.progress = progress
         progress.message(f"training {self.model.num_parameters():,} parameters on {len(self.data.train):,} pairs, "
                          f"{len(self.batches)} batches/epoch"
                          + (f" (BPE-dropout {self.cfg.data.bpe_dropout})" if self.cfg.data.bpe_dropout else "")
@@ -250,12 +260,12 @@ class Trainer:
         self.board = TensorBoardLog.open(self.run_dir, enabled=t.tensorboard and self.dist.is_main, resume_step=st.step,
                                          say=progress.message)
         start = self.clock()
-        window_loss = window_tokens = 0.0
+        window_loss, window_tokens = torch.zeros((), dtype=torch.float64, device=self.device), 0.0
         window_start = self.rate_clock()
         last_valid: dict[str, Any] | None = None
         stop = self._run_over()  # a finished run resumed: nothing to do
         while st.epoch < t.epochs and not stop:
-            batches = self.batches.iter_from(st.epoch, st.batch_in_epoch)
+            batches = self._device_batches(self.batches.iter_from(st.epoch, st.batch_in_epoch))
             for group in _groups(batches, self.accumulate):
                 model.train()
                 lr = self._apply_cooldown(total)  # the rate this step uses (the scheduler moves it on after)
@@ -264,8 +274,9 @@ class Trainer:
                 st.batch_in_epoch += len(group)
                 window_loss += loss_sum
                 window_tokens += tokens
-                if st.step % t.log_every == 0:
-                    window_loss, window_tokens = D.all_reduce_sum([window_loss, window_tokens], self.dist, self.device)
+                if st.step % t.log_every == 0:  # the one read of the device's loss sum per window
+                    window_loss, window_tokens = D.all_reduce_sum([float(window_loss), window_tokens], self.dist,
+                                                                  self.device)
                     rate = window_tokens / max(self.rate_clock() - window_start, 1e-9)
                     record = dict(kind="train", step=st.step, epoch=st.epoch, loss=window_loss / window_tokens,
                                   lr=lr, tokens_per_s=rate, grad_norm=float(self.grad_norm))
@@ -273,7 +284,7 @@ class Trainer:
                         self.metrics.write(record)
                         self.board.scalars(record)
                     progress.update(st.step, loss=record["loss"], lr=record["lr"], tokens_per_s=rate, epoch=st.epoch)
-                    window_loss = window_tokens = 0.0
+                    window_loss, window_tokens = torch.zeros((), dtype=torch.float64, device=self.device), 0.0
                     window_start = self.rate_clock()
                 # rank 0's clock, so that every rank stops at the same step and cools down alike
                 st.seconds = D.broadcast_number(before + self.clock() - start, self.dist, self.device)
@@ -311,15 +322,25 @@ class Trainer:
         return scale_rates(self.optimizer, self.scheduler, cooldown_factor(
             run_progress(steps=st.step, seconds=st.seconds, total_steps=total_steps, time_limit=t.time_limit), t.cooldown))
 
-    def _step(self, model: torch.nn.Module, group: list[Batch]) -> tuple[float, float]:
-        """One optimizer step over ``group``; the loss is normalised by the step's global target tokens."""
+    def _device_batches(self, batches: Iterator[Batch]) -> Iterator[Batch]:
+        """The batches on the training device: on CUDA padded to few shapes and copied one batch ahead
+        (``transformer.cuda.DeviceBatches``); on a CPU as they are."""
+        if self.device.type == "cpu":
+            return batches
+        return iter(cuda.DeviceBatches(batches, self.device, pad_id=self.vocab.tgt.pad_id))
+
+    def _step(self, model: torch.nn.Module, group: list[Batch]) -> tuple[torch.Tensor, float]:
+        """One optimizer step over ``group``; the loss is normalised by the step's global target tokens.
+
+        Returns the step's summed loss as a float64 tensor on the device (read on the logging cadence,
+        so the host does not wait for the GPU each step) and the local target tokens."""
         t = self.cfg.train
         local_tokens = float(sum(b.n_tgt_tokens for b in group))
         (global_tokens,) = D.all_reduce_sum([local_tokens], self.dist, self.device)
         self.state.target_tokens += int(global_tokens)
         # DDP averages gradients over ranks, so scale by world_size to get sum / global tokens.
         factor = self.dist.world_size / global_tokens
-        loss_total = 0.0
+        loss_total = torch.zeros((), dtype=torch.float64, device=self.device)
         for i, batch in enumerate(group):
             batch = batch.to(self.device)
             batch = drop_words(batch, t.word_dropout, pad_id=self.vocab.tgt.pad_id,  # the batch itself at 0
@@ -330,7 +351,7 @@ class Trainer:
                     loss, reported = self._loss(model, batch)
                 scaled = loss * factor
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
-            loss_total += float(reported.detach())
+            loss_total += reported.detach()
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         if t.clip_norm:  # the norm before clipping
@@ -359,17 +380,27 @@ class Trainer:
         one pass, so each copy gets its own dropout masks, and the loss adds the symmetric KL
         divergence between the two predictions: (CE_1 + CE_2 + alpha * (KL(p1||p2) + KL(p2||p1)) / 2) / 2
         per target token, as in the paper's code."""
-        real = batch.tgt_out != self.vocab.tgt.pad_id  # (B, T): logits only where there is a target
-        target = batch.tgt_out[real]
+        real = batch.tgt_out != self.vocab.tgt.pad_id  # (B, T)
+        # logits (N, V) at the real target positions only, or (B, T, V) at every position with the padding
+        # ignored by the loss (see self.sparse_logits)
+        positions, target = (real, batch.tgt_out[real]) if self.sparse_logits else (None, batch.tgt_out)
         alpha = self.cfg.train.rdrop
         if not alpha:
-            loss, _ = self.criterion(model(batch.src, batch.tgt_in, batch.src_mask, positions=real), target)  # (N, V)
+            loss, _ = self.criterion(model(batch.src, batch.tgt_in, batch.src_mask, positions=positions), target)
             return loss, loss
-        twice = [torch.cat([x, x]) for x in (batch.src, batch.tgt_in, batch.src_mask, real)]
-        logits = model(*twice[:3], positions=twice[3])  # (2N, V): the first copy's rows, then the second's
-        ce, _ = self.criterion(logits, torch.cat([target, target]))
+        twice = [torch.cat([x, x]) for x in (batch.src, batch.tgt_in, batch.src_mask)]
+        logits = model(*twice, positions=None if positions is None else torch.cat([positions, positions]))
+        ce, _ = self.criterion(logits, torch.cat([target, target]))  # the first copy's rows, then the second's
         first, second = logits.chunk(2)
-        return 0.5 * (ce + alpha * symmetric_kl(first, second)), 0.5 * ce
+        kl = symmetric_kl(first, second, keep=None if self.sparse_logits else real)
+        return 0.5 * (ce + alpha * kl), 0.5 * ce
+
+    def _say(self, text: str) -> None:
+        """A message on the run's progress output (stderr before training starts)."""
+        if self.progress is not None:
+            self.progress.message(text)
+        elif self.show_progress:
+            print(text, file=self.stream or sys.stderr)
 
     def _autocast(self):
         precision = self.precision

@@ -1,0 +1,166 @@
+"""The CUDA engine (transformer/cuda/), checked on the CPU: what it does is device-neutral code
+(padding batches to few shapes, compiling the forward pass, a training step that never reads a
+value back), so each part is compared here with the plain model; tests/test_cuda.py runs the
+same on a GPU, where the copies are really asynchronous and a host sync really raises.
+"""
+
+import copy
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from trainer_helpers import TINY
+from transformer.config import preset
+from transformer.cuda import DeviceBatches, accelerate_training, pad_batch
+from transformer.data import make_batch
+from transformer.model import Transformer
+from transformer.training.config import RunConfig
+from transformer.training.loss import LabelSmoothedCrossEntropy
+from transformer.training.trainer import Trainer
+
+V, PAD, BOS, EOS = 50, 0, 1, 2
+
+
+def tiny_model(seed=0):
+    torch.manual_seed(seed)
+    return Transformer(preset("tiny", src_vocab_size=V, dropout=0.0, attention_dropout=0.0)).train()
+
+
+def batches(n=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        examples = [(torch.randint(4, V, (int(torch.randint(3, 12, (), generator=g)),), generator=g).tolist(),
+                     torch.randint(4, V, (int(torch.randint(2, 11, (), generator=g)),), generator=g).tolist())
+                    for _ in range(3 + i)]
+        out.append(make_batch(examples, pad_id=PAD, bos_id=BOS, eos_id=EOS))
+    return out
+
+
+def step(model, batch):
+    """The trainer's GPU step: logits at every position, the loss ignoring padding; (loss, gradients)."""
+    model.zero_grad(set_to_none=True)
+    loss, _ = LabelSmoothedCrossEntropy(smoothing=0.1, ignore_index=PAD)(
+        model(batch.src, batch.tgt_in, batch.src_mask), batch.tgt_out)
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def assert_same_step(got, want):
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=0)
+    assert got[1].keys() == want[1].keys()
+    for name, grad in want[1].items():
+        torch.testing.assert_close(got[1][name], grad, rtol=1e-4, atol=1e-5 * grad.abs().max().item(),
+                                   msg=lambda m: f"{name}: {m}")
+
+
+# ------------------------------------------------------------------------------ batches
+def test_padding_to_a_multiple_changes_the_shapes_and_not_the_step():
+    model = tiny_model()
+    for batch in batches():
+        padded = pad_batch(batch, 8, pad_id=PAD)
+        assert padded.src.shape[1] % 8 == 0 and padded.tgt_in.shape[1] % 8 == 0
+        assert padded.src.shape[1] > batch.src.shape[1] or batch.src.shape[1] % 8 == 0
+        assert (padded.n_src_tokens, padded.n_tgt_tokens) == (batch.n_src_tokens, batch.n_tgt_tokens)
+        assert int(padded.src_mask.sum()) == batch.n_src_tokens and int((padded.tgt_out != PAD).sum()) == batch.n_tgt_tokens
+        assert_same_step(step(model, padded), step(model, batch))
+
+
+def test_device_batches_on_a_cpu_are_the_batches_padded_in_order():
+    original = batches(4)
+    got = list(DeviceBatches(iter(original), torch.device("cpu"), pad_id=PAD))
+    assert len(got) == 4
+    for g, b in zip(got, original):
+        want = pad_batch(b, 8, pad_id=PAD)
+        assert all(torch.equal(x, y) for x, y in zip((g.src, g.src_mask, g.tgt_in, g.tgt_out),
+                                                      (want.src, want.src_mask, want.tgt_in, want.tgt_out)))
+
+
+# ------------------------------------------------------------------------------ compile
+def test_the_compiled_forward_equals_the_model_and_undo_restores_it():
+    """torch.compile traced through AOTAutograd (the inductor backend's front half, without code generation)
+    gives the plain model's loss and gradients, keeps the state_dict, and undo makes it eager again."""
+    model = tiny_model()
+    keys = list(model.state_dict())
+    compiled = copy.deepcopy(model)
+    engine = accelerate_training(compiled, compile=True, backend="aot_eager")
+    assert engine.compiled and compiled._compiled_call_impl is not None
+    for batch in batches(3):
+        batch = pad_batch(batch, 8, pad_id=PAD)
+        assert_same_step(step(compiled, batch), step(model, batch))
+    assert list(compiled.state_dict()) == keys
+    engine.undo()
+    assert compiled._compiled_call_impl is None and not engine.compiled
+
+
+def test_a_compiler_failure_falls_back_to_eager_with_one_warning():
+    def broken_backend(graph_module, example_inputs):
+        raise RuntimeError("no compiler here")
+
+    said = []
+    model, plain = tiny_model(), tiny_model()
+    engine = accelerate_training(model, compile=True, backend=broken_backend, say=said.append)
+    batch = batches(1)[0]
+    assert_same_step(step(model, batch), step(plain, batch))
+    assert not engine.compiled and model._compiled_call_impl is None
+    assert len(said) == 1 and "torch.compile failed" in said[0] and "no compiler here" in said[0]
+    step(model, batch)
+    assert len(said) == 1
+
+
+def test_without_compile_the_engine_changes_nothing():
+    model = tiny_model()
+    engine = accelerate_training(model)
+    assert not engine.compiled and model._compiled_call_impl is None
+
+
+def test_compile_is_refused_for_cpu_training(tmp_path):
+    with pytest.raises(ValueError, match="train.compile applies to training on CUDA"):
+        Trainer(RunConfig().with_overrides(TINY + ["train.compile=true", "train.device=cpu"]), tmp_path / "run",
+                show_progress=False)
+
+
+# ------------------------------------------------------------------------------ no host sync
+class _Recorder(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+# what makes the host wait for a GPU: reading a value back (.item(), float(), bool(), int()),
+# shapes that depend on values (nonzero, boolean indexing), comparisons read on the host
+SYNCS = ("_local_scalar_dense", "nonzero", "masked_select", "aten.equal", "aten.is_nonzero", "aten.item")
+
+
+@pytest.mark.parametrize("settings", [[], ["train.word_dropout=0.1", "train.clip_norm=1.0"], ["train.rdrop=1.0"]],
+                         ids=["recipe", "word-dropout-and-clipping", "rdrop"])
+def test_a_training_step_on_the_gpu_path_reads_nothing_back(tmp_path, monkeypatch, settings):
+    """The trainer's step as it runs on CUDA (logits at every position; the CPU engine off, as it is there;
+    the model's id range check, which runs on CPU tensors only, skipped as on a GPU) dispatches no
+    operator that makes the host wait: the loss is summed on the device and read on the logging cadence."""
+    from transformer.model.transformer import Transformer as Model
+
+    trainer = Trainer(RunConfig().with_overrides(TINY + ["train.max_steps=3"] + settings), tmp_path / "run",
+                      show_progress=False)
+    try:
+        trainer.engine.undo()  # the CPU engine's kernels: not on a GPU
+        trainer.sparse_logits = False
+        check_ids = Model._check_ids
+        monkeypatch.setattr(Model, "_check_ids", staticmethod(
+            lambda ids, name, vocab: check_ids(ids.to("meta"), name, vocab)))  # shapes and dtypes only, as on CUDA
+        group = list(DeviceBatches(trainer.batches.iter_from(0, 0), trainer.device, pad_id=PAD))[:1]
+        with _Recorder() as seen:
+            loss, tokens = trainer._step(trainer.model, group)
+        assert seen.names and not [n for n in seen.names if any(s in n for s in SYNCS)]
+        assert loss.dtype == torch.float64 and float(loss) > 0 and tokens == group[0].n_tgt_tokens
+        trainer.sparse_logits = True  # what the guard catches: the CPU's selection of real positions
+        with _Recorder() as seen:
+            trainer._step(trainer.model, group)
+        assert any("nonzero" in n for n in seen.names)
+    finally:
+        trainer.close()

@@ -1,0 +1,28 @@
+"""The CUDA engine: what makes a training step fast on a GPU, applied explicitly by the trainer.
+
+The counterpart of ``transformer.cpu``, with the same habits: the model and the loss stay the
+paper's plain PyTorch; the engine is chosen once, for the device the run trains on, and can be
+undone; ``tests/test_cuda_engine.py`` checks that a step with it equals a step without.
+
+    from transformer.cuda import accelerate_training, DeviceBatches
+    engine = accelerate_training(model, compile=True)     # torch.compile, with a fallback to eager
+    for batch in DeviceBatches(batches, device):          # pinned, copied ahead on a side stream
+        ...
+    engine.undo()
+
+What a GPU step needs is different from a CPU's: a GPU runs kernels queued by the host, so a
+step is fast when the host never waits for the GPU (no ``.item()``, ``nonzero()`` or shapes that
+depend on the data), when few kernels are launched (the loss as a handful of whole-tensor
+operations, ``torch.compile`` fusing the element-wise work), and when the next batch is already
+on the device. The trainer's part of that (logits at every position with padding ignored by the
+loss, the loss summed on the device and read on the logging cadence) is in
+``transformer.training.trainer``.
+
+* ``training``: ``accelerate_training``, compiling the model's forward pass.
+* ``batches``: ``DeviceBatches``, batches padded to few shapes and copied ahead of use.
+"""
+
+from transformer.cuda.batches import DeviceBatches, pad_batch
+from transformer.cuda.training import CudaTraining, accelerate_training
+
+__all__ = ["CudaTraining", "DeviceBatches", "accelerate_training", "pad_batch"]
