@@ -1,6 +1,7 @@
 """On a CUDA GPU: training in each precision, exact resume (the CUDA RNG and fp16's loss scale
 included), checkpoints that load on the CPU, decoding that agrees with the CPU's, the translate
-command's --device, and a one-process torchrun over NCCL.
+command's --device, a one-process torchrun over NCCL, and the CUDA engine (a step that never waits
+for the GPU, batches copied ahead of their step, compiled training following eager training).
 
 Skipped where PyTorch sees no CUDA device (CI has none, and the pinned torch is the CPU build);
 on a GPU machine: ``pytest tests/test_cuda.py``."""
@@ -159,3 +160,54 @@ def test_one_process_torchrun_trains_over_nccl(tmp_path):
         capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(losses(run)) == 6 and all(math.isfinite(x) for x in losses(run))
+
+
+# ------------------------------------------------------------------------------ the CUDA engine
+def test_a_gpu_training_step_never_waits_for_the_gpu(tmp_path):
+    """With CUDA's sync debug mode set to raise, a whole step (word dropout and clipping included) runs:
+    no .item(), no nonzero(), no value read back; the loss stays on the device until it is logged."""
+    from transformer.cuda import DeviceBatches
+
+    trainer = Trainer(RunConfig().with_overrides(TINY + [*GPU, "train.max_steps=3", "train.word_dropout=0.1",
+                                                         "train.clip_norm=1.0", "train.precision=bf16"]),
+                      tmp_path / "run", show_progress=False)
+    try:
+        group = list(DeviceBatches(trainer.batches.iter_from(0, 0), trainer.device, pad_id=trainer.vocab.tgt.pad_id))
+        trainer._step(trainer.model, group[:1])  # the first step sets up the optimizer's state
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            loss, _ = trainer._step(trainer.model, group[1:2])
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert loss.device.type == "cuda" and math.isfinite(float(loss))
+    finally:
+        trainer.close()
+
+
+def test_device_batches_copy_the_padded_batches_to_the_gpu(tmp_path):
+    from transformer.cuda import DeviceBatches, pad_batch
+
+    trainer = Trainer(RunConfig().with_overrides(TINY + [*GPU, "train.max_steps=1"]), tmp_path / "run",
+                      show_progress=False)
+    try:
+        pad = trainer.vocab.tgt.pad_id
+        cpu = [pad_batch(b, 8, pad_id=pad) for b in trainer.batches.iter_from(0, 0)]
+        gpu = list(DeviceBatches(trainer.batches.iter_from(0, 0), trainer.device, pad_id=pad))
+        assert len(gpu) == len(cpu)
+        for g, c in zip(gpu, cpu):
+            assert g.src.device.type == "cuda"
+            assert torch.equal(g.src.cpu(), c.src) and torch.equal(g.tgt_out.cpu(), c.tgt_out)
+            assert torch.equal(g.src_mask.cpu(), c.src_mask) and torch.equal(g.tgt_in.cpu(), c.tgt_in)
+    finally:
+        trainer.close()
+
+
+def test_compiled_training_follows_eager_training(tmp_path):
+    """train.compile=true (inductor) trains the same run as eager within GPU rounding, without dropout."""
+    same = (*GPU, "model.dropout=0", "train.max_steps=20", "train.precision=fp32")
+    eager = train(tmp_path / "eager", *same)
+    compiled = train(tmp_path / "compiled", *same, "train.compile=true")
+    assert compiled.engine.compiled and compiled.engine.failure is None
+    assert losses(tmp_path / "compiled") == pytest.approx(losses(tmp_path / "eager"), rel=2e-3)
+    assert not eager.engine.compiled
