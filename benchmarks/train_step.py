@@ -4,26 +4,35 @@ One optimizer step = forward, label-smoothed cross-entropy (0.1), backward, Adam
 contenders are models of the same sizes (the paper's post-LN layout, shared embeddings tied to
 the output layer, sinusoidal positions):
 
-- ours: ``transformer.model.Transformer`` trained the way our trainer does it on CPU (logits only
-  at real target positions, our label-smoothed loss with ``cpu_kernel=True``, and the CPU
-  engine's training kernels swapped in by ``transformer.cpu.accelerate_training``; both fall back
-  to PyTorch's operators where the kernels are off, ``TRANSFORMER_FUSED_CPU=0``, or unavailable);
+- ours: ``transformer.model.Transformer`` trained the way our trainer does it on the device. On a
+  CPU: logits only at real target positions, and the CPU engine's kernels (training modules and
+  the one-pass loss) swapped in by ``transformer.cpu.accelerate_training``, which swaps nothing
+  where the kernels are off (``TRANSFORMER_FUSED_CPU=0``) or unavailable. On CUDA: the CUDA
+  engine's way (``transformer.cuda``): logits at every position with padding ignored by the plain
+  loss, batches padded to multiples of 8, nothing read back from the GPU in a step; ``ours
+  (compiled)`` adds ``torch.compile`` of the forward pass (``train.compile=true``; asked for on a
+  CPU, it runs that CUDA path there, a check of the path rather than a CPU figure);
 - torch.nn.Transformer: PyTorch's encoder-decoder with embeddings, positions and output layer
   around it, ``F.cross_entropy(label_smoothing=0.1)``;
 - Marian: ``transformers``' ``MarianMTModel`` (the architecture of the opus-mt models), the same
   loss as torch.nn.Transformer.
 
-Every contender gets the same batches and the same optimizer (fused Adam), for both shapes (a
-fixed 64 x 24 batch, and real token-budget batches of Multi30k de-en, tokenised with joint BPE
-of 8,000) and both precisions (fp32, bf16 autocast; bf16 only where the CPU has bf16 matrix
-units, AVX-512 bf16 or AMX, unless ``--dtypes`` asks for it: elsewhere PyTorch emulates bf16
-products hundreds of times slower than fp32). They alternate within each round; the
-table shows the median over rounds of target tokens per second and ratios against the fastest
-peer. The same run measures the machine's fp32 and bf16 matmul peak (large square matmuls) and
-reports training FLOP/s (6 x matmul parameters x tokens, plus attention) as a share of it.
+Every contender gets the same batches and the same optimizer (fused Adam). On a CPU: both
+shapes (a fixed 64 x 24 batch, and real token-budget batches of Multi30k de-en, tokenised with
+joint BPE of 8,000) and both precisions (fp32, bf16 autocast; bf16 only where the CPU has bf16
+matrix units, AVX-512 bf16 or AMX, unless ``--dtypes`` asks for it: elsewhere PyTorch emulates
+bf16 products hundreds of times slower than fp32). On CUDA (``--device cuda``): the sizes base
+and big, random batches of 32-token sentences holding 4,096, 16,384 and 24,576 (the paper's
+~25,000) target tokens per step, a 32,000 shared vocabulary, bf16 autocast and fp32 with TF32
+matrix products (``tf32``). They alternate within each round; the table shows the median over
+rounds of target tokens per second and ratios against the fastest peer. The same run measures
+the device's matmul peak (large square matmuls) in each precision and reports training FLOP/s
+(6 x matmul parameters x tokens, plus attention) as a share of it; on CUDA the bf16 peak is the
+one the GPU figures are read against.
 
     python benchmarks/train_step.py --from ../shared/data                  # small and base, ~10 min
     python benchmarks/train_step.py --sizes small --shapes fixed --rounds 2   # a quick look
+    python benchmarks/train_step.py --device cuda                          # base and big on a GPU
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from torch import nn
 from transformer.cpu.allocator import retain_freed_memory
 from transformer.config import ModelConfig, preset
 from transformer.data import Batch, TokenBudgetBatches, make_batch
+from transformer import cuda
 from transformer.cpu import accelerate_training, available as cpu_kernels_available
 from transformer.model import Transformer
 from transformer.model.embeddings import sinusoidal_table
@@ -73,7 +83,7 @@ class TorchNNTransformer(nn.Module):
     def forward(self, src, tgt, src_mask):
         s = self.embed(src) * self.scale + self.pe[: src.shape[1]]
         t = self.embed(tgt) * self.scale + self.pe[: tgt.shape[1]]
-        causal = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], dtype=torch.bool)
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], device=tgt.device, dtype=torch.bool)
         h = self.core(s, t, tgt_mask=causal, src_key_padding_mask=~src_mask, memory_key_padding_mask=~src_mask,
                       tgt_is_causal=True)
         return self.output(h)
@@ -101,18 +111,26 @@ class Marian(nn.Module):
 
 
 # ------------------------------------------------------------------------------------------ steps
-def make_step(name: str, model: nn.Module, bf16: bool):
-    """A closure doing one optimizer step on a Batch, the contender's way."""
+OURS = ("ours", "ours (compiled)")
+CONTENDERS = (*OURS, "torch.nn.Transformer", "Marian")
+
+
+def make_step(name: str, model: nn.Module, bf16: bool, device: torch.device):
+    """A closure doing one optimizer step on a Batch (already on ``device``), the contender's way."""
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
     ours = LabelSmoothedCrossEntropy(smoothing=SMOOTHING, ignore_index=PAD)
-    accelerate_training(ours)  # the CPU engine's one-pass loss (nothing where the kernels are off)
+    on_cpu = device.type == "cpu" and name != "ours (compiled)"  # the compiled one takes the CUDA engine's way anywhere
+    if on_cpu:
+        accelerate_training(ours)  # the CPU engine's one-pass loss (nothing where the kernels are off)
     model.train()
 
     def step(b: Batch) -> None:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            if name == "ours":
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            if name in OURS and on_cpu:  # logits at the real targets only, as the trainer does on a CPU
                 real = b.tgt_out != PAD
                 loss = ours(model(b.src, b.tgt_in, b.src_mask, positions=real), b.tgt_out[real])[0]
+            elif name in OURS:  # every position, padding ignored by the loss, as the trainer does on CUDA
+                loss = ours(model(b.src, b.tgt_in, b.src_mask), b.tgt_out)[0]
             else:
                 logits = model(b.src, b.tgt_in, b.src_mask)
                 loss = F.cross_entropy(logits.flatten(0, 1).float(), b.tgt_out.flatten(), ignore_index=PAD,
@@ -124,11 +142,14 @@ def make_step(name: str, model: nn.Module, bf16: bool):
     return step
 
 
-def build(name: str, cfg: ModelConfig) -> nn.Module:
+def build(name: str, cfg: ModelConfig, device: torch.device) -> nn.Module:
     torch.manual_seed(0)
-    model = {"ours": Transformer, "torch.nn.Transformer": TorchNNTransformer, "Marian": Marian}[name](cfg)
-    if name == "ours":
+    kind = Transformer if name in OURS else {"torch.nn.Transformer": TorchNNTransformer, "Marian": Marian}[name]
+    model = kind(cfg).to(device)
+    if name == "ours" and device.type == "cpu":
         accelerate_training(model)  # what the Trainer does on CPU (nothing where the kernels are off)
+    elif name in OURS:  # what the Trainer does on CUDA (on a CPU, 'ours (compiled)' only checks that path)
+        cuda.accelerate_training(model, compile=name == "ours (compiled)")
     return model
 
 
@@ -168,18 +189,30 @@ def cpu_model() -> str | None:
     return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
 
 
-def matmul_peak(dtype: torch.dtype, sizes=(2048, 3072, 4096), repeats: int = 5, trials: int = 3) -> float:
-    """Best FLOP/s of large square matmuls in ``dtype`` (best of ``trials`` timings per size)."""
+def matmul_peak(dtype: torch.dtype, sizes=(2048, 3072, 4096), repeats: int = 5, trials: int = 3,
+                device: torch.device | str = "cpu") -> float:
+    """Best FLOP/s of large square matmuls in ``dtype`` on ``device`` (best of ``trials`` timings per size;
+    on CUDA larger sizes, timed between synchronisations; TF32 as the caller's setting has it)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        sizes, repeats = (4096, 8192, 16384), 20
     best = 0.0
     for n in sizes:
-        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+        a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
         a @ b
         for _ in range(trials):
+            _sync(device)
             start = time.perf_counter()
             for _ in range(repeats):
                 a @ b
+            _sync(device)
             best = max(best, 2 * n**3 * repeats / (time.perf_counter() - start))
     return best
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def train_flops(cfg: ModelConfig, batches: list[Batch]) -> float:
@@ -200,93 +233,134 @@ def train_flops(cfg: ModelConfig, batches: list[Batch]) -> float:
 
 # ------------------------------------------------------------------------------------------ main
 def measure(size: str, shape: str, batches: list[Batch], vocab: int, contenders: list[str], rounds: int,
-            peaks: dict[str, float], dtypes: list[str]) -> list[dict]:
+            peaks: dict[str, float], dtypes: list[str], device: torch.device) -> list[dict]:
     cfg = preset(size, src_vocab_size=vocab)
     tokens = sum(b.n_tgt_tokens for b in batches)
     flops = train_flops(cfg, batches)
+    on_device = [b.to(device) for b in batches]
     rows = []
     for dtype in dtypes:
+        torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"  # fp32 storage, TF32 matrix products
         steps = {}
         for name in contenders:
-            steps[name] = make_step(name, build(name, cfg), dtype == "bf16")
-            steps[name](batches[0])  # warm-up
+            steps[name] = make_step(name, build(name, cfg, device), dtype == "bf16", device)
+            for _ in range(2 if device.type == "cuda" else 1):  # warm-up (on CUDA: compiling, autotuning)
+                steps[name](on_device[0])
         times: dict[str, list[float]] = {name: [] for name in contenders}
         for r in range(rounds):
             order = contenders if r % 2 == 0 else contenders[::-1]
             for name in order:
+                _sync(device)
                 start = time.perf_counter()
-                for b in batches:
+                for b in on_device:
                     steps[name](b)
+                _sync(device)
                 times[name].append(time.perf_counter() - start)
         for name in contenders:
             sec = statistics.median(times[name])
             rows.append(dict(size=size, shape=shape, dtype=dtype, contender=name, tokens_per_s=tokens / sec,
                              seconds_per_step=sec / len(batches), flops_per_s=flops / sec,
-                             share_of_peak=flops / sec / peaks[dtype]))
+                             share_of_peak=flops / sec / peaks[dtype], device=device.type))
         del steps
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
         print_rows([r for r in rows if r["dtype"] == dtype], tokens, len(batches))
+    torch.backends.cuda.matmul.allow_tf32 = False
     return rows
 
 
 def print_rows(rows: list[dict], tokens: int, n_batches: int) -> None:
     r0 = rows[0]
-    peers = [r for r in rows if r["contender"] != "ours"]
+    peers = [r for r in rows if r["contender"] not in OURS]
     fastest = max(peers, key=lambda r: r["tokens_per_s"]) if peers else None
-    print(f"\n{r0['size']}, {r0['shape']} ({n_batches} batch(es), {tokens:,} target tokens), {r0['dtype']}, "
-          f"{torch.get_num_threads()} threads")
+    where = f"{torch.get_num_threads()} threads" if r0["device"] == "cpu" else torch.cuda.get_device_name()
+    print(f"\n{r0['size']}, {r0['shape']} ({n_batches} batch(es), {tokens:,} target tokens), {r0['dtype']}, {where}")
     print(f"  {'contender':<22} {'tokens/s':>10} {'s/step':>8} {'GFLOP/s':>9} {'of peak':>8} {'ours/this':>10}")
     ours = next((r for r in rows if r["contender"] == "ours"), None)
     for r in rows:
         ratio = f"{ours['tokens_per_s'] / r['tokens_per_s']:.2f}x" if ours else ""
         print(f"  {r['contender']:<22} {r['tokens_per_s']:>10,.0f} {r['seconds_per_step']:>8.3f} "
               f"{r['flops_per_s'] / 1e9:>9.0f} {r['share_of_peak']:>7.1%} {ratio:>10}")
-    if ours and fastest:
-        print(f"  ours / fastest peer ({fastest['contender']}): {ours['tokens_per_s'] / fastest['tokens_per_s']:.2f}x")
+    for mine in (r for r in rows if r["contender"] in OURS):
+        if fastest:
+            print(f"  {mine['contender']} / fastest peer ({fastest['contender']}): "
+                  f"{mine['tokens_per_s'] / fastest['tokens_per_s']:.2f}x")
     sys.stdout.flush()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", nargs="+", default=["small", "base"], choices=["tiny", "small", "base", "big"])
-    parser.add_argument("--shapes", nargs="+", default=["fixed", "multi30k"], choices=["fixed", "multi30k"])
-    parser.add_argument("--contenders", nargs="+", default=["ours", "torch.nn.Transformer", "Marian"],
-                        choices=["ours", "torch.nn.Transformer", "Marian"])
-    parser.add_argument("--vocab", type=int, default=8000, help="shared vocabulary size (default: 8000)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="where to train (default: cpu); the defaults below differ by device")
+    parser.add_argument("--sizes", nargs="+", default=None, choices=["tiny", "small", "base", "big"],
+                        help="model sizes (default: small base on a CPU, base big on CUDA)")
+    parser.add_argument("--shapes", nargs="+", default=None, choices=["fixed", "multi30k", "tokens"],
+                        help="batches: fixed (--batch x --length), multi30k (real token-budget batches), tokens "
+                        "(random 32-token sentences, --tokens per step); default: fixed multi30k on a CPU, tokens on CUDA")
+    parser.add_argument("--tokens", nargs="+", type=int, default=[4096, 16384, 24576],
+                        help="target tokens per step of the 'tokens' shape (default: 4096 16384 24576)")
+    parser.add_argument("--contenders", nargs="+", default=None, choices=CONTENDERS,
+                        help="default: ours, torch.nn.Transformer and Marian (with 'ours (compiled)' on CUDA)")
+    parser.add_argument("--vocab", type=int, default=None, help="shared vocabulary size (default: 8000 on a CPU, "
+                        "32000 on CUDA)")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--length", type=int, default=24)
     parser.add_argument("--max-tokens", type=int, default=2500, help="token budget of the real batches")
     parser.add_argument("--real-batches", type=int, default=4, help="real batches per round")
+    parser.add_argument("--steps", type=int, default=5, help="steps per round of the 'tokens' shape (default: 5)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--dtypes", nargs="+", choices=["fp32", "bf16"], default=None,
-                        help="precisions to measure (default: fp32 and bf16 where the CPU has bf16 matrix units, "
-                        "fp32 alone elsewhere)")
+    parser.add_argument("--dtypes", nargs="+", choices=["fp32", "tf32", "bf16"], default=None,
+                        help="precisions to measure (default on a CPU: fp32 and bf16 where it has bf16 matrix "
+                        "units, fp32 alone elsewhere; on CUDA: bf16 and tf32)")
     parser.add_argument("--from", dest="data_dir", default=None, help="local copy of Multi30k (e.g. ../shared/data)")
     parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON")
     parser.add_argument("--peak-only", action="store_true", help="measure the matmul peak and stop")
     args = parser.parse_args()
+    device = torch.device(args.device)
+    on_cpu = device.type == "cpu"
+    if not on_cpu and not torch.cuda.is_available():
+        parser.error("--device cuda: PyTorch sees no CUDA device")
+    if "tf32" in (args.dtypes or []) and on_cpu:
+        parser.error("tf32 is a CUDA precision; on a CPU use fp32 or bf16")
+    sizes = args.sizes or (["small", "base"] if on_cpu else ["base", "big"])
+    shape_names = args.shapes or (["fixed", "multi30k"] if on_cpu else ["tokens"])
+    contenders = args.contenders or ["ours", *([] if on_cpu else ["ours (compiled)"]), "torch.nn.Transformer", "Marian"]
+    vocab = args.vocab or (8000 if on_cpu else 32000)
     retain_freed_memory()  # for every contender alike: they share this process (transformer/cpu/allocator.py)
 
-    dtypes = args.dtypes or (["fp32", "bf16"] if fast_bf16("cpu") else ["fp32"])
-    if "bf16" not in dtypes and args.dtypes is None:
-        print(bf16_left_out("--dtypes fp32 bf16 measures it anyway"))
-    dtypes_of = {"fp32": torch.float32, "bf16": torch.bfloat16}
-    peaks = {d: matmul_peak(dtypes_of[d]) for d in dtypes}
-    print(f"matmul peak on this machine ({torch.get_num_threads()} threads): "
-          + ", ".join(f"{d} {peak / 1e9:,.0f} GFLOP/s" for d, peak in peaks.items())
-          + f"; ours' CPU kernels (transformer.cpu): {'on' if cpu_kernels_available() else 'off'}")
+    if on_cpu:
+        dtypes = args.dtypes or (["fp32", "bf16"] if fast_bf16("cpu") else ["fp32"])
+        if "bf16" not in dtypes and args.dtypes is None:
+            print(bf16_left_out("--dtypes fp32 bf16 measures it anyway"))
+    else:
+        dtypes = args.dtypes or ["bf16", "tf32"]
+    dtypes_of = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16}
+    peaks = {}
+    for d in dict.fromkeys(dtypes + ([] if on_cpu else ["bf16"])):  # on CUDA the bf16 peak, always
+        torch.backends.cuda.matmul.allow_tf32 = d == "tf32"
+        peaks[d] = matmul_peak(dtypes_of[d], device=device)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    where = (f"this machine ({torch.get_num_threads()} threads)" if on_cpu else
+             f"{torch.cuda.get_device_name(device)} (torch {torch.__version__}, CUDA {torch.version.cuda})")
+    print(f"matmul peak on {where}: " + ", ".join(f"{d} {peak / 1e9:,.0f} GFLOP/s" for d, peak in peaks.items())
+          + (f"; ours' CPU kernels (transformer.cpu): {'on' if cpu_kernels_available() else 'off'}" if on_cpu else ""))
     if args.peak_only:
         return
     shapes = {}
-    if "fixed" in args.shapes:
-        shapes[f"fixed {args.batch}x{args.length}"] = fixed_batches(args.vocab, args.batch, args.length)
-    if "multi30k" in args.shapes:
-        shapes["Multi30k token-budget"] = multi30k_batches(args.data_dir, args.vocab, args.max_tokens, args.real_batches)
+    if "fixed" in shape_names:
+        shapes[f"fixed {args.batch}x{args.length}"] = fixed_batches(vocab, args.batch, args.length)
+    if "multi30k" in shape_names:
+        shapes["Multi30k token-budget"] = multi30k_batches(args.data_dir, vocab, args.max_tokens, args.real_batches)
+    if "tokens" in shape_names:
+        for n in args.tokens:
+            batch = fixed_batches(vocab, max(1, n // 32), 32)  # 32-token sentences: n target tokens
+            shapes[f"random {batch[0].n_tgt_tokens:,} tokens/step"] = batch * args.steps
     rows = []
-    for size in args.sizes:
+    for size in sizes:
         for shape, batches in shapes.items():
-            rows += measure(size, shape, batches, args.vocab, args.contenders, args.rounds, peaks, dtypes)
+            rows += measure(size, shape, batches, vocab, contenders, args.rounds, peaks, dtypes, device)
     if args.out:
-        args.out.write_text(json.dumps({"peaks": peaks, "rows": rows}, indent=2) + "\n")
+        args.out.write_text(json.dumps({"peaks": peaks, "device": where, "rows": rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
