@@ -58,9 +58,15 @@ __all__ = ["LENGTH_PENALTIES", "STOPPING", "STRATEGIES", "DecodeConfig", "Hypoth
 
 
 def _ancestral(model: Transformer, memory: Tensor, src_mask: Tensor, limits: Tensor, *, bos_id: int, eos_id: int,
-               pick: Callable[[Tensor, Tensor, int], Tensor] | None) -> list[Hypothesis]:
+               pick: Callable[[Tensor, Tensor, int], Tensor] | None, sync_every: int = 1) -> list[Hypothesis]:
     """Extend every row by ``pick(log_probs (n, V), rows (n,), step) -> (n,)`` (None: the most probable
-    token; ``rows``: the original row of each active row) until ``</s>`` or its limit; finished rows leave."""
+    token; ``rows``: the original row of each active row) until ``</s>`` or its limit.
+
+    Finished rows leave the batch at the next check, every ``sync_every`` steps: a check reads a
+    value back from the device (on a GPU the host waits there for every queued step), so between
+    checks finished rows run on, their results already recorded on the device and left unchanged."""
+    if not isinstance(sync_every, int) or sync_every < 1:
+        raise ValueError(f"sync_every must be an integer >= 1, got {sync_every!r}")
     N, dev = memory.shape[0], memory.device
     T = int(limits.max())
     cache = model.new_cache(initial_capacity=_CACHE_CAPACITY)
@@ -69,6 +75,7 @@ def _ancestral(model: Transformer, memory: Tensor, src_mask: Tensor, limits: Ten
     out_tok = torch.full((N, T), eos_id, dtype=torch.long, device=dev)  # (N, T)
     out_steps = torch.zeros(N, dtype=torch.long, device=dev)
     token = torch.full((N, 1), bos_id, dtype=torch.long, device=dev)
+    finished = torch.zeros(N, dtype=torch.bool, device=dev)  # (n,) rows done but not yet out of the batch
     out_lp = score = None
     for t in range(T):
         logits = model.decode(token, mem, mask, cache=cache)[:, -1]  # (n, V)
@@ -82,17 +89,20 @@ def _ancestral(model: Transformer, memory: Tensor, src_mask: Tensor, limits: Ten
             score, out_lp = step_lp, torch.zeros(N, dtype=step_lp.dtype, device=dev)
         else:
             score = score + step_lp
+        nxt = nxt.masked_fill(finished, eos_id)  # a finished row's tokens stay </s>
         out_tok[rows, t] = nxt
-        fin = (nxt == eos_id) | (t + 1 >= lim)  # (n,)
-        if bool(fin.any()):  # the one host sync per step
-            out_lp[rows[fin]] = score[fin]
-            out_steps[rows[fin]] = t + 1
-            keep = (~fin).nonzero().squeeze(1)
-            if keep.numel() == 0:
-                break
-            rows, lim, score, nxt = rows[keep], lim[keep], score[keep], nxt[keep]
-            cache.reorder(keep)
-            mem, mask = mem.index_select(0, keep), mask.index_select(0, keep)
+        ends = ~finished & ((nxt == eos_id) | (t + 1 >= lim))  # (n,) rows finishing at this step
+        out_lp.index_copy_(0, rows, torch.where(ends, score, out_lp.index_select(0, rows)))
+        out_steps.index_copy_(0, rows, torch.where(ends, t + 1, out_steps.index_select(0, rows)))
+        finished = finished | ends
+        if (t + 1) % sync_every == 0 or t + 1 == T:
+            if bool(finished.any()):  # the check: one host sync
+                keep = (~finished).nonzero().squeeze(1)
+                if keep.numel() == 0:
+                    break
+                rows, lim, score, nxt, finished = rows[keep], lim[keep], score[keep], nxt[keep], finished[keep]
+                cache.reorder(keep)
+                mem, mask = mem.index_select(0, keep), mask.index_select(0, keep)
         token = nxt.unsqueeze(1)
     lps = out_lp.tolist() if out_lp is not None else [0.0] * N
     return _hypotheses(out_tok.tolist(), out_steps.tolist(), lps, lps, eos_id)
@@ -100,7 +110,8 @@ def _ancestral(model: Transformer, memory: Tensor, src_mask: Tensor, limits: Ten
 
 @_inference
 def greedy_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eos_id: int,
-                  max_len_a: float = 1.0, max_len_b: int = 50, memory: Tensor | None = None) -> list[Hypothesis]:
+                  max_len_a: float = 1.0, max_len_b: int = 50, memory: Tensor | None = None,
+                  sync_every: int = 1) -> list[Hypothesis]:
     """Pick the most probable token at every step, for a whole batch at once.
 
     Args:
@@ -108,6 +119,8 @@ def greedy_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: 
         bos_id / eos_id: the tokenizer's start and end ids.
         max_len_a, max_len_b: a sentence stops after ``a * source_length + b`` tokens.
         memory: ``model.encode(src, src_mask)`` when the caller has it already.
+        sync_every: finished sentences leave the batch every this many steps (the same results;
+            fewer waits on a GPU).
 
     Returns:
         one ``Hypothesis`` per sentence, in input order; ``score == log_prob``.
@@ -115,13 +128,14 @@ def greedy_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: 
     DecodeConfig("greedy", max_len_a=max_len_a, max_len_b=max_len_b)
     limits = _limits(model, src_mask, max_len_a, max_len_b)  # (B,)
     memory = model.encode(src, src_mask) if memory is None else memory
-    return _ancestral(model, memory, src_mask, limits, bos_id=bos_id, eos_id=eos_id, pick=None)
+    return _ancestral(model, memory, src_mask, limits, bos_id=bos_id, eos_id=eos_id, pick=None, sync_every=sync_every)
 
 
 @_inference
 def sample(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eos_id: int,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, n: int = 1, seed: int | None = None,
-           max_len_a: float = 1.0, max_len_b: int = 50, memory: Tensor | None = None) -> list[list[Hypothesis]]:
+           max_len_a: float = 1.0, max_len_b: int = 50, memory: Tensor | None = None,
+           sync_every: int = 1) -> list[list[Hypothesis]]:
     """Ancestral sampling: ``n`` independent samples per sentence, drawn in one batch.
 
     Each step samples from ``softmax(log_probs / temperature)`` restricted to the ``top_k`` most
@@ -172,7 +186,7 @@ def sample(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eo
     memory = (model.encode(src, src_mask) if memory is None else memory).index_select(0, rows)  # (B*n, S, E)
     mask = src_mask.index_select(0, rows)
     hyps = _ancestral(model, memory, mask, _limits(model, mask, max_len_a, max_len_b), bos_id=bos_id, eos_id=eos_id,
-                      pick=pick)
+                      pick=pick, sync_every=sync_every)
     return [sorted(hyps[b * n : (b + 1) * n], key=lambda h: -h.score) for b in range(B)]
 
 
@@ -181,12 +195,13 @@ def sample(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eo
 
 @_inference
 def decode(model: Transformer, src: Tensor, src_mask: Tensor, cfg: DecodeConfig, *, bos_id: int,
-           eos_id: int, memory: Tensor | None = None) -> list[list[Hypothesis]]:
+           eos_id: int, memory: Tensor | None = None, sync_every: int = 1) -> list[list[Hypothesis]]:
     """Decode a batch with ``cfg``: per sentence a best-first list of hypotheses (1 for greedy).
 
     ``memory``: the encoder's output for ``src`` when the caller computed it (e.g. in groups of
-    similar length); else it is computed here."""
-    lengths = dict(max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b, memory=memory)
+    similar length); else it is computed here. ``sync_every``: how often finished sentences leave
+    the batch (see ``beam_search``; the device's choice, not the results')."""
+    lengths = dict(max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b, memory=memory, sync_every=sync_every)
     if cfg.strategy == "greedy":
         results = [[h] for h in greedy_search(model, src, src_mask, bos_id=bos_id, eos_id=eos_id, **lengths)]
     elif cfg.strategy == "beam":

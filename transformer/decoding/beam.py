@@ -44,7 +44,7 @@ def _merge(store: list[Tensor], new: list[Tensor], n_best: int) -> list[Tensor]:
 def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eos_id: int,
                 beam_size: int = 4, n_best: int = 1, length_penalty: str = "gnmt", alpha: float = 0.6,
                 max_len_a: float = 1.0, max_len_b: int = 50, stopping: str = "exact",
-                memory: Tensor | None = None, _early_stop: bool = True) -> list[list[Hypothesis]]:
+                memory: Tensor | None = None, sync_every: int = 1, _early_stop: bool = True) -> list[list[Hypothesis]]:
     """Beam search over all sentences and beams at once (paper 6.1: beam 4, alpha 0.6).
 
     Each step scores the ``N = n * K`` open beams of the ``n`` unfinished sentences in one
@@ -67,11 +67,17 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
 
     ``memory``: ``model.encode(src, src_mask)`` when the caller has it already.
 
+    ``sync_every``: finished sentences leave the batch at a check every ``sync_every`` steps (a
+    check reads a value back from the device: on a GPU the host waits there for every queued
+    step); between checks they run on with their results frozen, so the results are the same.
+
     Returns:
         per sentence, ``n_best`` hypotheses, best first; ``score`` normalised, ``log_prob`` raw.
     """
     DecodeConfig("beam", beam_size=beam_size, n_best=n_best, length_penalty=length_penalty, alpha=alpha,
                  max_len_a=max_len_a, max_len_b=max_len_b, stopping=stopping)
+    if not isinstance(sync_every, int) or sync_every < 1:
+        raise ValueError(f"sync_every must be an integer >= 1, got {sync_every!r}")
     K, dev = beam_size, src.device
     B = src.shape[0]
     memory = model.encode(src, src_mask) if memory is None else memory  # (B, S, E)
@@ -84,6 +90,7 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
     hist = torch.full((B, T), eos_id, dtype=torch.long, device=dev)  # (N, T) tokens of the open beams
     arange_2k = torch.arange(2 * K, device=dev)
     grouped = getattr(model, "supports_grouped_memory", False)  # beams can share their sentence's memory row
+    closed = torch.zeros(B, dtype=torch.bool, device=dev)  # (n,) sentences done, not yet out of the batch
     for t in range(T):
         logits = model.decode(token, mem, mask, cache=cache)[:, -1]  # (N, V)
         n, V = sent.numel(), logits.shape[-1]
@@ -111,7 +118,7 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
         parents = top_i // w + (torch.arange(n, device=dev) * k).unsqueeze(1)  # (n, 2K) rows of the cache
         is_eos = top_tok == eos_id
         last = t + 1 >= lim  # (n,) reached the maximum length
-        fin = is_eos[:, :K] | last.unsqueeze(1)  # (n, K)
+        fin = (is_eos[:, :K] | last.unsqueeze(1)) & ~closed.unsqueeze(1)  # (n, K); a closed sentence's results stay
         if dev.type != "cpu" or bool(fin.any()):  # skip the bookkeeping on CPU, the sync on accelerators
             fin_tok = hist.index_select(0, parents[:, :K].flatten()).view(n, K, T)  # (n, K, T)
             fin_tok[:, :, t] = top_tok[:, :K]
@@ -129,15 +136,17 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
             done = done | (n_finished >= K)
         elif _early_stop:
             done = done | (store[0][:, -1] >= alive[:, 0] / lp_max)
+        closed = closed | done
         keep = None
-        if bool(done.any()):  # the stopping check: one host sync per step
-            finished = done.nonzero().squeeze(1)
+        if ((t + 1) % sync_every == 0 or t + 1 == T) and bool(closed.any()):  # the stopping check: one host sync
+            finished = closed.nonzero().squeeze(1)
             for o, s in zip(out, store):
                 o[sent[finished]] = s[finished]
-            keep = (~done).nonzero().squeeze(1)
+            keep = (~closed).nonzero().squeeze(1)
             if keep.numel() == 0:
                 break
             sent, lim, lp_max, alive, n_finished = sent[keep], lim[keep], lp_max[keep], alive[keep], n_finished[keep]
+            closed = closed[keep]
             store = [s[keep] for s in store]
             index, nxt = index.view(n, K)[keep].flatten(), nxt.view(n, K)[keep].flatten()
         if grouped and keep is not None:  # one memory row per open sentence, shared by its K beams

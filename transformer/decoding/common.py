@@ -163,8 +163,9 @@ def _score_dtype(logits: Tensor) -> torch.dtype:
     return torch.float64 if logits.dtype == torch.float64 else torch.float32
 
 
-# Rows of logits turned into log-probabilities at a time by ``_best_tokens``: a chunk's float32
-# log-probabilities (64 x V) stay in the CPU's cache instead of a fresh (N, V) matrix per step.
+# Rows of CPU logits turned into log-probabilities at a time by ``_best_tokens``: a chunk's float32
+# log-probabilities (64 x V) stay in the CPU's cache instead of a fresh (N, V) matrix per step. Other
+# devices take all rows at once: there each chunk would cost kernel launches, not cache misses.
 _ROWS_PER_CHUNK = 64
 
 
@@ -179,7 +180,7 @@ def _best_tokens(model: Transformer, logits: Tensor, k: int) -> tuple[Tensor, Te
     if fast is not None and (found := fast(logits, k)) is not None:
         return found
     values, ids = [], []
-    for chunk in logits.split(_ROWS_PER_CHUNK):
+    for chunk in logits.split(_ROWS_PER_CHUNK) if logits.device.type == "cpu" else (logits,):
         log_probs = _log_probs(chunk)
         if k == 1:
             best = log_probs.argmax(dim=-1, keepdim=True)
