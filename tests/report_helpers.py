@@ -76,3 +76,40 @@ def make_run(path: Path, *, alignments: bool = True) -> Path:
 def tree(path: Path) -> dict[str, bytes]:
     """Every file under ``path`` and its bytes (to check that nothing was written)."""
     return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+# Strings that run script if a page inserts them as markup; each says which one fired.
+HOSTILE = {"epoch": "<img src=x onerror=alert(7)>", "d_model": "<img src=x onerror=alert(1)>",
+           "n_heads": "</script><script>alert(2)</script>", "layers": "<svg onload=alert(3)>",
+           "token": "<img src=x onerror=alert(4)>", "section": "</script><b onclick=alert(5)>x",
+           "setting": "<iframe srcdoc='<script>alert(6)</script>'>", "summary": "<script>alert(8)</script>",
+           "host": "<img src=x onerror=alert(9)>", "loss": "<b>not a number</b>"}
+
+
+def make_hostile_run(path: Path) -> Path:
+    """A run directory whose every file carries markup where the trainer writes plain values: epochs,
+    model sizes, settings, tokens, summaries and the lock's host as strings of HTML, a validation loss
+    as a string and another as NaN."""
+    make_run(path)
+    records = sorted(train_records() + valid_records(), key=lambda r: (r["step"], r["kind"] == "valid"))
+    for r in records:
+        r["epoch"] = HOSTILE["epoch"]
+    valid = [r for r in records if r["kind"] == "valid"]
+    valid[-1]["loss"] = HOSTILE["loss"]  # the last evaluation: the one the summary and the timeline show
+    valid[0]["loss"] = float("nan")
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    (path / "config.json").write_text(json.dumps({
+        "d_model": HOSTILE["d_model"], "n_heads": HOSTILE["n_heads"], "n_encoder_layers": HOSTILE["layers"],
+        "n_decoder_layers": LAYERS}), encoding="utf-8")
+    config = json.loads((path / "run_config.json").read_text(encoding="utf-8"))
+    config[HOSTILE["section"]] = {HOSTILE["setting"]: HOSTILE["setting"]}
+    config["train"]["precision"] = HOSTILE["setting"]
+    (path / "run_config.json").write_text(json.dumps(config), encoding="utf-8")
+    tokens = SRC[:-1] + [HOSTILE["token"]]
+    lines = alignment_lines(src=tokens)
+    for line in lines:
+        line["epoch"] = HOSTILE["epoch"]
+    (path / "alignments.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    (path / "benchmark.json").write_text(json.dumps({HOSTILE["summary"]: HOSTILE["summary"]}), encoding="utf-8")
+    (path / ".lock").write_text(json.dumps({"pid": 1, "host": HOSTILE["host"], "started": HOSTILE["epoch"]}))
+    return path

@@ -7,14 +7,17 @@ The page in a browser: tests/test_report_browser.py.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import html.parser
 import json
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
-from report_helpers import (SRC, TGT, alignment_lines, make_run, snapshot_weights, train_records, tree,
-                            valid_records)
+from report_helpers import (HOSTILE, SRC, TGT, alignment_lines, make_hostile_run, make_run, snapshot_weights,
+                            train_records, tree, valid_records)
 
 from transformer.cli import main
 from transformer.visualize.report import build_report
@@ -205,3 +208,64 @@ def test_the_machine_section_says_what_the_run_recorded(tmp_path):
     (run / ".lock").write_text(json.dumps(lock))
     text = build_report(run)[0].read_text(encoding="utf-8")
     assert "(not running" in text and "<b>training now</b>" not in text
+
+
+class Elements(html.parser.HTMLParser):
+    """Every element of a page with its attributes, and the text of its inline scripts and styles."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.inline: list[tuple[str, dict[str, str | None], str]] = []
+        self.open = False
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        if tag in ("script", "style"):
+            self.inline.append((tag, self.tags[-1][1], ""))
+            self.open = True
+
+    def handle_endtag(self, tag):
+        self.open = False
+
+    def handle_data(self, data):  # the parser may hand a script's text over in several pieces
+        if self.open:
+            self.inline[-1] = (*self.inline[-1][:2], self.inline[-1][2] + data)
+
+
+def sha256_source(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii") + "'"
+
+
+def test_markup_in_the_run_directory_is_shown_as_text(tmp_path):
+    run = make_hostile_run(tmp_path / "run<svg onload=alert(10)>")
+    text = build_report(run)[0].read_text(encoding="utf-8")
+    page = Elements()
+    page.feed(text)
+    # only the template's elements: none of the hostile strings became a tag or an event handler
+    assert not {tag for tag, _ in page.tags} & {"img", "iframe"}
+    assert [tag for tag, attrs in page.tags if tag == "svg" and not attrs.get("xmlns")] == []
+    assert not [(tag, name) for tag, attrs in page.tags for name in attrs if name.startswith("on")]
+    assert [attrs.get("type") for tag, attrs in page.tags if tag == "script"] == ["application/json", None]
+    for value in HOSTILE.values():  # every one shown, escaped
+        assert value not in text.split('id="report-data"')[0], value
+    assert f"epoch {HOSTILE['epoch']}".replace("<", "&lt;").replace(">", "&gt;") in text
+    assert embedded(tmp_path / "run<svg onload=alert(10)>" / "report.html")["validation"][0]["loss"] is None  # NaN
+
+
+def test_the_page_allows_only_its_own_inline_code(tmp_path):
+    text = build_report(make_run(tmp_path / "run"))[0].read_text(encoding="utf-8")
+    page = Elements()
+    page.feed(text)
+    metas = [attrs["content"] for tag, attrs in page.tags
+             if tag == "meta" and (attrs.get("http-equiv") or "").lower() == "content-security-policy"]
+    assert len(metas) == 1
+    policy = {d.split()[0]: d.split()[1:] for d in metas[0].split(";") if d.strip()}
+    assert policy["default-src"] == ["'none'"] and policy["base-uri"] == ["'none'"]
+    assert policy["form-action"] == ["'none'"] and policy["img-src"] == ["data:"]
+    scripts = [sha256_source(code) for tag, attrs, code in page.inline if tag == "script" and not attrs.get("type")]
+    styles = {sha256_source(code) for tag, _, code in page.inline if tag == "style"}
+    attributes = {sha256_source(attrs["style"]) for _, attrs in page.tags if attrs.get("style")}
+    assert policy["script-src"] == scripts and len(scripts) == 1
+    assert set(policy["style-src"]) == {"'unsafe-hashes'"} | styles | attributes
+    assert text.index("Content-Security-Policy") < text.index("<style")  # it governs everything after it

@@ -9,7 +9,7 @@ set, like tests/test_visualize_browser.py.
 from __future__ import annotations
 
 import pytest
-from report_helpers import HEADS, SRC, TGT, make_run, snapshot_weights
+from report_helpers import HEADS, HOSTILE, SRC, TGT, make_hostile_run, make_run, snapshot_weights
 from test_visualize_browser import ARTIFACTS, browser  # noqa: F401 (browser: the shared Chromium fixture)
 
 from transformer.visualize.report import build_report
@@ -17,10 +17,12 @@ from transformer.visualize.report import build_report
 RED = {0: 0x1F, 1: 0xFF, "average": 0x22}  # red channel of head 0 (#1f77b4), head 1 (#ff7f0e), the average (#222)
 
 
-def open_report(browser, path):
+def open_report(browser, path, dialogs=None):
     page = browser.new_page(viewport={"width": 1300, "height": 1000})
     problems: list[str] = []
     requests: list[str] = []
+    if dialogs is not None:  # a script that ran says so with alert(N)
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     page.on("pageerror", lambda e: problems.append(str(e)))
     page.on("console", lambda m: problems.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
     page.on("request", lambda r: requests.append(r.url))
@@ -113,4 +115,44 @@ def test_report_of_a_run_before_alignments_opens_with_its_note(browser, tmp_path
     assert page.is_visible("#timeline-note") and "curves only" in page.inner_text("#timeline-note")
     assert page.locator("#curves figure.chart svg").count() == 5 and page.locator("#tl-grid").count() == 0
     assert problems == []
+    page.close()
+
+
+def test_markup_from_the_run_directory_is_text_and_runs_nothing(browser, tmp_path):
+    path = build_report(make_hostile_run(tmp_path / "run<svg onload=alert(10)>"))[0]
+    dialogs: list[str] = []
+    page, problems, requests = open_report(browser, path, dialogs)
+    page.wait_for_timeout(300)  # time for a failed image load to fire its handler
+    assert dialogs == [] and page.locator("#summary img, #validation img, main iframe, main script").count() == 0
+    summary = page.inner_text("#summary")
+    assert f"epoch {HOSTILE['epoch']}" in summary and HOSTILE["d_model"] in summary and HOSTILE["n_heads"] in summary
+    assert f"{HOSTILE['layers']}+2 layers" in summary and "<svg onload=alert(10)>" in page.inner_text("h1")
+    epochs = page.locator("#validation-table tbody tr td:nth-child(2)").all_text_contents()
+    assert epochs == [HOSTILE["epoch"]] * 4
+    configuration, machine = page.inner_text("#configuration"), page.inner_text("#machine")
+    assert HOSTILE["setting"] in configuration and HOSTILE["section"] in configuration
+    assert HOSTILE["summary"] in machine and HOSTILE["host"] in machine
+    label = page.inner_text("#tl-step-label")  # the last evaluation's loss is a string: no number shown for it
+    assert f"step 400, epoch {HOSTILE['epoch']}" in label and "validation loss" not in label and "BLEU 22.0" in label
+    assert page.locator(".head-cell[data-head='0'] .col-label").all_text_contents()[-1] == HOSTILE["token"]
+    page.fill("#tl-step", "0")  # the first evaluation's loss was NaN (null in the page's data)
+    label = page.inner_text("#tl-step-label")
+    assert "step 100" in label and "validation loss" not in label and "BLEU 7.0" in label
+    assert problems == [] and all(url.startswith("file://") for url in requests), (problems, requests)
+    page.close()
+
+
+def test_the_policy_stops_markup_that_got_into_the_page(browser, tmp_path):
+    """A second line of defence: markup that escaped into the page by some future slip runs nothing,
+    because the page's Content-Security-Policy allows only its own inline code."""
+    path = build_report(make_run(tmp_path / "run"))[0]
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace("<main>", "<main><img src=x onerror=alert(1)><script>alert(2)</script>"
+                                 "<p id=styled style='color: red'>x</p>", 1), encoding="utf-8")
+    dialogs: list[str] = []
+    page, problems, _ = open_report(browser, path, dialogs)
+    page.wait_for_timeout(300)
+    assert dialogs == [] and page.locator("#curves figure.chart svg").count() == 5
+    assert page.eval_on_selector("#styled", "e => getComputedStyle(e).color") != "rgb(255, 0, 0)"
+    assert any("Content Security Policy" in p for p in problems), problems  # the browser says what it refused
     page.close()

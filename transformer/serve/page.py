@@ -25,12 +25,10 @@ server's message).
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import html
 import json
-import re
 
+from transformer.visualize.csp import inline_hashes
 from transformer.visualize.page import MIN_LINE_WEIGHT, PAGE_FORMAT, PAGE_VERSION, view_template
 
 
@@ -55,28 +53,6 @@ def index_html(*, src_lang: str | None = None, tgt_lang: str | None = None, max_
             .replace("__MAX_SENTENCES__", str(int(max_sentences)))
             .replace("__SETTINGS__", _script_json(settings))
             .replace("__TEMPLATE__", _script_json(attention_view_template())))
-
-
-_INLINE = re.compile(r"<(script|style)(\s[^>]*)?>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
-_TYPE = re.compile(r"""\stype\s*=\s*["']?([^"'\s>]+)""", re.IGNORECASE)
-_SCRIPT_TYPES = {"", "text/javascript", "application/javascript", "module"}
-
-
-def inline_hashes(document: str) -> tuple[list[str], list[str]]:
-    """CSP sources (``'sha256-...'``) of the inline scripts and styles of ``document``: each
-    ``<script>`` that runs (not a ``type="application/json"`` data block) and each ``<style>``."""
-    scripts: list[str] = []
-    styles: list[str] = []
-    for tag, attrs, content in _INLINE.findall(document):
-        kind = _TYPE.search(attrs or "")
-        if tag.lower() == "script" and (kind.group(1).lower() if kind else "") not in _SCRIPT_TYPES:
-            continue
-        digest = base64.b64encode(hashlib.sha256(content.encode("utf-8")).digest()).decode("ascii")
-        source = f"'sha256-{digest}'"
-        bucket = scripts if tag.lower() == "script" else styles
-        if source not in bucket:
-            bucket.append(source)
-    return scripts, styles
 
 
 def page_csp(page: str) -> str:

@@ -36,10 +36,12 @@
   function draw() {
     const s = sentence(), k = state.step, at = T.steps[k];
     $("tl-step").value = String(k);
-    const score = validation.get(at.step);
+    const score = validation.get(at.step) || {};
+    /* the records are the run's files: a value that is not a number is left out, not drawn as one */
+    const scores = [typeof score.loss === "number" ? `validation loss ${score.loss.toFixed(3)}` : "",
+                    typeof score.bleu === "number" ? `BLEU ${score.bleu.toFixed(1)}` : ""].filter(Boolean);
     $("tl-step-label").textContent = `step ${at.step}` + (at.epoch !== null && at.epoch !== undefined ? `, epoch ${at.epoch}` : "") +
-      ` (${k + 1} of ${T.steps.length})` + (score ? ` \u00b7 validation loss ${score.loss.toFixed(3)}` +
-      (typeof score.bleu === "number" ? `, BLEU ${score.bleu.toFixed(1)}` : "") : "");
+      ` (${k + 1} of ${T.steps.length})` + (scores.length ? ` \u00b7 ${scores.join(", ")}` : "");
     const weights = s.weights[k];
     if (!weights) {
       $("tl-grid").replaceChildren();

@@ -16,8 +16,11 @@ with the attention page; everything inline, no network) shows:
   and what the run recorded about its machine (:mod:`transformer.visualize.run_records`).
 
 The data drawn is embedded once as JSON (``<script type="application/json" id="report-data">``,
-format ``transformer-run-report`` version 1: ``curves``, ``validation``, ``alignments``). A run
-still training can be reported at any time: the complete lines written so far are read.
+format ``transformer-run-report`` version 1: ``curves``, ``validation``, ``alignments``). Every value
+read from the run directory is escaped where the page shows it (NaN and infinities are null in the
+data), and the page carries a Content-Security-Policy (``<meta http-equiv>``) that allows only its
+own inline script and styles, by hash. A run still training can be reported at any time: the
+complete lines written so far are read.
 A directory that is not a run, or a run with no metrics yet, raises
 :class:`~transformer.visualize.run_records.RunRecordsError` before anything is written.
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import math
 import os
 import re
 import time
@@ -35,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from transformer.visualize._io import writable_dir, writable_file, write_text_atomic
+from transformer.visualize.csp import inline_hashes, style_attribute_hashes
 from transformer.visualize.page import _resource, _script_json, grid_assets
 from transformer.visualize.report_curves import curve_series, curve_svgs, write_curve_pngs
 from transformer.visualize.run_records import ALIGNMENTS_FILE, RunRecords, read_run
@@ -42,7 +47,8 @@ from transformer.visualize.run_records import ALIGNMENTS_FILE, RunRecords, read_
 REPORT_FILE = "report.html"
 FORMAT, VERSION = "transformer-run-report", 1
 GENERATOR = '<meta name="generator" content="transformer report">'
-_PLACEHOLDER = re.compile(r"__(TITLE|RUN|SUMMARY|CURVES|TIMELINE|VALIDATION|CONFIG|MACHINE|BUILT|DATA|SCRIPT|GRID_STYLE)__")
+_PLACEHOLDER = re.compile(
+    r"__(CSP|TITLE|RUN|SUMMARY|CURVES|TIMELINE|VALIDATION|CONFIG|MACHINE|BUILT|DATA|SCRIPT|GRID_STYLE)__")
 _CHART_TEXT = {"loss": "Training loss (per log window) and validation loss, both label-smoothed.",
                "quality": "sacreBLEU and chrF of greedy translations of the first train.eval_sentences "
                           "validation sentences.",
@@ -55,47 +61,79 @@ def report_html(records: RunRecords, *, built: datetime | None = None) -> str:
     """The HTML text of the report of ``records`` (from :func:`~transformer.visualize.run_records.read_run`)."""
     built = built or datetime.now().astimezone()
     series = curve_series(records.metrics)
-    valid = [r for r in records.metrics if r.get("kind") == "valid"]
+    valid = [_plain(r) for r in records.metrics if r.get("kind") == "valid"]
     payload = {"format": FORMAT, "version": VERSION, "run_dir": str(records.run_dir), "last_step": records.last_step,
                "curves": series, "validation": valid, "alignments": records.timeline}
     style, grid_script = grid_assets()
     name = records.run_dir.resolve().name or str(records.run_dir)
+    code = {"SCRIPT": grid_script + "\n" + _resource("report.js"), "GRID_STYLE": style}
+    curves = _curves(series)
     values = {
+        "CSP": html.escape(_policy(code, curves)),
         "TITLE": html.escape(f"Training report: {name} (step {records.last_step})"),
         "RUN": html.escape(str(records.run_dir)),
         "SUMMARY": _summary(records, valid),
-        "CURVES": _curves(series),
+        "CURVES": curves,
         "TIMELINE": _timeline(records),
         "VALIDATION": _validation(valid),
         "CONFIG": _config(records),
         "MACHINE": _machine(records),
         "BUILT": html.escape(built.isoformat(timespec="seconds")),
         "DATA": _script_json(payload),
-        "SCRIPT": grid_script + "\n" + _resource("report.js"),
-        "GRID_STYLE": style,
+        **code,
     }
+    # one pass over the template: text from the run that looks like a placeholder stays as it is
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], _resource("report.html"))
+
+
+def _policy(code: dict[str, str], curves: str) -> str:
+    """The page's Content-Security-Policy: its own scripts and styles by hash, taken from the template
+    with only the program's code filled in and from matplotlib's charts (drawn from numbers only), so
+    nothing read from the run directory can be allowed by it; no network, no forms, no ``<base>``."""
+    skeleton = _PLACEHOLDER.sub(lambda m: code.get(m.group(1), ""), _resource("report.html"))
+    scripts, styles = inline_hashes(skeleton)
+    styles += inline_hashes(curves)[1] + style_attribute_hashes(skeleton + curves)
+    return ("default-src 'none'; "
+            f"script-src {' '.join(scripts)}; style-src 'unsafe-hashes' {' '.join(dict.fromkeys(styles))}; "
+            "img-src data:; base-uri 'none'; form-action 'none'")
+
+
+def _plain(record: dict[str, Any]) -> dict[str, Any]:
+    """A metrics record as the page embeds it: its scalar values, NaN and infinities as null (JSON has
+    neither), anything nested left out."""
+    plain = {}
+    for key, value in record.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            plain[key] = None
+        elif value is None or isinstance(value, (str, int, float)):
+            plain[key] = value
+    return plain
+
+
+def _shown(value: Any) -> str:
+    """A value read from the run directory as HTML text: escaped, whatever its type."""
+    return html.escape(_text(value))
 
 
 def _summary(records: RunRecords, valid: list[dict[str, Any]]) -> str:
     last = max(records.metrics, key=lambda r: r["step"])
-    parts = [f"<b>step {records.last_step}</b>" + (f", epoch {last['epoch']}" if "epoch" in last else "")]
+    parts = [f"<b>step {records.last_step}</b>" + (f", epoch {_shown(last['epoch'])}" if "epoch" in last else "")]
     if valid:
         v = valid[-1]
-        text = f"last validation (step {v['step']}): loss {_number(v.get('loss'), 3) or '?'}"
+        text = f"last validation (step {_shown(v['step'])}): loss {_number(v.get('loss'), 3) or '?'}"
         if isinstance(v.get("bleu"), (int, float)):
             text += f", <b>BLEU {v['bleu']:.2f}</b>" + (f", chrF {v['chrf']:.1f}" if isinstance(v.get("chrf"), (int, float)) else "")
         parts.append(text)
         scored = [r for r in valid if isinstance(r.get("bleu"), (int, float))]
         if scored:
             best = max(scored, key=lambda r: r["bleu"])
-            parts.append(f"best BLEU {best['bleu']:.2f} at step {best['step']}")
+            parts.append(f"best BLEU {best['bleu']:.2f} at step {_shown(best['step'])}")
     else:
         parts.append("no validation yet")
     model = records.model or {}
     if {"d_model", "n_heads"} <= model.keys():
-        layers = f"{model.get('n_encoder_layers', '?')}+{model.get('n_decoder_layers', '?')} layers, "
-        parts.append(f"model: {layers}d_model {model['d_model']}, {model['n_heads']} heads")
+        layers = f"{_shown(model.get('n_encoder_layers', '?'))}+{_shown(model.get('n_decoder_layers', '?'))} layers, "
+        parts.append(f"model: {layers}d_model {_shown(model['d_model'])}, {_shown(model['n_heads'])} heads")
     if any(value.endswith("(training now)") for _, value in records.machine):
         parts.append("<b>training now</b>: build the report again to see more")
     return " \u00b7 ".join(parts)
@@ -144,7 +182,8 @@ def _validation(valid: list[dict[str, Any]]) -> str:
                                                          "exact match"))
     rows = "".join(
         "<tr>" + "".join(f'<td class="num">{c}</td>' for c in (
-            r["step"], r.get("epoch", ""), _number(r.get("loss"), 3), _number(r.get("nll"), 3), _number(r.get("ppl"), 2),
+            _shown(r["step"]), _shown(r.get("epoch", "")), _number(r.get("loss"), 3), _number(r.get("nll"), 3),
+            _number(r.get("ppl"), 2),
             _number(r.get("bleu"), 2), _number(r.get("chrf"), 2),
             f"{r['exact_match']:.1%}" if isinstance(r.get("exact_match"), (int, float)) else "")) + "</tr>"
         for r in valid)
