@@ -182,6 +182,27 @@ def test_bad_bodies(client, content, status, error, words):
     assert_error(response, status, error, *words)
 
 
+@pytest.fixture(scope="module")
+def roomy_client(translator):
+    """A server whose body limit lets through JSON that Python's parser cannot read (its errors must
+    still be the API's, so server exceptions are answered, not raised into the test)."""
+    app = create_app(translator, ServeLimits(max_body_bytes=1_000_000), src_lang="fr", tgt_lang="en")
+    with TestClient(app, raise_server_exceptions=False) as c:
+        yield c
+
+
+@pytest.mark.parametrize("content, words", [
+    (b'{"text": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", ["nested too deeply"]),
+    (b'{"text": "je suis", "beam_size": ' + b"7" * 5000 + b"}", ["5000 digits"]),
+    (b'{"text": "je suis", "n_best": -' + b"1" * 4301 + b"}", ["4301 digits"]),
+])
+def test_json_that_python_cannot_read_is_invalid_json(roomy_client, content, words):
+    for path in ("/v1/translate", "/v1/attention"):
+        response = roomy_client.post(path, content=content, headers={"content-type": "application/json"})
+        message = assert_error(response, 400, "invalid_json", "request body is not valid JSON", *words)
+        assert "\n" not in message and "sys." not in message  # one line, and about the request, not Python
+
+
 def test_body_limit_without_content_length(client):
     def chunks():  # chunked transfer: the size is only known while reading
         yield b'{"text": "'

@@ -186,3 +186,15 @@ def test_libretranslatepy_against_a_real_server(run_dir, translator):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("content, words", [
+    (b'{"q": ' + b"[" * 100_000 + b"]" * 100_000 + b', "source": "fr", "target": "en"}', ["nested too deeply"]),
+    (b'{"q": "je suis", "source": "fr", "target": "en", "api_key": ' + b"9" * 5000 + b"}", ["5000 digits"]),
+])
+def test_json_that_python_cannot_read_is_a_400(translator, content, words):
+    app = create_app(translator, ServeLimits(max_body_bytes=1_000_000), src_lang="fr", tgt_lang="en")
+    with TestClient(app, raise_server_exceptions=False) as client:  # a server error is answered, not raised
+        response = client.post("/translate", content=content, headers={"content-type": "application/json"})
+    message = error(response, 400, "Invalid JSON", *words)
+    assert "\n" not in message and "sys." not in message

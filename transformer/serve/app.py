@@ -60,7 +60,7 @@ from transformer.serve.documents import (
     text_name,
 )
 from transformer.serve.limits import ServeLimits
-from transformer.serve.middleware import BodyGuard, SecurityHeaders, error_json
+from transformer.serve.middleware import BodyGuard, SecurityHeaders, error_json, unreadable_json
 from transformer.serve.page import index_html, page_csp
 from transformer.serve.schemas import (
     Decoding,
@@ -331,5 +331,10 @@ def _install_error_handlers(app: FastAPI) -> None:
         if request.url.path in libretranslate.PATHS:  # LibreTranslate's error shape there
             return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code,
                                 headers=getattr(exc, "headers", None))
+        # FastAPI answers JSON its parser cannot read (too deep, a huge integer) with a bare 400 whose
+        # cause is the parser's error: it is invalid JSON to the client all the same.
+        if exc.status_code == 400 and isinstance(exc.__cause__, (RecursionError, ValueError)):
+            reason = unreadable_json(exc.__cause__)
+            return error_json(400, "invalid_json", f"request body is not valid JSON: {reason}")
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         return error_json(exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))

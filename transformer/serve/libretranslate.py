@@ -43,7 +43,7 @@ from fastapi.responses import JSONResponse
 from transformer.serve.batching import Overloaded, TimedOut
 from transformer.serve.documents import Unprocessable
 from transformer.serve.limits import ServeLimits
-from transformer.serve.middleware import plain_error_json
+from transformer.serve.middleware import plain_error_json, unreadable_json
 from transformer.serve.schemas import check_text
 
 PATHS = frozenset({"/translate", "/languages"})
@@ -118,8 +118,10 @@ async def read_parameters(request: Request) -> dict[str, Any]:
     if media == "application/json" or media.endswith("+json"):
         try:
             data = json.loads(body)
-        except ValueError as err:
+        except json.JSONDecodeError as err:
             raise BadRequest(f"Invalid JSON: {err}") from None
+        except (RecursionError, ValueError) as err:  # valid JSON that Python's parser does not read
+            raise BadRequest(f"Invalid JSON: {unreadable_json(err)}") from None
         if not isinstance(data, dict):
             raise BadRequest("Invalid JSON format")
         return data

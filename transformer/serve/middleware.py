@@ -3,6 +3,7 @@ and the security headers of every response."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from starlette.datastructures import MutableHeaders
@@ -54,6 +55,20 @@ def error_json(status: int, error: str, message: str, details: list[dict[str, An
 def plain_error_json(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     """LibreTranslate's error shape: ``{"error": message}``."""
     return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+_DIGITS = re.compile(r"limit \((\d+) digits\).*value has (\d+) digits")
+
+
+def unreadable_json(err: BaseException) -> str:
+    """Why Python's JSON parser gave up on a body, in the request's terms (one line): nesting deeper
+    than it recurses, or an integer longer than the digits it converts."""
+    if isinstance(err, RecursionError):
+        return "nested too deeply"
+    found = _DIGITS.search(str(err))
+    if found:
+        return f"a number has {found[2]} digits (at most {found[1]} are read)"
+    return (str(err).splitlines() or [type(err).__name__])[0]
 
 
 class BodyGuard:
