@@ -117,6 +117,22 @@ def test_gpu_decoding_agrees_with_the_cpu(trained, sentences, strategy):
             assert a[0].score == pytest.approx(b[0].score, abs=1e-3)
 
 
+@pytest.mark.parametrize("decoding", [DecodeConfig(strategy="beam", beam_size=4, n_best=3),
+                                      DecodeConfig(strategy="sample", n_best=2, seed=5, top_p=0.9)],
+                         ids=["n-best", "sample"])
+def test_the_translator_decodes_the_cuda_engines_way_with_the_cpus_results(trained, sentences, decoding):
+    """On CUDA the Translator takes the GPU's batches and checks finished sentences every few steps
+    (transformer/cuda/decoding.py); its n-best lists and samples are the CPU's (fp32 both)."""
+    from transformer.cuda import decoding as cuda_decoding
+
+    gpu = Translator.from_run_dir(trained, decoding=decoding, device="cuda")
+    assert (gpu.sync_every, gpu.max_tokens) == (cuda_decoding.SYNC_EVERY, cuda_decoding.BATCH_TOKENS)
+    cpu = Translator.from_run_dir(trained, decoding=decoding, device="cpu").translate_n_best(sentences)
+    got = gpu.translate_n_best(sentences)
+    same = [[h.tokens for h in a] == [h.tokens for h in b] for a, b in zip(cpu, got)]
+    assert sum(same) >= len(sentences) - 2, same  # a near-tie may flip, not more
+
+
 def test_gpu_logits_equal_the_cpu_logits(trained):
     model = load_model(trained)
     g = torch.Generator().manual_seed(0)

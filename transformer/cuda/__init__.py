@@ -1,4 +1,5 @@
-"""The CUDA engine: what makes a training step fast on a GPU, applied explicitly by the trainer.
+"""The CUDA engine: what makes training and translating fast on a GPU, applied explicitly by the
+trainer and the ``Translator`` when they run on CUDA.
 
 The counterpart of ``transformer.cpu``, with the same habits: the model and the loss stay the
 paper's plain PyTorch; the engine is chosen once, for the device the run trains on, and can be
@@ -20,6 +21,7 @@ loss, the loss summed on the device and read on the logging cadence) is in
 
 * ``training``: ``accelerate_training``, compiling the model's forward pass.
 * ``batches``: ``DeviceBatches``, batches padded to few shapes and copied ahead of use.
+* ``decoding``: the ``Translator``'s batch size and checks for finished sentences on a GPU.
 """
 
 from transformer.cuda.batches import DeviceBatches, pad_batch

@@ -23,7 +23,9 @@ from dataclasses import fields
 from pathlib import Path
 
 from transformer.serve.limits import ConnectionLimits, ServeLimits
+from transformer.cuda import decoding as cuda_decoding
 from transformer.translate.cli import DEVICE_HELP, DEVICES, INT8_HELP
+from transformer.translate.translator import decoding_device
 
 _DEFAULTS = ServeLimits()
 _OPTIONS = {  # field -> (option, type, help)
@@ -85,6 +87,11 @@ def register_serve_command(subparsers: argparse._SubParsersAction) -> argparse.A
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default: info)")
     for name, (option, kind, what) in _OPTIONS.items():
+        if name == "max_batch_size":  # a GPU wants larger model calls: the default follows --device
+            p.add_argument(option, dest=name, type=kind, default=None,
+                           help=f"{what} (default: {_DEFAULTS.max_batch_size} on a CPU, "
+                           f"{cuda_decoding.SERVE_BATCH_SIZE} on a GPU)")
+            continue
         p.add_argument(option, dest=name, type=kind, default=getattr(_DEFAULTS, name),
                        help=f"{what} (default: {getattr(_DEFAULTS, name)})")
     connections = p.add_argument_group("connections", "bounds on slow, idle and abusive clients and on the "
@@ -103,7 +110,9 @@ def _plural(n: int, word: str) -> str:
 
 def stop_message(signal_name: str, stats, grace: float) -> str:
     """The line printed when the server stopped: what it finished and what it dropped, as counted."""
+    closed = stats.closed_after_answer
     parts = [f"finished {_plural(stats.finished, 'request')} in flight",
+             f"closed {_plural(closed, 'connection')} after {'its answer' if closed == 1 else 'their answers'}",
              f"dropped {stats.dropped_idle} idle and {_plural(stats.dropped_stalled, 'stalled connection')}"]
     if stats.cut:
         parts.append(f"answered 503 to {_plural(stats.cut, 'request')} still running after the {grace:g} s grace")
@@ -142,6 +151,9 @@ def run_serve(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in 0..65535, got {args.port}")
+    if args.max_batch_size is None:
+        on_gpu = decoding_device(args.device, int8=args.int8).type == "cuda"
+        args.max_batch_size = cuda_decoding.SERVE_BATCH_SIZE if on_gpu else _DEFAULTS.max_batch_size
     limits = ServeLimits(**{name: getattr(args, name) for name in _OPTIONS})
     try:
         connection_limits = ConnectionLimits(**{name: getattr(args, name) for name in _CONNECTION_OPTIONS})

@@ -19,13 +19,15 @@ weights' memory traffic, sums in float32 (Transformer models on CPU).
 On CPU the translator prepares the model it holds for the engine's decoding kernels
 (``transformer.cpu.prepare_for_decoding``: its linear weights packed once, a decoder layer's step
 in one call); ``TRANSFORMER_FUSED_CPU=0`` keeps PyTorch's operators. A model handed to the
-constructor is prepared in place; ``close()`` gives it back as it was.
+constructor is prepared in place; ``close()`` gives it back as it was. On CUDA it decodes the
+CUDA engine's way (``transformer.cuda.decoding``): larger batches, encoded whole, and finished
+sentences checked for every few steps instead of at each, so the host does not wait for the GPU
+at every step; the outputs are the same.
 ``benchmarks/fast_paths.py`` measures the speed and the BLEU of each precision on one checkpoint.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from dataclasses import replace
@@ -34,6 +36,8 @@ from typing import Iterable, Sequence
 
 import torch
 
+from transformer.cuda import decoding as cuda_decoding
+from transformer.run_files import MAX_JSON_BYTES, parse_json, read_text
 from transformer.training.checkpoint import CheckpointError, load_model
 from transformer.decoding import DecodeConfig, Hypothesis, decode
 from transformer.cpu import Swaps, available as cpu_kernels_available, prepare_for_decoding
@@ -43,6 +47,7 @@ from transformer.model import RNNSeq2Seq, Transformer
 from transformer.text import Vocabularies
 
 DEFAULT_MAX_INPUT_TOKENS = 1024
+CPU_BATCH_TOKENS = 12000  # padded source tokens x beams per batch on a CPU (on CUDA: cuda_decoding.BATCH_TOKENS)
 QUANTIZE = (None, "int8")
 # Encoding a right-padded batch on CPU: with more than this share of padding, sentences are encoded
 # in groups of similar length (the decoder still runs the whole batch); a group takes the next
@@ -69,7 +74,7 @@ class Translator:
         *,
         decoding: DecodeConfig | None = None,
         device: str | torch.device = "cpu",
-        max_tokens: int = 12000,
+        max_tokens: int | None = None,
         max_input_tokens: int | None = None,
         bf16: bool = False,
         quantize: str | None = None,
@@ -82,6 +87,8 @@ class Translator:
                 f"the tokenizer's ({vocab.src.vocab_size}, {vocab.tgt.vocab_size})"
             )
         self.device = torch.device(device)
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         if quantize not in QUANTIZE:
             raise ValueError(f"quantize must be one of {QUANTIZE}, got {quantize!r}")
         if quantize and (self.device.type != "cpu" or bf16):
@@ -102,7 +109,9 @@ class Translator:
             self._swaps = prepare_for_decoding(self.model, precision=quantize or "fp32")
         self.vocab = vocab
         self.decoding = decoding or DecodeConfig()
-        self.max_tokens = max_tokens
+        on_gpu = self.device.type == "cuda"
+        self.max_tokens = max_tokens or (cuda_decoding.BATCH_TOKENS if on_gpu else CPU_BATCH_TOKENS)
+        self.sync_every = cuda_decoding.SYNC_EVERY if on_gpu else 1  # steps between checks for finished sentences
         learned = getattr(model.config, "positional", None) == "learned"  # the recurrent baseline has no positions
         limit = model.config.max_positions if learned else DEFAULT_MAX_INPUT_TOKENS
         self.max_input_tokens = min(max_input_tokens or limit, limit)
@@ -217,7 +226,7 @@ class Translator:
         src, mask = src.to(self.device), mask.to(self.device)
         memory = self._encode_by_length(src, mask, [len(s) for s in seqs])
         return decode(self.model, src, mask, self.decoding, bos_id=self.vocab.tgt.bos_id, eos_id=self.vocab.tgt.eos_id,
-                      memory=memory)
+                      memory=memory, sync_every=self.sync_every)
 
     @torch.inference_mode()
     def _encode_by_length(self, src: torch.Tensor, mask: torch.Tensor, lens: list[int]) -> torch.Tensor | None:
@@ -307,9 +316,16 @@ def load_translator(run_dir: str | os.PathLike[str], *, decoding: DecodeConfig |
 
 def run_languages(run_dir: str | os.PathLike[str]) -> tuple[str | None, str | None]:
     """``(src_lang, tgt_lang)`` from a run's ``run_config.json``, or None where it does not say."""
+    path = Path(run_dir) / "run_config.json"
     try:
-        data = json.loads((Path(run_dir) / "run_config.json").read_text(encoding="utf-8")).get("data", {})
-    except (OSError, ValueError, AttributeError):
+        text = read_text(path, limit=MAX_JSON_BYTES)  # a FIFO, a device or a huge file is refused here
+    except FileNotFoundError:
+        return None, None
+    try:
+        data = parse_json(text, where=str(path)).get("data", {})
+    except (ValueError, AttributeError):
+        return None, None
+    if not isinstance(data, dict):
         return None, None
     src, tgt = data.get("src_lang"), data.get("tgt_lang")
     return (src if isinstance(src, str) else None), (tgt if isinstance(tgt, str) else None)

@@ -1,0 +1,77 @@
+"""The Translator's decoding plan per device (``transformer/cuda/decoding.py``): on a CPU, batches of
+12,000 padded tokens x beams and a check for finished sentences at every step; on CUDA, larger
+batches encoded whole and a check every few steps. The GPU's plan is run here on the CPU, where it
+must give exactly the CPU plan's translations (tests/test_cuda.py compares GPU and CPU outputs on a GPU).
+"""
+
+import pytest
+import torch
+
+from transformer.config import ModelConfig
+from transformer.corpus.builtin import generate_pairs
+from transformer.cuda import decoding as cuda_decoding
+from transformer.decoding import DecodeConfig
+from transformer.model import Transformer
+from transformer.text import Vocabularies
+from transformer.translate.translator import CPU_BATCH_TOKENS, Translator
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return Vocabularies.train(generate_pairs(400, seed=1), vocab_size=400)
+
+
+@pytest.fixture(scope="module")
+def model(vocab):
+    cfg = ModelConfig(src_vocab_size=vocab.src.vocab_size, tgt_vocab_size=vocab.tgt.vocab_size, d_model=32,
+                      n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2, tie_output=False, output_bias=True)
+    torch.manual_seed(0)
+    m = Transformer(cfg).eval()
+    with torch.no_grad():
+        m.output.bias[vocab.tgt.eos_id] = 0.5  # sentences end at many different steps
+    return m
+
+
+@pytest.fixture(scope="module")
+def sentences():
+    return [src for src, _ in generate_pairs(60, seed=7)]
+
+
+def test_the_cpu_plan(model, vocab):
+    translator = Translator(model, vocab)
+    assert (translator.max_tokens, translator.sync_every) == (CPU_BATCH_TOKENS, 1)
+    translator.close()
+    translator = Translator(model, vocab, max_tokens=500)
+    assert translator.max_tokens == 500
+    translator.close()
+    with pytest.raises(ValueError, match="max_tokens"):
+        Translator(model, vocab, max_tokens=0)
+
+
+def gpu_plan(translator: Translator, monkeypatch) -> Translator:
+    """The translator decoding as it does on CUDA: the GPU's batch size and checks, batches encoded whole."""
+    gpu = translator.with_decoding()
+    gpu.max_tokens, gpu.sync_every = cuda_decoding.BATCH_TOKENS, cuda_decoding.SYNC_EVERY
+    monkeypatch.setattr(Translator, "_encode_by_length", lambda self, *args: None)
+    return gpu
+
+
+@pytest.mark.parametrize("decoding", [
+    DecodeConfig(strategy="greedy", max_len_b=20),
+    DecodeConfig(strategy="beam", beam_size=4, alpha=0.6, max_len_b=20),
+    DecodeConfig(strategy="beam", beam_size=3, n_best=3, stopping="k_finished", max_len_b=20),
+    DecodeConfig(strategy="sample", n_best=2, seed=3, top_k=20, max_len_b=20),
+], ids=["greedy", "beam", "n-best", "sample"])
+def test_the_gpu_plan_gives_the_cpu_plans_translations(model, vocab, sentences, decoding, monkeypatch):
+    cpu = Translator(model, vocab, decoding=decoding)
+    want = cpu.translate_n_best(sentences)
+    batches = []
+    real_decode = Translator._decode_batch
+    monkeypatch.setattr(Translator, "_decode_batch", lambda self, seqs: batches.append(len(seqs)) or real_decode(self, seqs))
+    got = gpu_plan(cpu, monkeypatch).translate_n_best(sentences)
+    assert batches == [len(sentences)]  # the GPU's batches hold them all at once
+    assert len({len(h[0].tokens) for h in want}) > 2  # endings at many steps: the deferred checks matter
+    for g, w in zip(got, want):
+        assert [h.tokens for h in g] == [h.tokens for h in w]
+        assert [h.score for h in g] == pytest.approx([h.score for h in w], abs=1e-4)
+    cpu.close()

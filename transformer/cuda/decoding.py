@@ -1,0 +1,26 @@
+"""Translating on a GPU: the CUDA engine's choices for the ``Translator``, made once for the device.
+
+A CPU decodes best in batches that fit its caches, with finished sentences dropped from the batch
+at every step (each step's work then shrinks). A GPU has thousands of lanes and runs kernels the
+host queues: it wants batches large enough to fill it, and a host that never waits for it inside
+the decoding loop. So on CUDA the ``Translator`` decodes
+
+* in batches of up to ``BATCH_TOKENS`` padded source tokens x beams (a CPU's: 12,000), so a
+  thousand sentences with beam 4 are one or two batches, as ``generate()`` takes them;
+* checking for finished sentences every ``SYNC_EVERY`` steps (``decode(..., sync_every=...)``):
+  each check reads a value back and so waits for every queued step; between checks finished
+  sentences run on with their results frozen on the device, so the outputs are the same;
+* encoding each batch whole (the CPU's length-grouped encoding saves padded work that a GPU
+  does in parallel anyway, at the price of more, smaller launches).
+
+The dynamic batcher of ``transformer serve`` merges up to ``SERVE_BATCH_SIZE`` sentences into one
+model call on a GPU (32 on a CPU). These numbers are chosen from the GPU's shape, not yet
+measured: ``benchmarks/translate_speed.py --device cuda`` measures them against ``generate()``
+and CTranslate2 (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+SYNC_EVERY = 8
+BATCH_TOKENS = 160_000
+SERVE_BATCH_SIZE = 256
