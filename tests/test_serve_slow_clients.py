@@ -8,6 +8,8 @@
 * SIGTERM with a request in flight and idle and stalled connections: the stalled and idle ones
   are closed at once, the request in flight is answered, and the message says so, number by number;
   a request still running at the end of the grace is answered 503 and the server exits 0.
+* SIGTERM with keep-alive clients in flight: every answer is whole and says ``Connection: close``,
+  no client's connection is reset, and the stop message counts the connections closed.
 
 Only 127.0.0.1 is contacted; every count and wait is bounded (the flood: 240 sockets for 8 s). The
 limits (header size, connection cap, security headers, a busy port) are in
@@ -17,8 +19,10 @@ test_serve_slow_clients_limits.py.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
+import socket
 import threading
 import time
 
@@ -26,8 +30,13 @@ import httpx
 from slow_clients_helpers import BODY_HEAD, HEAD_START, Served, connect, read_answer
 from slow_clients_helpers import run_dir  # noqa: F401 (run_dir: the shared module-scoped fixture)
 
-STOP = re.compile(r"stopped by SIGTERM in [0-9.]+ s: finished (\d+) requests? in flight, "
-                  r"dropped (\d+) idle and (\d+) stalled connections?(.*)")
+STOP = re.compile(r"stopped by SIGTERM in [0-9.]+ s: finished (?P<finished>\d+) requests? in flight, "
+                  r"closed (?P<closed>\d+) connections? after (?:its answer|their answers), "
+                  r"dropped (?P<idle>\d+) idle and (?P<stalled>\d+) stalled connections?(?P<rest>.*)")
+
+
+def counts(match: re.Match) -> list[int]:
+    return [int(match.group(name)) for name in ("finished", "closed", "idle", "stalled")]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -156,8 +165,8 @@ def test_slow_client_flood_normal_requests_answered_then_sigterm_exits_clean(run
     assert dropped_by_shutdown >= 1
     match = STOP.search(server.stdout)
     assert match, server.stdout
-    finished, idle, stalled = (int(match.group(i)) for i in (1, 2, 3))
-    assert (finished, idle + stalled) == (0, dropped_by_shutdown), (match.group(0), dropped_by_shutdown)
+    finished, closed, idle, stalled = counts(match)
+    assert (finished, closed, idle + stalled) == (0, 0, dropped_by_shutdown), (match.group(0), dropped_by_shutdown)
     assert float(re.search(r"in ([0-9.]+) s", match.group(0)).group(1)) < grace and exit_s < grace
     print(match.group(0))
     server.assert_clean_log()
@@ -211,8 +220,8 @@ def test_sigterm_finishes_the_request_in_flight_and_drops_idle_and_stalled_conne
     match = STOP.search(server.stdout)
     assert match, server.stdout
     assert match.group(0).startswith("stopped by SIGTERM")
-    assert [int(match.group(i)) for i in (1, 2, 3)] == [1, 5, 16], match.group(0)
-    assert match.group(4) == "", match.group(0)  # nothing cut, no client gone
+    assert counts(match) == [1, 1, 5, 16], match.group(0)
+    assert match.group("rest") == "", match.group(0)  # nothing cut, no client gone
     server.assert_clean_log()
 
 
@@ -230,6 +239,73 @@ def test_a_request_still_running_after_the_grace_gets_503_and_the_server_exits_0
     assert response.status_code == 503 and response.json()["error"] == "shutting_down"
     assert response.headers["retry-after"] == "1"
     match = STOP.search(server.stdout)
-    assert match and [int(match.group(i)) for i in (1, 2, 3)] == [0, 0, 0], server.stdout
-    assert "answered 503 to 1 request still running after the 1 s grace" in match.group(4)
+    assert match and counts(match) == [0, 0, 0, 0], server.stdout
+    assert "answered 503 to 1 request still running after the 1 s grace" in match.group("rest")
+    server.assert_clean_log()
+
+
+def read_response(sock: socket.socket, timeout: float) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 response read off a kept-alive connection: status, headers (lower case), body
+    (by its Content-Length, so the connection stays usable as a client would keep it)."""
+    sock.settimeout(timeout)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"the connection closed before a whole response head: {data!r}"
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        name, value = line.split(":", 1)
+        headers[name.strip().lower()] = value.strip()
+    while len(body) < int(headers["content-length"]):
+        chunk = sock.recv(65536)
+        assert chunk, "the connection closed in the middle of a response body"
+        body += chunk
+    return int(lines[0].split()[1]), headers, body
+
+
+def test_keep_alive_clients_in_flight_at_sigterm_are_told_to_close_and_counted(run_dir, tmp_path):
+    """Keep-alive clients with a request each in flight when SIGTERM comes: each answer is complete
+    and says ``Connection: close``, so no client sends its next request into a closed connection (a
+    client that is not told would, and get a reset), and the stop line counts those connections."""
+    server = Served(run_dir, tmp_path / "keep-alive", "--batch-wait-ms", "4000", "--shutdown-grace", "15")
+    n = 12
+    try:
+        body = json.dumps({"text": "je suis étudiant", "max_length": 5}).encode()
+        request = (b"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # HTTP/1.1: kept alive by default
+        socks = [connect(server.port, request) for _ in range(n)]
+        deadline = time.monotonic() + 10
+        while httpx.get(server.url + "/health", timeout=2).json()["batching"]["queued_texts"] != n:
+            assert time.monotonic() < deadline, "the requests never reached the queue"
+            time.sleep(0.05)
+        time.sleep(0.3)  # the health checks' connections are closed
+        server.proc.send_signal(signal.SIGTERM)
+        answers, reuse = [], []
+        for sock in socks:
+            status, headers, _ = read_response(sock, timeout=20)
+            answers.append((status, headers.get("connection")))
+            if headers.get("connection") != "close":  # a keep-alive client sends its next request
+                try:
+                    sock.sendall(request)
+                    reuse.append(read_answer(sock, timeout=5)[0][:40] or b"closed without an answer")
+                except OSError as err:
+                    reuse.append(repr(err).encode())
+            else:  # told to close: the server's end comes, clean (no reset, nothing more)
+                sock.settimeout(5)
+                try:
+                    reuse.append(sock.recv(1) or None)
+                except OSError as err:
+                    reuse.append(repr(err).encode())
+            sock.close()
+        status = server.proc.wait(timeout=20)
+    finally:
+        server.kill()
+    assert answers == [(200, "close")] * n and reuse == [None] * n, (answers, reuse)
+    assert status == 0
+    match = STOP.search(server.stdout)
+    assert match, server.stdout
+    assert counts(match) == [n, n, 0, 0] and match.group("rest") == "", match.group(0)
     server.assert_clean_log()

@@ -23,9 +23,11 @@ so that the client reads the answer instead of a reset. Nothing of it is logged 
 
 On SIGTERM or SIGINT (:class:`GuardedServer`) the listening sockets close; idle connections and
 stalled ones (a head or body still arriving) are closed at once; requests in flight (whose
-request arrived whole) get ``shutdown_grace_s`` to finish; one still running then is answered
-503 and its connection closed, its task cancelled without a traceback. :class:`ConnectionStats`
-counts all of it, for the stop message of ``transformer serve``.
+request arrived whole) get ``shutdown_grace_s`` to finish, their answers sent with
+``Connection: close`` (a keep-alive client then opens a new connection for its next request
+instead of sending it into this one), and their connections closed after them; one still
+running then is answered 503 and its connection closed, its task cancelled without a traceback.
+:class:`ConnectionStats` counts all of it, for the stop message of ``transformer serve``.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class ConnectionStats:
     # the shutdown
     in_flight: int = 0  # requests that had arrived whole and were being answered
     finished: int = 0  # of those, answered in full
+    closed_after_answer: int = 0  # their connections, closed after the answer (which said Connection: close)
     cut: int = 0  # of those, still running at the end of the grace: 503 (or closed) and cancelled
     dropped_idle: int = 0  # connections with no request under way
     dropped_stalled: int = 0  # connections with a request head or body still arriving
@@ -192,6 +195,8 @@ class GuardedH11Protocol(H11Protocol):
     def on_response_complete(self) -> None:
         if self._draining:
             self.stats.finished += 1
+            if self.transport.is_closing():  # uvicorn closes a connection that is not kept alive
+                self.stats.closed_after_answer += 1
         super().on_response_complete()
         if not self.transport.is_closing() and self.conn.their_state is h11.IDLE and self._timer_kind != "body":
             # waiting for the next request head (uvicorn's keep-alive timer closes an idle one sooner)
@@ -254,6 +259,11 @@ class GuardedH11Protocol(H11Protocol):
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete and not cycle.more_body:
             cycle.keep_alive = False
+            if not cycle.response_started:
+                # The answer says so: a keep-alive client would otherwise send its next request into
+                # the connection closed after this answer, and get a reset. (The list is the
+                # server's, shared by every cycle: replaced here, not changed.)
+                cycle.default_headers = [*cycle.default_headers, (b"connection", b"close")]
             self._draining = True
             return "in_flight"
         if cycle is not None and not cycle.response_complete:  # its body is still arriving
