@@ -87,3 +87,17 @@ def test_a_paused_run_goes_on_with_the_whole_runs_cooldown(tmp_path):
     assert sorted(a) == sorted(b) == list(range(1, 14))
     for step in a:
         assert b[step]["lr"] == pytest.approx(a[step]["lr"], rel=1e-9) and b[step]["loss"] == a[step]["loss"], step
+
+
+def test_a_resumed_run_logs_the_same_windows_as_the_uninterrupted_one(tmp_path):
+    """A checkpoint in the middle of a logging window (saved at step 6, logged every 4 steps): the resumed
+    run's first record still covers steps 5 to 8, as the uninterrupted run's does."""
+    settings = ("train.max_steps=12", "train.log_every=4", "train.save_every=3")
+    train(tmp_path / "straight", *settings)
+    with pytest.raises(KeyboardInterrupt):  # stopped after step 8, past the checkpoint of step 6
+        train(tmp_path / "stopped", *settings, clock=Clock(fail_at=8.0))
+    assert train(tmp_path / "stopped", *settings).resumed_from == 6
+    straight, stopped = records(tmp_path / "straight"), records(tmp_path / "stopped")
+    assert sorted(straight) == sorted(stopped) == [4, 8, 12]
+    for step in straight:
+        assert stopped[step]["loss"] == straight[step]["loss"], step

@@ -138,6 +138,7 @@ def test_two_nodes_train_like_one_process_accumulating_twice(tmp_path, reference
     log.mkdir()
     results = finish(two_nodes(tmp_path / "run", "--quiet", *TINY, env=environment(BATCH_LOG=str(log))))
     assert [code for code, _ in results] == [0, 0], results[0][1][-3000:] + results[1][1][-3000:]
+    assert sum(out.count(f"trained {STEPS} steps") for _, out in results) == 1  # the first process reports
     assert sorted(p.name for p in log.iterdir()) == ["rank-0.jsonl", "rank-1.jsonl"]
     assert_same_run(tmp_path / "run", log, reference)
 

@@ -41,8 +41,8 @@ EXIT_USAGE = 2  # a mistake in the command or its settings
 EXIT_ENVIRONMENT = 3  # the file system (or another part of the environment) failed
 EXIT_STATUSES = (
     "exit status: 0 success; 2 a mistake in the command or its settings (a value out of range, a missing file, "
-    "a run directory in use by another run); 3 the environment failed (read-only file system, full disk, "
-    "I/O error, a lost torchrun process): fix it and run the same command again; 130 interrupted.")
+    "a run directory in use by another run, training that diverged); 3 the environment failed (read-only file "
+    "system, full disk, I/O error, a lost torchrun process): fix it and run the same command again; 130 interrupted.")
 
 
 class UsageError(Exception):
@@ -190,7 +190,10 @@ def _train(args: argparse.Namespace) -> int:
     else:
         cfg = RunConfig().with_overrides(overrides)
     retain_freed_memory()  # training reuses the same large temporaries each step (transformer/cpu/allocator.py)
-    result = Trainer(cfg, args.run_dir, show_progress=not args.quiet).train()
+    trainer = Trainer(cfg, args.run_dir, show_progress=not args.quiet)
+    result = trainer.train()
+    if not trainer.dist.is_main:  # under torchrun the first process reports for all
+        return 0
     summary = {"run_dir": str(result.run_dir), "steps": result.steps, "epochs": result.epochs_completed,
                "seconds": round(result.seconds, 1), "target_tokens": result.target_tokens, "valid": result.valid,
                "resumed_from": result.resumed_from}

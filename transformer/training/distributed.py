@@ -101,6 +101,15 @@ def all_reduce_sum(values: list[float], info: DistInfo, device: torch.device) ->
     return t.tolist()
 
 
+def all_reduce_min(values: list[float], info: DistInfo, device: torch.device) -> list[float]:
+    """The smallest of each of a few numbers over all ranks (identity with one process)."""
+    if not info.enabled:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return t.tolist()
+
+
 def broadcast_number(value: float, info: DistInfo, device: torch.device) -> float:
     """Rank 0's ``value`` on every rank (a clock reading that must be the same everywhere)."""
     if not info.enabled:

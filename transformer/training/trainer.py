@@ -68,6 +68,15 @@ from transformer.translate.translator import Translator
 
 SCALER_KEY = "grad_scaler"  # TrainerState.extra entry of fp16's loss scaler, so a resume keeps its scale
 EMA_UPDATES_KEY = "ema_updates"  # TrainerState.extra entry: updates of the moving average of the weights
+# TrainerState.extra entry: the logging window open at a checkpoint (loss sum and target tokens over all
+# processes), so that a resumed run's first record covers the same steps as the uninterrupted run's
+LOG_WINDOW_KEY = "log_window"
+FINITE = 2**53  # "no step yet" for the first step with a non-finite loss (exact as int64 and float64)
+
+
+class TrainingDiverged(ValueError):
+    """The loss, the gradient norm or the weights stopped being finite: the run stops naming the step,
+    before anything is saved from it (the command line exits with status 2)."""
 
 
 @dataclass
@@ -176,6 +185,10 @@ class Trainer:
         self.metrics = MetricsLog(self.run_dir / METRICS_FILE)
         self.scaler = torch.amp.GradScaler("cuda") if self.precision == "fp16" else None
         self.ema = WeightAverage(self.model, t.ema) if t.ema else None
+        # the first step whose loss or gradient norm was not finite, kept on the device (see _check_finite)
+        self.nonfinite_step = torch.full((), FINITE, dtype=torch.int64, device=self.device)
+        self.window_loss = torch.zeros((), dtype=torch.float64, device=self.device)  # of the open logging window
+        self.window_tokens = 0.0
         self.state = TrainerState()
         self.resumed_from: int | None = None
         if self.dist.is_main:
@@ -215,6 +228,10 @@ class Trainer:
                 raise CheckpointError(f"{path} holds no moving average of the weights ({EMA_FILE}), "
                                       "though train.ema is set")
             self.ema.load(saved, self.state.extra.get(EMA_UPDATES_KEY, self.state.step))
+        window = self.state.extra.get(LOG_WINDOW_KEY)
+        if self.dist.is_main and isinstance(window, dict):  # all processes' sums: the first one holds them
+            self.window_loss.fill_(float(window.get("loss", 0.0)))
+            self.window_tokens = float(window.get("tokens", 0.0))
         self.resumed_from = self.state.step
         if self.dist.is_main:
             self.metrics.truncate_after(self.state.step)
@@ -260,7 +277,7 @@ class Trainer:
         self.board = TensorBoardLog.open(self.run_dir, enabled=t.tensorboard and self.dist.is_main, resume_step=st.step,
                                          say=progress.message)
         start = self.clock()
-        window_loss, window_tokens = torch.zeros((), dtype=torch.float64, device=self.device), 0.0
+        rate_tokens = 0.0  # the tokens of the logging window trained by this call (the rate's, not the loss's)
         window_start = self.rate_clock()
         last_valid: dict[str, Any] | None = None
         stop = self._run_over()  # a finished run resumed: nothing to do
@@ -272,19 +289,22 @@ class Trainer:
                 loss_sum, tokens = self._step(model, group)
                 st.step += 1
                 st.batch_in_epoch += len(group)
-                window_loss += loss_sum
-                window_tokens += tokens
+                self.window_loss += loss_sum
+                self.window_tokens += tokens
+                rate_tokens += tokens
                 if st.step % t.log_every == 0:  # the one read of the device's loss sum per window
-                    window_loss, window_tokens = D.all_reduce_sum([float(window_loss), window_tokens], self.dist,
-                                                                  self.device)
-                    rate = window_tokens / max(self.rate_clock() - window_start, 1e-9)
+                    window_loss, window_tokens, rate_tokens = D.all_reduce_sum(
+                        [float(self.window_loss), self.window_tokens, rate_tokens], self.dist, self.device)
+                    self._check_finite()
+                    rate = rate_tokens / max(self.rate_clock() - window_start, 1e-9)
                     record = dict(kind="train", step=st.step, epoch=st.epoch, loss=window_loss / window_tokens,
                                   lr=lr, tokens_per_s=rate, grad_norm=float(self.grad_norm))
                     if self.dist.is_main:
                         self.metrics.write(record)
                         self.board.scalars(record)
                     progress.update(st.step, loss=record["loss"], lr=record["lr"], tokens_per_s=rate, epoch=st.epoch)
-                    window_loss, window_tokens = torch.zeros((), dtype=torch.float64, device=self.device), 0.0
+                    self.window_loss.zero_()
+                    self.window_tokens = rate_tokens = 0.0
                     window_start = self.rate_clock()
                 # rank 0's clock, so that every rank stops at the same step and cools down alike
                 st.seconds = D.broadcast_number(before + self.clock() - start, self.dist, self.device)
@@ -354,10 +374,12 @@ class Trainer:
             loss_total += reported.detach()
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
+        norm = None  # this step's gradient norm, where measured
         if t.clip_norm:  # the norm before clipping
-            self.grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm)
+            self.grad_norm = norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm)
         elif (self.state.step + 1) % t.log_every == 0:  # measured only for the steps a log record reports
-            self.grad_norm = torch.nn.utils.get_total_norm([p.grad for p in self.model.parameters() if p.grad is not None])
+            self.grad_norm = norm = torch.nn.utils.get_total_norm(
+                [p.grad for p in self.model.parameters() if p.grad is not None])
         if self.scaler:
             scale = self.scaler.get_scale()
             self.scaler.step(self.optimizer)  # skips the optimizer step when a gradient is inf or nan
@@ -366,12 +388,45 @@ class Trainer:
         else:
             self.optimizer.step()
             stepped = True
+        if stepped:  # fp16's skipped steps (inf or nan gradients) are the loss scaler's to handle, not divergence
+            self._note_nonfinite(loss_total, norm)
         if stepped:  # the schedule counts the optimizer steps taken
             self.scheduler.step()
             if self.ema is not None:
                 self.ema.update(self.model)
         self.optimizer.zero_grad(set_to_none=True)
         return loss_total, local_tokens
+
+    def _note_nonfinite(self, loss: torch.Tensor, norm: torch.Tensor | None) -> None:
+        """Keep on the device the first step whose loss or gradient norm is not finite: a few scalar kernels,
+        no read, so a GPU never waits here (``_check_finite`` reads it on the logging cadence and before saving)."""
+        finite = torch.isfinite(loss) if norm is None else torch.isfinite(loss) & torch.isfinite(norm)
+        step = self.state.step + 1
+        self.nonfinite_step = torch.where(finite, self.nonfinite_step, self.nonfinite_step.clamp(max=step))
+
+    def _check_finite(self, *, weights: bool = False) -> None:
+        """Raise :class:`TrainingDiverged` where a step's loss or gradient norm was not finite (or, with
+        ``weights``, where a weight is not finite), naming the first such step; every process agrees.
+
+        Called on the logging cadence and before validating or saving, so no checkpoint or model is ever
+        written from such weights and the latest checkpoint stays the last finite one."""
+        first = float(self.nonfinite_step)
+        finite_weights = 1.0
+        if weights:
+            finite_weights = float(torch.stack([torch.isfinite(p).all() for p in self.model.parameters()]).all())
+        first, finite_weights = D.all_reduce_min([first, finite_weights], self.dist, self.device)
+        if first >= FINITE and finite_weights:
+            return
+        what = (f"the loss or the gradient norm is not finite at step {int(first)}" if first < FINITE
+                else f"the weights are not finite after step {self.state.step}")
+        checkpoint = latest_checkpoint(self.run_dir)
+        kept = (f"the latest checkpoint, {checkpoint.name}, is the last finite one" if checkpoint
+                else "no checkpoint was written")
+        cause = (f"the initial weights (train.init_from={self.cfg.train.init_from}) or the learning rate"
+                 if self.cfg.train.init_from else "the learning rate")
+        raise TrainingDiverged(
+            f"training diverged: {what}; nothing was saved from it and {kept}; check {cause}: lower train.lr "
+            "(train.lr_scale for the noam schedule), raise train.warmup or set train.clip_norm, in a new run directory")
 
     def _loss(self, model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """The batch's summed training loss and the label-smoothed cross-entropy part to report.
@@ -410,6 +465,7 @@ class Trainer:
 
     # ---------------------------------------------------------------------------------- validation
     def _validate_and_save(self, progress: Progress) -> dict[str, Any] | None:
+        self._check_finite(weights=True)
         record = self.validate() if self.dist.is_main else None
         if record is not None:
             self.metrics.write(record)
@@ -463,6 +519,13 @@ class Trainer:
 
     # ---------------------------------------------------------------------------------- saving
     def _save(self) -> None:
+        self._check_finite(weights=True)
+        # The open logging window's sums over all processes go into the checkpoint and stay with the first
+        # process only, here as after a resume, so that both runs log the same numbers.
+        loss, tokens = D.all_reduce_sum([float(self.window_loss), self.window_tokens], self.dist, self.device)
+        self.state.extra[LOG_WINDOW_KEY] = {"loss": loss, "tokens": tokens}
+        self.window_loss.fill_(loss if self.dist.is_main else 0.0)
+        self.window_tokens = tokens if self.dist.is_main else 0.0
         if self.scaler is not None:
             self.state.extra[SCALER_KEY] = self.scaler.state_dict()  # plain numbers: the scale and its counters
         if self.ema is not None:
