@@ -258,3 +258,29 @@ def test_language_crlf_and_what_the_model_returns():
     assert out == "<p>M. DUPONT EST ARRIVÉ. MME MARTIN AUSSI.</p>\r\n<p>UNE LIGNE COUPÉE.</p>"
     # Line breaks in a translation become spaces; U+00A0 is written &nbsp;.
     assert translate_html("<p>Some text.</p>", lambda ss: [" un\u00a0deux\ntrois "]) == "<p>un&nbsp;deux trois</p>"
+
+
+# --- Every element keeps a word --------------------------------------------------------
+
+
+@pytest.mark.parametrize("page, translation, expected", [
+    ('<p>Voir <a href="x">ici</a> et <a href="y">là</a> maintenant.</p>', "See now.",
+     '<p><a href="x">See</a> <a href="y">now.</a></p>'),
+    ('<p>A <a href="x">b</a> c <a href="y">d</a> e <a href="z">f</a> g.</p>', "x y z.",
+     '<p><a href="x">x</a> <a href="y">y</a> <a href="z">z.</a></p>'),
+    ('<p>Le <b>chat <i>noir</i></b> et <a href="y">le chien</a> dorment.</p>', "Cats sleep.",
+     '<p><b><i>Cats</i></b> <a href="y">sleep.</a></p>'),
+])
+def test_each_element_keeps_a_word_when_the_translation_has_one_for_each(page, translation, expected):
+    """Fewer translated words than the source had, but one for each element side by side: none comes
+    back empty (the elements wrap the words at their proportional places, moved apart as needed)."""
+    assert translate_html(page, lambda sentences: [translation for _ in sentences]) == expected
+
+
+def test_with_fewer_words_than_elements_the_tags_are_all_kept():
+    """Three links, two words: one link cannot have a word of its own (the limit docs/html.md names),
+    yet every tag is there, in order."""
+    page = '<p>A <a href="x">b</a> c <a href="y">d</a> e <a href="z">f</a> g.</p>'
+    out = translate_html(page, lambda sentences: ["x y." for _ in sentences])
+    assert tags(out) == tags(page)
+    assert out.count("></a>") == 1

@@ -61,35 +61,43 @@ def _proportional(k: int, n: int, m: int, way: str = "round") -> int:
 
 def _by_proportion(events: list[_Event], n: int, m: int) -> list[_Event]:
     """Each tag at the proportional word boundary, in source order; an element that wraps words
-    in the source wraps at least one in the translation when it can."""
-    stack, pairs = [], []
-    for event in events:
+    in the source wraps at least one in the translation, as long as the translation has a word
+    for each of the elements side by side."""
+    stack: list[int] = []
+    opening_of: dict[int, int] = {}  # close event -> its open event, for elements that wrap words
+    for i, event in enumerate(events):
         if event.kind == "open":
             event.b = _proportional(event.source_b, n, m, "floor")
-            stack.append(event)
+            stack.append(i)
         elif event.kind == "close":
             event.b = _proportional(event.source_b, n, m, "ceil")
-            if stack and stack[-1].atom.name == event.atom.name:
-                pairs.append((stack.pop(), event))
+            if stack and events[stack[-1]].atom.name == event.atom.name:
+                opened = stack.pop()
+                if event.source_b > events[opened].source_b:
+                    opening_of[i] = opened
         elif event.kind == "verbatim":
             event.b = _proportional(event.source_b, n, m, "floor")
             event.b2 = _proportional(event.source_b2, n, m, "ceil")
         else:
             event.b = _proportional(event.source_b, n, m)
-    for _ in range(len(events) + m + 1):  # values only grow, up to m: this ends
-        changed, last = False, 0
-        for event in events:
-            if event.b < last:
-                event.b, changed = last, True
-            if event.kind == "verbatim":  # never widened: it would take the place of more words
-                event.b2 = last = max(event.b2, event.b)
-            else:
-                event.b2 = last = event.b
-        for opening, closing in pairs:
-            if closing.source_b > opening.source_b and closing.b <= opening.b < m:
-                closing.b, changed = opening.b + 1, True
-        if not changed:
-            break
+    # The latest boundary each tag may take so that every element after it still gets a word: from
+    # the end, a start tag one word before its end tag's bound (never below the sentence's start).
+    closing_of = {opened: closed for closed, opened in opening_of.items()}
+    upper, bound = [m] * len(events), m
+    for i in reversed(range(len(events))):
+        if i in closing_of:
+            bound = min(bound, upper[closing_of[i]] - 1)
+        upper[i] = bound = max(bound, 0)
+    last = 0
+    for i, event in enumerate(events):  # in order, each tag at or after the previous, within its bound
+        b = max(event.b, last)
+        if i in opening_of:
+            b = max(b, events[opening_of[i]].b + 1)
+        event.b = min(b, upper[i])
+        if event.kind == "verbatim":  # never widened: it would take the place of more words
+            event.b2 = last = min(max(event.b2, event.b), upper[i])
+        else:
+            event.b2 = last = event.b
     return events
 
 
