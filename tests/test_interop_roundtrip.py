@@ -166,3 +166,31 @@ def test_a_broken_export_is_refused_in_one_line(tmp_path, capsys, change, messag
     stderr = capsys.readouterr().err.strip().splitlines()
     assert len(stderr) == 1 and message in stderr[0], stderr
     assert not (tmp_path / "back").exists()
+
+
+def test_the_languages_and_run_settings_come_back(tmp_path):
+    """The run's run_config.json (its languages: French sentences cut by French rules) travels in the
+    export's config.json and is written back by the import, so the imported run segments, translates
+    documents and names its languages as the original does."""
+    from transformer.training.config import RunConfig
+    from transformer.translate.document import translate_document
+    from transformer.translate.translator import run_languages
+
+    run = write_run_dir(tmp_path / "run", steps=60)
+    RunConfig().with_overrides(["data.src_lang=fr", "data.tgt_lang=en"]).save(run / "run_config.json")
+    assert main(["export", str(run), "--format", "hf", str(tmp_path / "hf")]) == 0
+    assert main(["import-hf", str(tmp_path / "hf"), str(tmp_path / "back")]) == 0
+    back = tmp_path / "back"
+    assert run_languages(back) == run_languages(run) == ("fr", "en")
+    assert json.loads((back / "run_config.json").read_text()) == json.loads((run / "run_config.json").read_text())
+    text = "Rendez-vous au bât. B à 9 h. Ensuite ?! Je suis étudiant."  # English rules cut "bât." and join "h. Ensuite"
+    before, after = (translate_document(Translator.from_run_dir(r), text) for r in (run, back))
+    assert len(before.sentences) == 3 and after.text == before.text
+    assert [s.source for s in after.sentences] == [s.source for s in before.sentences]
+
+
+def test_a_marian_model_imports_without_run_settings(tmp_path):
+    """A Marian model of someone else's carries no run configuration: the import writes none (as before)."""
+    marian = built_marian(tmp_path / "marian")[0]
+    assert main(["import-hf", str(marian), str(tmp_path / "run")]) == 0
+    assert not (tmp_path / "run" / "run_config.json").exists()

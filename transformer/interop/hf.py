@@ -4,8 +4,9 @@ A Marian directory saved by ``transformers`` holds ``config.json``, the weights
 (``model.safetensors``, ``pytorch_model.bin`` or their sharded ``*.index.json`` forms) and the
 tokenizer: ``source.spm``, ``target.spm``, ``vocab.json`` (and ``target_vocab.json`` with
 separate vocabularies); a directory ``export_hf`` wrote for a BPE run holds our tokenizer file(s)
-instead, and our config under ``OUR_CONFIG_KEY``, so importing it
-gives the exported run back. A model name instead of a directory is fetched from the Hugging Face
+instead, and our config under ``OUR_CONFIG_KEY`` (the run's ``run_config.json``, with its
+languages, under ``OUR_RUN_KEY``), so importing it gives the exported run back. A model name
+instead of a directory is fetched from the Hugging Face
 Hub (``transformer.interop.hub``). ``.bin`` weights are read with ``torch.load(weights_only=True)``, which
 never runs pickled code (a pickle holding anything but tensors is refused in one line); a sharded
 index may name only files inside the model directory (no absolute path, no ``..``). Both
@@ -26,12 +27,14 @@ import torch
 from torch import Tensor
 
 from transformer.training.checkpoint import CheckpointError, load_model, save_model
+from transformer.training.config import RunConfig
+from transformer.training.run_dir import RUN_CONFIG_FILE
 from transformer.interop._common import (
     MARIAN_TOKENIZER_FILES as TOKENIZER_FILES, InteropError, refuse_existing, require, staged_output,
 )
 from transformer.interop.hub import locate_model
 from transformer.interop.marian import (
-    OUR_CONFIG_KEY, as_original, config_from_marian, marian_config_kwargs, original_config, state_from_marian,
+    OUR_CONFIG_KEY, OUR_RUN_KEY, as_original, config_from_marian, marian_config_kwargs, original_config, state_from_marian,
     state_to_marian, to_concat_layout,
 )
 from transformer.model import Transformer
@@ -214,10 +217,35 @@ def import_hf(source: str | os.PathLike[str], out: str | os.PathLike[str], *, re
         model = as_original(model, original) or model
     if origin is not None:  # a note for the run's config.json; the model never reads extra
         model.config = model.config.replace(extra={**model.config.extra, "hf_hub": origin})
+    run_config = _exported_run_config(hf_config, directory) if original is not None else None
     with staged_output(out) as tmp:
         save_model(model, tmp)
         vocab.save(tmp)
+        if run_config is not None:
+            run_config.save(tmp / RUN_CONFIG_FILE)
     return Path(out)
+
+
+def _exported_run_config(hf_config, directory: Path) -> RunConfig | None:
+    """The run configuration our export recorded in ``config.json`` (``OUR_RUN_KEY``), or None."""
+    stored = getattr(hf_config, OUR_RUN_KEY, None)
+    if stored is None:
+        return None
+    try:
+        return RunConfig.from_dict(stored)
+    except (TypeError, ValueError, RecursionError) as err:
+        raise InteropError(f"{directory}/config.json: {OUR_RUN_KEY} is not a run configuration ({err})") from None
+
+
+def _run_config(run_dir: Path) -> dict | None:
+    """The run's ``run_config.json`` as a mapping (checked), or None for a run without one (an imported model)."""
+    path = run_dir / RUN_CONFIG_FILE
+    if not path.exists():
+        return None
+    try:
+        return RunConfig.from_dict(json.loads(path.read_text(encoding="utf-8"))).to_dict()
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, RecursionError) as err:
+        raise InteropError(f"cannot export {run_dir}: {path} is not a readable run configuration ({err})") from None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -245,7 +273,8 @@ def export_hf(run_dir: str | os.PathLike[str], out: str | os.PathLike[str]) -> P
     A SentencePiece run directory (an imported Marian model) also gets the ``MarianTokenizer``
     files; a BPE one gets ``tokenizer.json`` + ``tokenizer_config.json`` for
     ``PreTrainedTokenizerFast`` (joint vocabulary) or our two tokenizer files (separate).
-    ``config.json`` also records the run's own config, which :func:`import_hf` restores.
+    ``config.json`` also records the run's own model config and its ``run_config.json`` (the languages
+    among them), which :func:`import_hf` restores.
     """
     transformers = require("transformers", "export --format hf")
     model, vocab = load_run(run_dir)
@@ -254,6 +283,8 @@ def export_hf(run_dir: str | os.PathLike[str], out: str | os.PathLike[str]) -> P
     kwargs = marian_config_kwargs(model.config, pad_id=vocab.tgt.pad_id, eos_id=vocab.tgt.eos_id,
                                   start_id=vocab.tgt.bos_id)
     kwargs[OUR_CONFIG_KEY] = original.to_dict()  # import_hf restores the run from it
+    if (run_config := _run_config(Path(run_dir))) is not None:
+        kwargs[OUR_RUN_KEY] = run_config  # and its languages and recipe from this
     hf_model = transformers.MarianMTModel(transformers.MarianConfig(**kwargs)).eval()
     state = hf_model.state_dict()
     for name, tensor in state_to_marian(model).items():

@@ -46,6 +46,9 @@ LAYER_NORM_EPS = 1e-5  # Marian's nn.LayerNorm default
 # The config.json key under which export --format hf records our ModelConfig, so import-hf gives
 # back the run exactly (transformers keeps unknown config keys when it loads and saves a model).
 OUR_CONFIG_KEY = "transformer_model_config"
+# The run's own settings (run_config.json: its languages, its data and training recipe), which the
+# import writes back beside the model so that the run translates, serves and fine-tunes as before.
+OUR_RUN_KEY = "transformer_run_config"
 
 
 # ------------------------------------------------------------------------------------------------
