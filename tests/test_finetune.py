@@ -250,3 +250,25 @@ def test_two_process_fine_tuning_equals_one_process_with_the_same_global_batch(b
         assert (a[name] - b[name]).abs().max() < 1e-5, name
     assert torch.equal(a["encoder.embed.tokens.weight"], initial["encoder.embed.tokens.weight"])  # frozen on both ranks
     assert json.loads((tmp_path / "ddp" / "run_config.json").read_text())["initialized_from"]["step"] == 10
+
+
+def test_the_step_recorded_is_the_step_of_the_weights_loaded(tmp_path, monkeypatch):
+    """The initial run's model file is its best checkpoint (step 2 here, validation getting worse after it),
+    not its newest (step 6): ``initialized_from.step`` names the step whose weights were loaded."""
+    validate = Trainer.validate
+
+    def worse_each_time(self):
+        record = validate(self)
+        return dict(record, loss=record["loss"] + self.state.step)  # the first validation stays the best
+
+    monkeypatch.setattr(Trainer, "validate", worse_each_time)
+    initial = tmp_path / "initial"
+    Trainer(RunConfig().with_overrides(BASE + ["train.max_steps=6", "train.eval_every=2"]), initial,
+            show_progress=False).train()
+    monkeypatch.setattr(Trainer, "validate", validate)
+    trainer = Trainer(fine_tune(initial, "train.max_steps=1"), tmp_path / "ft", show_progress=False)
+    trainer.close()
+    loaded, best = load_file(str(initial / "model.safetensors")), load_file(
+        str(initial / "checkpoints" / "step-00000002" / "model.safetensors"))
+    assert all(torch.equal(loaded[k], best[k]) for k in loaded)
+    assert trainer.initialized_from["checkpoint"] is None and trainer.initialized_from["step"] == 2

@@ -53,6 +53,8 @@ def test_what_is_not_a_run_is_named(base, tmp_path, capsys):
     (hf / "config.json").write_text(json.dumps({"model_type": "marian", "d_model": 512}))
     message = refused(capsys, "--init-from", str(hf), "--run-dir", run, *SETTINGS)
     assert "is a Hugging Face model directory (marian)" in message and f"transformer import-hf {hf}" in message
+    message = refused(capsys, "--init-from", "Helsinki-NLP/opus-mt-fr-en", "--run-dir", run, *SETTINGS)
+    assert "transformer import-hf Helsinki-NLP/opus-mt-fr-en OUT_RUN_DIR, then --init-from OUT_RUN_DIR" in message
     no_weights = copy_run(base, tmp_path / "no-weights")
     (no_weights / "model.safetensors").unlink()
     assert "has no weights" in refused(capsys, "--init-from", str(no_weights), "--run-dir", run, *SETTINGS)

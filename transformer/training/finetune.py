@@ -26,12 +26,14 @@ from transformer.text import Vocabularies
 from transformer.training.checkpoint import CONFIG_FILE, WEIGHTS_FILE, CheckpointError, load_config
 from transformer.training.config import RunConfig
 from transformer.training.run_dir import RUN_CONFIG_FILE
+from transformer.training.state import STATE_FILE, latest_checkpoint
 
 # Model settings a fine-tuning run may set anew: they change no weight, only how training regularises.
 RETUNABLE = ("dropout", "attention_dropout", "activation_dropout")
 # The ModelConfig fields a preset fixes (model.preset=base contradicts a run of d_model 256).
 PRESET_SIZES = ("d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers")
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
+_HUB_NAME = re.compile(r"^[A-Za-z0-9_-][\w.-]*/[\w.-]+$")  # org/name, as import-hf takes it
 
 
 class InitFromError(ValueError):
@@ -72,6 +74,9 @@ def open_source(path: str | Path, *, run_dir: str | Path | None = None) -> InitS
     path = Path(path)
     where = f"train.init_from: {path}"
     if not path.exists():
+        if _HUB_NAME.match(str(path)):
+            raise InitFromError(f"{where} is not a local directory; as a model name on the Hugging Face Hub, "
+                                f"convert it first: transformer import-hf {path} OUT_RUN_DIR, then --init-from OUT_RUN_DIR")
         raise InitFromError(f"{where} does not exist; give a run directory of transformer train or import-hf")
     if not path.is_dir():
         raise InitFromError(f"{where} is a file, not a run directory")
@@ -111,15 +116,15 @@ def open_source(path: str | Path, *, run_dir: str | Path | None = None) -> InitS
         raise InitFromError(
             f"{where}: vocabulary size mismatch: its model has {config.src_vocab_size}/{config.tgt_vocab_size} "
             f"source/target entries but its tokenizer {vocab.src.vocab_size}/{vocab.tgt.vocab_size}")
-    languages = None
+    languages, run_cfg = None, None
     if (root / RUN_CONFIG_FILE).is_file():
         try:
-            data = RunConfig.from_dict(json.loads((root / RUN_CONFIG_FILE).read_text(encoding="utf-8"))).data
-            languages = (data.src_lang, data.tgt_lang)
+            run_cfg = RunConfig.from_dict(json.loads((root / RUN_CONFIG_FILE).read_text(encoding="utf-8")))
+            languages = (run_cfg.data.src_lang, run_cfg.data.tgt_lang)
         except (OSError, ValueError):
             pass  # the languages are a check we can do without
         if step is None:
-            step = _latest_step(root)
+            step = _model_step(root, run_cfg)
     return InitSource(path, root, weights, config, vocab, checkpoint, step, languages)
 
 
@@ -190,7 +195,21 @@ def freeze(model: torch.nn.Module, parts: list[str]) -> list[str]:
     return sorted(frozen.values())
 
 
-def _latest_step(run_dir: Path) -> int | None:
-    """The step of the run's newest checkpoint (how long it was trained), when it has one."""
-    steps = [int(m.group(1)) for p in (run_dir / "checkpoints").glob("step-*") if (m := _STEP_DIR.match(p.name))]
-    return max(steps) if steps else None
+def _model_step(run_dir: Path, cfg: RunConfig | None) -> int | None:
+    """The step of the weights in the run's model file, when its checkpoints tell: the best checkpoint's
+    (the model is the best on validation), or the newest's where the model is an average of the last
+    checkpoints, the moving average of the weights, or the latest weights (no validation chose a best)."""
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        return None
+    try:
+        trainer = json.loads((checkpoint / STATE_FILE).read_text(encoding="utf-8"))["trainer"]
+        newest, best = trainer["step"], trainer.get("best_step")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # the step is a record we can do without
+    if not (isinstance(newest, int) and not isinstance(newest, bool)):
+        return None
+    averaged = cfg is not None and bool(cfg.train.average_last or cfg.train.ema)
+    if averaged or not (isinstance(best, int) and not isinstance(best, bool) and 0 <= best <= newest):
+        return newest
+    return best
