@@ -1,6 +1,6 @@
 """Load on ``transformer serve``: throughput and latency with dynamic batching against batch size 1.
 
-    python benchmarks/serve_load.py RUN_DIR [--clients 64] [--seconds 60] [--sentences FILE] [--int8]
+    python benchmarks/serve_load.py RUN_DIR [--clients 64] [--seconds 60] [--sentences FILE] [--int8] [--device cuda]
 
 For each mode (``dynamic``: the server's dynamic batching, up to --max-batch-size texts per model
 call; ``batch1``: --max-batch-size 1) the script starts ``transformer serve RUN_DIR`` on 127.0.0.1
@@ -165,7 +165,9 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=64, help="concurrent clients (default: 64, at most 1024)")
     parser.add_argument("--seconds", type=float, default=60.0, help="load time per mode (default: 60, at most 600)")
     parser.add_argument("--modes", default="dynamic,batch1", help="dynamic, batch1, both, or none: only the overload check (default: both)")
-    parser.add_argument("--max-batch-size", type=int, default=32, help="texts per model call in dynamic mode (default: 32)")
+    parser.add_argument("--max-batch-size", type=int, default=None,
+                        help="texts per model call in dynamic mode (default: the server's for the device, 32 on a CPU)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="the server's --device (default: cpu)")
     parser.add_argument("--batch-wait-ms", type=float, default=5.0, help="the batching window (default: 5)")
     parser.add_argument("--beam-size", type=int, default=4, help="beam size of every request (default: 4)")
     parser.add_argument("--int8", action="store_true", help="serve with --int8 (int8 weights)")
@@ -180,9 +182,15 @@ def main() -> int:
     if any(m not in ("dynamic", "batch1") for m in modes):
         parser.error(f"--modes takes dynamic and/or batch1 (or none), got {args.modes!r}")
     sentences = read_sentences(args.sentences)
-    common = ["--beam-size", str(args.beam_size), "--batch-wait-ms", str(args.batch_wait_ms), *(["--int8"] * args.int8)]
+    if args.max_batch_size is None:
+        from transformer.cuda import decoding as cuda_decoding
+        from transformer.serve.limits import ServeLimits
+
+        args.max_batch_size = cuda_decoding.SERVE_BATCH_SIZE if args.device == "cuda" else ServeLimits().max_batch_size
+    common = ["--beam-size", str(args.beam_size), "--batch-wait-ms", str(args.batch_wait_ms), "--device", args.device,
+              *(["--int8"] * args.int8)]
     summary: dict = {"run_dir": str(Path(args.run_dir)), "clients": args.clients, "seconds": args.seconds,
-                     "beam_size": args.beam_size, "int8": args.int8, "cpus": os.cpu_count(),
+                     "beam_size": args.beam_size, "int8": args.int8, "cpus": os.cpu_count(), "device": args.device,
                      "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "modes": {}}
 
     for mode in modes:
