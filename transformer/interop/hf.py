@@ -26,7 +26,8 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 import torch
 from torch import Tensor
 
-from transformer.training.checkpoint import CheckpointError, load_model, save_model
+from transformer.run_files import MAX_TOKENIZER_BYTES, read_json
+from transformer.training.checkpoint import CheckpointError, expected_tensors, load_model, save_model
 from transformer.training.config import RunConfig
 from transformer.training.run_dir import RUN_CONFIG_FILE
 from transformer.interop._common import (
@@ -68,7 +69,7 @@ def _shard_names(index: Path) -> list[str]:
     (an index naming ``/etc/passwd`` was followed). Symbolic links inside the directory (the
     Hugging Face cache's snapshots) are fine: only what the index says is checked."""
     try:
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        weight_map = read_json(index)["weight_map"]
         if not isinstance(weight_map, dict):
             raise TypeError(f"weight_map is a {type(weight_map).__name__}, not an object")
     except (ValueError, KeyError, TypeError) as err:
@@ -153,7 +154,9 @@ def read_marian_tokenizers(directory: Path, start_id: int) -> Vocabularies:
 
     settings = {}
     if (directory / "tokenizer_config.json").is_file():
-        settings = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
+        settings = read_json(directory / "tokenizer_config.json")
+        if not isinstance(settings, dict):
+            raise InteropError(f"{directory / 'tokenizer_config.json'} is not a JSON object")
     separate = bool(settings.get("separate_vocabs", False))
     needed = TOKENIZER_FILES + (("target_vocab.json",) if separate else ())
     missing = [name for name in needed if not (directory / name).is_file()]
@@ -164,7 +167,7 @@ def read_marian_tokenizers(directory: Path, start_id: int) -> Vocabularies:
                 for k, default in (("pad", "<pad>"), ("eos", "</s>"), ("unk", "<unk>"))}
     tgt_vocab_file = directory / ("target_vocab.json" if separate else "vocab.json")
     try:
-        target_vocab = json.loads(tgt_vocab_file.read_text(encoding="utf-8"))
+        target_vocab = read_json(tgt_vocab_file, limit=MAX_TOKENIZER_BYTES)
         start = {i: piece for piece, i in target_vocab.items()}.get(start_id)
         if start is None:
             raise InteropError(f"decoder_start_token_id {start_id} is not in {tgt_vocab_file.name}")
@@ -196,6 +199,7 @@ def import_hf(source: str | os.PathLike[str], out: str | os.PathLike[str], *, re
     directory, origin = locate_model(source, revision)
     if not (directory / "config.json").is_file():
         raise InteropError(f"{directory} is not a Hugging Face model directory (no config.json)")
+    read_json(directory / "config.json")  # a regular file under a size cap, before transformers reads it
     transformers = require("transformers", "import-hf")
     require("sentencepiece", "import-hf")
     try:
@@ -204,13 +208,16 @@ def import_hf(source: str | os.PathLike[str], out: str | os.PathLike[str], *, re
         raise InteropError(f"{directory}/config.json is not a config transformers can read: {err}") from None
     cfg = config_from_marian(hf_config)
     vocab = read_tokenizers(directory, hf_config, (cfg.src_vocab_size, cfg.tgt_vocab_size))
-    model = Transformer(cfg)
+    try:  # the shapes the config implies, found without allocating them
+        expected = expected_tensors(cfg, source=directory / "config.json", unique=False)
+    except CheckpointError as err:
+        raise InteropError(str(err)) from None
     state = state_from_marian(read_hf_weights(directory), cfg)
-    expected = model.state_dict()
     for name, tensor in state.items():
-        if tensor.shape != expected[name].shape:
+        if name not in expected or tuple(tensor.shape) != expected[name][0]:
             raise InteropError(f"weights do not fit config.json: {name} has shape {tuple(tensor.shape)}, the "
-                               f"config needs {tuple(expected[name].shape)}")
+                               f"config needs {expected[name][0] if name in expected else 'no such tensor'}")
+    model = Transformer(cfg)  # only now: its sizes are those of the weights read
     model.load_state_dict({k: v.float() for k, v in state.items()})
     original = original_config(hf_config, cfg)
     if original is not None:  # our own export: back to the run's layout and config

@@ -27,6 +27,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from transformer.run_files import MAX_TOKENIZER_BYTES, read_bytes, read_json
 from transformer.text.tokenizer import EOS, PAD, UNK, WORD_BOUNDARY, Tokenizer, _atomic_write_text, _read_json
 
 MODEL_TYPE = "SentencePiece"
@@ -87,16 +88,13 @@ class SentencePieceTokenizer(Tokenizer):
         """Read a SentencePiece model file (``source.spm``) and a JSON vocabulary (``vocab.json``)."""
         model_file, vocab_file = Path(model_file), Path(vocab_file)
         for path in (model_file, vocab_file):
-            if not path.is_file():
+            if not path.exists():
                 raise FileNotFoundError(f"tokenizer file not found: {path}")
-        try:
-            vocab = json.loads(vocab_file.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ValueError(f"{vocab_file} is not valid JSON: {err}") from None
+        vocab = read_json(vocab_file, limit=MAX_TOKENIZER_BYTES)  # RunFileError (a ValueError) on a bad file
         if not isinstance(vocab, dict) or not all(isinstance(i, int) for i in vocab.values()):
             raise ValueError(f"{vocab_file} must map pieces to integer ids")
         try:
-            return cls(model_file.read_bytes(), vocab, **settings)
+            return cls(read_bytes(model_file, limit=MAX_TOKENIZER_BYTES), vocab, **settings)
         except ValueError as err:
             raise ValueError(f"{model_file} / {vocab_file}: {err}") from None
 

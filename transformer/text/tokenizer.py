@@ -36,6 +36,8 @@ from pathlib import Path
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
+from transformer.run_files import MAX_TOKENIZER_BYTES, RunFileError, read_json
+
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, BOS, EOS, UNK)
 BYTE_TOKENS: tuple[str, ...] = tuple(f"<0x{b:02X}>" for b in range(256))
@@ -88,12 +90,12 @@ def _check_texts(texts: Iterable[str], what: str) -> list[str]:
 def _read_json(path: str | os.PathLike) -> dict:
     """Parse a tokenizer JSON file; FileNotFoundError if missing, ValueError if not a tokenizer."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"tokenizer file not found: {path}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not a valid tokenizer JSON: {e}") from e
+    try:  # a regular file under a size cap, nested at most run_files.MAX_DEPTH deep
+        data = read_json(path, limit=MAX_TOKENIZER_BYTES)
+    except RunFileError as e:
+        raise ValueError(f"{path} is not a valid tokenizer JSON: {e}") from None
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
         raise ValueError(f"{path} is not a valid tokenizer JSON: no 'model' section")
     return data
@@ -253,14 +255,18 @@ class BPETokenizer(Tokenizer):
         data = _read_json(path)
         if data["model"].get("type") != "BPE":
             raise ValueError(f"{path} holds a {data['model'].get('type')!r} model, not BPE")
-        decoder = data.get("decoder") or {}
-        steps = decoder.get("decoders") if decoder.get("type") == "Sequence" else None
-        if isinstance(steps, list) and [d.get("type") for d in steps] == ["ByteFallback", "Metaspace"]:
+        decoder = data.get("decoder")
+        steps = decoder.get("decoders") if isinstance(decoder, dict) and decoder.get("type") == "Sequence" else None
+        if isinstance(steps, list) and [d.get("type") if isinstance(d, dict) else None for d in steps] == [
+                "ByteFallback", "Metaspace"]:
             decoder["decoders"] = steps[::-1]  # saved before a literal "▁" was kept: the order that keeps it
         try:
             hf = HFTokenizer.from_str(json.dumps(data))
         except Exception as e:  # the Rust side raises a plain Exception
-            raise ValueError(f"{path} is not a valid tokenizer JSON: {e}") from e
+            raise ValueError(f"{path} is not a valid tokenizer JSON: {' '.join(str(e).split())}") from None
+        if hf.normalizer is None or hf.pre_tokenizer is None or hf.decoder is None:
+            raise ValueError(f"{path} is not a tokenizer of this project: it lacks a normalizer, pre-tokenizer "
+                             "or decoder")
         return cls(hf)
 
     def save(self, path: str | os.PathLike) -> None:

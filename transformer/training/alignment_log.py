@@ -33,6 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from transformer.run_files import RunFileError, parse_json, read_text
 from transformer.data import make_batch
 from transformer.data.batches import Example
 from transformer.text import Vocabularies
@@ -163,10 +164,10 @@ class AlignmentLog:
 def read_alignments(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The snapshots of an ``alignments.jsonl``, in order; a line cut short by a crash is skipped."""
     records = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
+    for line in read_text(path, errors="replace").splitlines():  # a regular file under a size cap
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            record = parse_json(line, where=str(path))
+        except RunFileError:
             continue
         if isinstance(record, dict) and isinstance(record.get("step"), int):
             records.append(record)

@@ -8,7 +8,6 @@ place with ``os.replace``, so a crash while saving leaves the previous file inta
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -18,10 +17,12 @@ from safetensors.torch import save_file
 
 from transformer.config import ModelConfig
 from transformer.model import RNNConfig, RNNSeq2Seq, Transformer, build_model, config_from_dict
+from transformer.run_files import FLOAT_DTYPES, RunFileError, read_json, read_safetensors_header
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 FORMAT_VERSION = "1"
+MAX_LAYERS = 1024  # per stack; a config asking for more is refused before any module is built
 
 
 class CheckpointError(ValueError):
@@ -58,41 +59,98 @@ def save_weights(model: torch.nn.Module, path: str | os.PathLike[str], *, metada
             tmp.unlink()
 
 
+def tensor_shapes(model: torch.nn.Module, *, unique: bool = True) -> dict[str, tuple[tuple[int, ...], bool]]:
+    """``{name: (shape, is_floating)}`` of the tensors :func:`save_weights` writes for ``model``
+    (each shared tensor once, under its first name; every name of the state dict with ``unique``
+    False); works on the meta device too, where tensors have no storage to tell shared ones apart,
+    so sharing is told by the parameter objects."""
+    owners = dict(model.named_parameters(remove_duplicate=False))
+    owners.update(model.named_buffers(remove_duplicate=False))
+    seen: set[int] = set()
+    shapes: dict[str, tuple[tuple[int, ...], bool]] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        owner = owners.get(name, tensor)
+        if unique and id(owner) in seen:
+            continue
+        seen.add(id(owner))
+        shapes[name] = (tuple(tensor.shape), tensor.is_floating_point())
+    return shapes
+
+
+def expected_tensors(config: ModelConfig | RNNConfig, *, source: str | os.PathLike[str] = CONFIG_FILE,
+                     unique: bool = True) -> dict[str, tuple[tuple[int, ...], bool]]:
+    """The tensors (name -> shape, floating or not) a weights file must hold for a model of
+    ``config``, found by building the model on the meta device: nothing is allocated, however
+    large the sizes. ``CheckpointError`` (naming ``source``) for more than :data:`MAX_LAYERS`
+    layers per stack or sizes no model can have."""
+    for name in ("n_encoder_layers", "n_decoder_layers"):
+        if getattr(config, name) > MAX_LAYERS:
+            raise CheckpointError(f"{source}: {name}={getattr(config, name)} is more than the {MAX_LAYERS} layers "
+                                  "a model may have")
+    try:
+        with torch.device("meta"):
+            return tensor_shapes(build_model(config), unique=unique)
+    except (RuntimeError, OverflowError, ValueError, TypeError, MemoryError) as err:
+        raise CheckpointError(f"{source} describes a model that cannot be built: {' '.join(str(err).split())[:200]}"
+                              ) from None
+
+
+def check_weights_header(path: str | os.PathLike[str], expected: dict[str, tuple[tuple[int, ...], bool]]) -> None:
+    """Check the names, shapes and dtypes in the header of the safetensors file ``path`` against
+    ``expected`` (see :func:`expected_tensors`) without reading any tensor.
+
+    Raises:
+        CheckpointError: a missing, unreadable or irregular file (a FIFO, a device), missing or
+            unexpected tensors, a shape the config does not give, or an integer tensor where the
+            model holds floating-point numbers.
+    """
+    path = Path(path)
+    try:
+        header = read_safetensors_header(path)
+    except (FileNotFoundError, RunFileError) as err:
+        raise CheckpointError(str(err)) from None
+    missing = sorted(set(expected) - set(header))
+    unexpected = sorted(set(header) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{path} does not match the model config: missing tensors {missing[:8]}"
+            f"{' ...' if len(missing) > 8 else ''}, unexpected tensors {[n[:80] for n in unexpected[:8]]}"
+            f"{' ...' if len(unexpected) > 8 else ''}"
+        )
+    for name, (shape, floating) in expected.items():
+        dtype, stored = header[name]
+        if stored != shape:
+            raise CheckpointError(
+                f"{path}: tensor {name!r} has shape {stored} but the config needs {shape}; the weights belong "
+                "to a model of other sizes"
+            )
+        if floating != (dtype in FLOAT_DTYPES):
+            raise CheckpointError(f"{path}: tensor {name!r} is stored as {dtype}, but the model holds "
+                                  f"{'floating-point numbers' if floating else 'integers'} there")
+
+
 def load_weights(model: torch.nn.Module, path: str | os.PathLike[str]) -> None:
-    """Load safetensors weights into ``model`` in place, checking names and shapes first.
+    """Load safetensors weights into ``model`` in place, checking the file's header (names,
+    shapes, dtypes) before reading a tensor and every value after.
 
     Raises:
         CheckpointError: missing file, unreadable (truncated, corrupt) file, missing or unexpected
-            tensors, or tensors whose shapes do not fit the model's config.
+            tensors, tensors whose shapes or dtypes do not fit the model's config, or a tensor
+            holding NaN or infinity (named).
     """
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"weights file not found: {path}")
+    check_weights_header(path, tensor_shapes(model))
     expected = unique_state_dict(model)
     try:
         with safe_open(str(path), framework="pt", device="cpu") as f:
-            names = set(f.keys())
-            missing = sorted(set(expected) - names)
-            unexpected = sorted(names - set(expected))
-            if missing or unexpected:
-                raise CheckpointError(
-                    f"{path} does not match the model config: missing tensors {missing[:8]}"
-                    f"{' ...' if len(missing) > 8 else ''}, unexpected tensors {unexpected[:8]}"
-                    f"{' ...' if len(unexpected) > 8 else ''}"
-                )
-            loaded: dict[str, torch.Tensor] = {}
-            for name, target in expected.items():
-                tensor = f.get_tensor(name)
-                if tensor.shape != target.shape:
-                    raise CheckpointError(
-                        f"{path}: tensor {name!r} has shape {tuple(tensor.shape)} but the config needs "
-                        f"{tuple(target.shape)}; the weights belong to a model of other sizes"
-                    )
-                loaded[name] = tensor
-    except CheckpointError:
-        raise
-    except Exception as err:  # safetensors raises its own error types for truncated/corrupt headers
+            loaded = {name: f.get_tensor(name) for name in expected}
+    except Exception as err:  # safetensors raises its own error types for truncated/corrupt files
         raise CheckpointError(f"{path} is not a readable safetensors file (truncated or corrupt?): {err}") from None
+    for name, tensor in loaded.items():
+        # a model trained into NaN or infinity translates nothing; say which tensor rather than load it
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(f"{path}: tensor {name!r} holds NaN or infinite values; the weights are "
+                                  "unusable (a diverged training?)")
     with torch.no_grad():
         for name, target in expected.items():
             target.copy_(loaded[name])
@@ -113,12 +171,14 @@ def load_config(directory: str | os.PathLike[str]) -> ModelConfig | RNNConfig:
     The ``architecture`` key decides the class: ``"rnn"`` gives an ``RNNConfig``, none a ``ModelConfig``.
     """
     path = Path(directory) / CONFIG_FILE
-    if not path.is_file():
+    if not path.exists():
         raise CheckpointError(f"model config not found: {path} (is {directory} a model directory?)")
     try:
-        return config_from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{path} is not valid JSON: {err}") from None
+        data = read_json(path)
+    except (FileNotFoundError, RunFileError) as err:
+        raise CheckpointError(str(err)) from None
+    try:
+        return config_from_dict(data)
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{path} is not a valid model config: {err}") from None
 
@@ -129,6 +189,9 @@ def load_model(directory: str | os.PathLike[str], *, device: str | torch.device 
     directory = Path(directory)
     if not directory.is_dir():
         raise CheckpointError(f"model directory not found: {directory}")
-    model = build_model(load_config(directory))
+    config = load_config(directory)
+    # the sizes config.json asks for are checked against the weights before anything is allocated
+    check_weights_header(directory / WEIGHTS_FILE, expected_tensors(config, source=directory / CONFIG_FILE))
+    model = build_model(config)
     load_weights(model, directory / WEIGHTS_FILE)
     return model.to(device).eval()

@@ -25,6 +25,7 @@ from transformer.model.rnn_config import RNNConfig, rnn_preset
 from transformer.cpu.precision import PRECISIONS
 from transformer.data.mixing import parse_mix
 from transformer.text.tokenizer import BYTE_TOKENS, SPECIAL_TOKENS
+from transformer.run_files import RunFileError, read_json
 
 SECTIONS = ("data", "model", "train")
 CORPORA = ("builtin", "files", "tsv", "multi30k", "tatoeba", "wmt14-en-de", "wmt14-en-fr")
@@ -336,6 +337,17 @@ class RunConfig:
         except (yaml.YAMLError, json.JSONDecodeError) as err:
             raise ValueError(f"{path} is not valid YAML/JSON: {err}") from None
         return cls.from_dict(raw).with_overrides(overrides)
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> RunConfig:
+        """The run configuration a run directory's ``run_config.json`` holds, read as any file of a
+        run is (a regular file under a size cap, bounded nesting: ``transformer.run_files``).
+        FileNotFoundError when missing; ``RunFileError`` (a ValueError) naming the file otherwise."""
+        data = read_json(path)
+        try:
+            return cls.from_dict(data)
+        except (TypeError, ValueError) as err:
+            raise RunFileError(f"{path} is not a valid run configuration: {' '.join(str(err).split())}") from None
 
     def with_overrides(self, overrides: Sequence[str]) -> RunConfig:
         """A copy with ``section.key=value`` (or unique ``key=value``) settings applied.

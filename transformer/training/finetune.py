@@ -23,7 +23,10 @@ import torch
 from transformer.config import ModelConfig, preset
 from transformer.model import RNNConfig
 from transformer.text import Vocabularies
-from transformer.training.checkpoint import CONFIG_FILE, WEIGHTS_FILE, CheckpointError, load_config
+from transformer.run_files import read_json
+from transformer.training.checkpoint import (
+    CONFIG_FILE, WEIGHTS_FILE, CheckpointError, check_weights_header, expected_tensors, load_config,
+)
 from transformer.training.config import RunConfig
 from transformer.training.run_dir import RUN_CONFIG_FILE
 from transformer.training.state import STATE_FILE, latest_checkpoint
@@ -93,7 +96,7 @@ def open_source(path: str | Path, *, run_dir: str | Path | None = None) -> InitS
         raise InitFromError(f"{where} is not a run directory (no {CONFIG_FILE}); a run of transformer train or "
                             f"import-hf holds {CONFIG_FILE}, {WEIGHTS_FILE} and its tokenizer")
     try:
-        raw = json.loads(config_path.read_text(encoding="utf-8"))
+        raw = read_json(config_path)
     except (OSError, ValueError) as err:
         raise InitFromError(f"{where}: {config_path} is not readable JSON ({err})") from None
     if isinstance(raw, dict) and "model_type" in raw:
@@ -116,10 +119,14 @@ def open_source(path: str | Path, *, run_dir: str | Path | None = None) -> InitS
         raise InitFromError(
             f"{where}: vocabulary size mismatch: its model has {config.src_vocab_size}/{config.tgt_vocab_size} "
             f"source/target entries but its tokenizer {vocab.src.vocab_size}/{vocab.tgt.vocab_size}")
+    try:  # the sizes config.json asks for, against the weights, before the model is built
+        check_weights_header(weights, expected_tensors(config, source=config_path))
+    except CheckpointError as err:
+        raise InitFromError(f"{where}: {err}") from None
     languages, run_cfg = None, None
     if (root / RUN_CONFIG_FILE).is_file():
         try:
-            run_cfg = RunConfig.from_dict(json.loads((root / RUN_CONFIG_FILE).read_text(encoding="utf-8")))
+            run_cfg = RunConfig.read(root / RUN_CONFIG_FILE)
             languages = (run_cfg.data.src_lang, run_cfg.data.tgt_lang)
         except (OSError, ValueError):
             pass  # the languages are a check we can do without

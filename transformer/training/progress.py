@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from transformer.run_files import RunFileError, parse_json, read_text
+
 METRICS_FILE = "metrics.jsonl"
 CURVE_FILE = "training_curve.png"
 
@@ -31,19 +33,23 @@ class MetricsLog:
             f.flush()
 
     def read(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
+        """The records (JSON objects) of the log, in order; a line cut short by a crash, or one that
+        is no record, is skipped. ``RunFileError`` for a file that is not a regular one under the cap."""
+        if not (self.path.exists() or self.path.is_symlink()):
             return []
         records = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        for line in read_text(self.path, errors="replace").splitlines():
             try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
+                record = parse_json(line, where=str(self.path))
+            except RunFileError:
                 continue  # a line cut short by a crash
+            if isinstance(record, dict):
+                records.append(record)
         return records
 
     def truncate_after(self, step: int) -> None:
         """Drop records past ``step`` (work redone after resuming from a checkpoint at ``step``)."""
-        kept = [r for r in self.read() if r.get("step", 0) <= step]
+        kept = [r for r in self.read() if not _is_number(r.get("step", 0)) or r.get("step", 0) <= step]
         tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in kept), encoding="utf-8")
         os.replace(tmp, self.path)
@@ -149,3 +155,7 @@ def plot_training_curve(records: list[dict[str, Any]], path: str | os.PathLike[s
     fig.savefig(tmp, dpi=100)
     plt.close(fig)
     os.replace(tmp, path)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

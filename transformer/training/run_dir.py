@@ -8,12 +8,12 @@ before anything in it is changed.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
 from transformer.config import ModelConfig
 from transformer.model import RNNConfig, config_from_dict
+from transformer.run_files import read_json
 from transformer.text import Vocabularies
 from transformer.text.tokenizer import JOINT_FILE, SRC_FILE, TGT_FILE
 from transformer.training.alignment_log import ALIGNMENTS_FILE
@@ -41,8 +41,8 @@ def previous_run(run_dir: Path, cfg: RunConfig) -> tuple[Vocabularies | None, di
                                     "choose another --run-dir")
         return None, None
     try:
-        previous = RunConfig.from_dict(json.loads(saved.read_text(encoding="utf-8")))
-    except (ValueError, json.JSONDecodeError) as err:
+        previous = RunConfig.read(saved)
+    except (OSError, ValueError) as err:
         raise RunDirectoryError(f"{saved} is not a readable run config ({err}); choose another --run-dir") from None
     if previous.recipe_settings() != cfg.recipe_settings():
         diffs = setting_differences(previous.recipe_settings(), cfg.recipe_settings())
@@ -56,7 +56,14 @@ def previous_run(run_dir: Path, cfg: RunConfig) -> tuple[Vocabularies | None, di
 def check_model_config(run_dir: Path, model_cfg: ModelConfig | RNNConfig) -> None:
     """Refuse a run directory whose model description is not ``model_cfg``."""
     path = run_dir / CONFIG_FILE
-    if path.exists() and config_from_dict(json.loads(path.read_text(encoding="utf-8"))) != model_cfg:
+    if not (path.exists() or path.is_symlink()):
+        return
+    try:
+        saved = config_from_dict(read_json(path))
+    except (OSError, ValueError, TypeError) as err:
+        raise RunDirectoryError(f"{path} is not a readable model config ({' '.join(str(err).split())}); "
+                                "choose another --run-dir") from None
+    if saved != model_cfg:
         raise RunDirectoryError(f"{path} describes a different model than this run; choose another --run-dir")
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import random
 import re
@@ -32,6 +33,7 @@ from safetensors.torch import save_file
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LRScheduler
 
+from transformer.run_files import RunFileError, read_json
 from transformer.training.checkpoint import CheckpointError, load_weights, save_weights
 
 try:
@@ -64,6 +66,24 @@ class TrainerState:
     best_metric: float | None = None  # e.g. validation BLEU or loss
     best_step: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # JSON-serialisable
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first field of a wrong type or out of range (counts are
+        integers >= 0, ``seconds`` finite and >= 0, ``best_metric`` finite or null)."""
+        for name in ("step", "epoch", "batch_in_epoch", "target_tokens", "best_step"):
+            value = getattr(self, name)
+            if value is None and name == "best_step":
+                continue
+            if type(value) is not int or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r:.80}")
+        for name, low in (("seconds", 0.0), ("best_metric", None)):
+            value = getattr(self, name)
+            if value is None and name == "best_metric":
+                continue
+            if type(value) not in (int, float) or not math.isfinite(value) or (low is not None and value < low):
+                raise ValueError(f"{name} must be a finite number{' >= 0' if low is not None else ''}, got {value!r:.80}")
+        if not isinstance(self.extra, dict):
+            raise ValueError(f"extra must be an object, got {type(self.extra).__name__}")
 
 
 # ---------------------------------------------------------------------------------------------- RNG
@@ -246,7 +266,7 @@ def recent_checkpoints(run_dir: PathLike) -> list[Path]:
 
 def _recorded_keep_last(checkpoint: Path) -> int | None:
     try:
-        keep = json.loads((checkpoint / STATE_FILE).read_text(encoding="utf-8")).get("keep_last")
+        keep = read_json(checkpoint / STATE_FILE).get("keep_last")
     except (OSError, ValueError, AttributeError):
         return None
     return keep if isinstance(keep, int) and not isinstance(keep, bool) and keep >= 1 else None
@@ -268,7 +288,7 @@ def _complete(path: Path) -> bool:
 
 def _read_latest(root: Path) -> str | None:
     try:
-        name = json.loads((root / LATEST_FILE).read_text(encoding="utf-8"))["path"]
+        name = read_json(root / LATEST_FILE)["path"]
         return name if isinstance(name, str) else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -307,7 +327,8 @@ def load_checkpoint(
     doc = _read_state_file(path / STATE_FILE)
     try:
         trainer = TrainerState(**doc["trainer"])
-    except TypeError as err:
+        trainer.validate()
+    except (TypeError, ValueError) as err:
         raise CheckpointError(f"{path / STATE_FILE}: bad 'trainer' entry: {err}") from None
     rng_tensors = _read_tensors(path / RNG_FILE)
     opt_sd = None if optimizer is None else _optimizer_state(path, doc["optimizer"], optimizer)
@@ -336,9 +357,9 @@ def load_checkpoint(
 
 def _read_state_file(path: Path) -> dict[str, Any]:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{path} is not valid JSON (truncated or corrupt?): {err}") from None
+        doc = read_json(path)
+    except (FileNotFoundError, RunFileError) as err:
+        raise CheckpointError(f"{err} (truncated or corrupt?)") from None
     if not isinstance(doc, dict) or doc.get("format_version") != FORMAT_VERSION:
         version = doc.get("format_version") if isinstance(doc, dict) else None
         raise CheckpointError(f"{path}: unsupported checkpoint format version {version!r} (expected {FORMAT_VERSION})")
