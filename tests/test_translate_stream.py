@@ -152,6 +152,7 @@ def resume(run_dir, source, output, *extra) -> int:
     ("settings", "other settings than the interrupted run (beam: 4 then, 3 now)"),
     ("output", "no longer starts with the 4 lines"),
     ("state", "nothing to resume"),
+    ("offset", "its checksum does not match"),
 ])
 def test_resume_refuses_what_does_not_continue_the_run(run_dir, interrupted, capsys, change, message):
     source, output = interrupted
@@ -164,6 +165,9 @@ def test_resume_refuses_what_does_not_continue_the_run(run_dir, interrupted, cap
         extra = ["--beam", "3"]
     elif change == "output":
         output.write_text("something else\n" * 4)
+    elif change == "offset":  # resuming at another line would give wrong output without a word
+        state = output.with_name(output.name + ".resume")
+        state.write_text(json.dumps({**json.loads(state.read_text()), "input_offset": 3}))
     else:
         output.with_name(output.name + ".resume").unlink()
     before = output.read_bytes()

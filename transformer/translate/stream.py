@@ -6,7 +6,7 @@ length takes bounded memory and the output appears as the run goes.
 
 ``--output FILE`` gets whole chunks only: each is appended, synced to disk, and recorded in
 ``FILE.resume`` (the input's size, mtime and a hash of its head; the settings; the lines, bytes
-and a hash of the output so far). An interrupted run (Ctrl-C, SIGTERM) leaves only complete lines;
+and a hash of the output so far; a checksum of all that, so an edited state file is refused). An interrupted run (Ctrl-C, SIGTERM) leaves only complete lines;
 one killed outright may leave part of a chunk after them, which ``--resume`` cuts off before it
 continues from the next line: the output is then byte for byte what an uninterrupted run writes.
 The state file is removed when the run completes.
@@ -29,13 +29,15 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, TextIO
 
+from transformer.run_files import MAX_JSON_BYTES, parse_json, read_text
 from transformer.translate.inputs import Line
 
 
 CHUNK_CHARS = 1_000_000  # a chunk also ends once its lines hold this many characters
 PROGRESS_EVERY = 30.0  # seconds between progress lines when standard error is not a terminal
 STATE_SUFFIX = ".resume"
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: the state carries a checksum of itself
+CHECKSUM_KEY = "state_sha256"
 HEAD_BYTES = 1 << 20  # the input's first bytes, hashed to recognise it on --resume
 
 
@@ -126,6 +128,7 @@ class FileSink:
     def _save_state(self) -> None:
         state = {**self.run, "lines": self.lines, "output_bytes": self.bytes, "input_offset": self.offset,
                  "output_sha256": self.hash.hexdigest()}
+        state[CHECKSUM_KEY] = _checksum(state)
         tmp = self.state_path.with_name(self.state_path.name + ".tmp")
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(state, f, indent=1)
@@ -136,6 +139,36 @@ class FileSink:
 
 def _state_path(output: Path) -> Path:
     return output.with_name(output.name + STATE_SUFFIX)
+
+
+def _checksum(state: dict) -> str:
+    """The hash of everything the state file says but the hash itself (keys sorted, compact)."""
+    body = {k: v for k, v in state.items() if k != CHECKSUM_KEY}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _read_state(path: Path) -> tuple[int, int, int, str, dict, dict]:
+    """``(lines, output bytes, input offset, output hash, input identity, settings)`` recorded in a
+    state file; ValueError naming the problem for an unreadable, edited or mistyped one."""
+    again = "--overwrite translates again"
+    try:
+        state = parse_json(read_text(path, limit=MAX_JSON_BYTES), where=str(path))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path} is not a readable resume state ({err}); {again}") from None
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} is not a readable resume state (not a JSON object); {again}")
+    if state.get("version") != STATE_VERSION:
+        raise ValueError(f"{path} was written by another version of transformer translate; --overwrite")
+    # an edited offset or line count would resume at the wrong line and give wrong output silently
+    if state.get(CHECKSUM_KEY) != _checksum(state):
+        raise ValueError(f"{path} was changed after the interrupted run wrote it (its checksum does not match); "
+                         f"{again}")
+    counts = [state.get(k) for k in ("lines", "output_bytes", "input_offset")]
+    digest, recorded_input, settings = state.get("output_sha256"), state.get("input"), state.get("settings")
+    if (not all(type(n) is int and n >= 0 for n in counts) or not isinstance(digest, str)
+            or not isinstance(recorded_input, dict) or not isinstance(settings, dict)):
+        raise ValueError(f"{path} is not a readable resume state (a missing or mistyped entry); {again}")
+    return (*counts, digest, recorded_input, settings)  # type: ignore[return-value]
 
 
 def _input_identity(path: str) -> dict:
@@ -182,14 +215,7 @@ def open_output(args: argparse.Namespace,
     if not state_path.is_file():
         raise ValueError(f"{args.output} exists but {state_path.name} does not: nothing to resume (the run "
                          "finished, or the file was not written by an interrupted run); --overwrite translates again")
-    try:
-        state = json.loads(state_path.read_text(encoding="utf-8"))
-        lines, size, offset, digest = (state[k] for k in ("lines", "output_bytes", "input_offset", "output_sha256"))
-        recorded_input, recorded_settings = state["input"], state["settings"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{state_path} is not a readable resume state ({err}); --overwrite translates again") from None
-    if state.get("version") != STATE_VERSION:
-        raise ValueError(f"{state_path} was written by another version of transformer translate; --overwrite")
+    lines, size, offset, digest, recorded_input, recorded_settings = _read_state(state_path)
     changed = [k for k in ("size", "mtime_ns", "head_sha256") if recorded_input.get(k) != run["input"][k]]
     if changed:
         raise ValueError(f"--resume: {args.input} is not the input {args.output} was translated from "
