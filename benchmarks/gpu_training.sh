@@ -16,19 +16,9 @@ set -uo pipefail
 data=${1:?usage: bash benchmarks/gpu_training.sh DATA_DIR OUT_DIR}
 out=${2:?usage: bash benchmarks/gpu_training.sh DATA_DIR OUT_DIR}
 mkdir -p "$out"
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 py=${PYTHON:-python3}
-
-stage() {  # stage NAME SECONDS COMMAND...: run with a time limit, log to OUT/NAME.log, say how it ended
-    local name=$1 limit=$2; shift 2
-    local start=$SECONDS
-    timeout "$limit" "$@" 2>&1 | tee "$out/$name.log"
-    local rc=${PIPESTATUS[0]}
-    echo "== $name: exit $rc after $((SECONDS - start)) s (limit $limit s)" | tee -a "$out/summary.txt"
-}
-
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  $py -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)"; } | tee "$out/summary.txt"
+source "$(dirname "$0")/gpu_stages.sh"
+header
 
 stage tests 100 $py -m pytest -q -x -p no:cacheprovider tests/test_cuda.py \
     -k "engine or never_waits or device_batches or compiled or precision or torchrun"

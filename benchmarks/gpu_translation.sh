@@ -17,20 +17,9 @@ data=${1:?usage: bash benchmarks/gpu_translation.sh DATA_DIR RUN_DIR OUT_DIR}
 run=${2:?usage: bash benchmarks/gpu_translation.sh DATA_DIR RUN_DIR OUT_DIR}
 out=${3:?usage: bash benchmarks/gpu_translation.sh DATA_DIR RUN_DIR OUT_DIR}
 mkdir -p "$out"
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 py=${PYTHON:-python3}
-
-stage() {  # stage NAME SECONDS COMMAND...: run with a time limit, log to OUT/NAME.log, say how it ended
-    local name=$1 limit=$2; shift 2
-    local start=$SECONDS
-    timeout "$limit" "$@" 2>&1 | tee "$out/$name.log"
-    local rc=${PIPESTATUS[0]}
-    echo "== $name: exit $rc after $((SECONDS - start)) s (limit $limit s)" | tee -a "$out/summary.txt"
-}
-
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  $py -c "import torch, ctranslate2; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'ctranslate2', ctranslate2.__version__, 'CUDA devices seen by ctranslate2:', ctranslate2.get_cuda_device_count())"
-} | tee "$out/summary.txt"
+source "$(dirname "$0")/gpu_stages.sh"
+header $py -c "import ctranslate2; print('ctranslate2', ctranslate2.__version__, 'CUDA devices it sees:', ctranslate2.get_cuda_device_count())"
 
 stage tests 120 $py -m pytest -q -x -p no:cacheprovider tests/test_cuda.py -k "decod or translat or logits"
 stage translate_speed 240 $py benchmarks/translate_speed.py --device cuda --run-dir "$run" --from "$data" \

@@ -10,15 +10,14 @@ from __future__ import annotations
 import argparse
 import gzip
 import hashlib
-import http.server
 import io
 import re
 import socket
-import threading
 import zipfile
 from pathlib import Path
 
 import pytest
+from file_server import server  # noqa: F401 (a fixture)
 
 from transformer.corpus import registry
 from transformer.corpus.files import CorpusError
@@ -203,37 +202,6 @@ def test_local_dir_missing_files_and_env(tmp_path, monkeypatch):
 
 
 # --- downloads from a local HTTP server -------------------------------------------------------
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    files: dict[str, bytes] = {}
-    truncate: set[str] = set()
-
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-        name = self.path.rsplit("/", 1)[-1]
-        data = self.files.get(name)
-        if data is None:
-            self.send_error(404)
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(len(data) + (1000 if name in self.truncate else 0)))
-        self.end_headers()
-        self.wfile.write(data)  # for a truncated file, then close: fewer bytes than announced
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def server():
-    handler = type("Handler", (_Handler,), {"files": {}, "truncate": set()})
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    yield handler, f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
 
 
 @pytest.fixture(autouse=True)

@@ -8,8 +8,7 @@ import copy
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-
+from dispatch_helpers import OperatorLog
 from trainer_helpers import TINY
 from transformer.config import preset
 from transformer.cuda import DeviceBatches, accelerate_training, pad_batch
@@ -122,21 +121,6 @@ def test_compile_is_refused_for_cpu_training(tmp_path):
 
 
 # ------------------------------------------------------------------------------ no host sync
-class _Recorder(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
-# what makes the host wait for a GPU: reading a value back (.item(), float(), bool(), int()),
-# shapes that depend on values (nonzero, boolean indexing), comparisons read on the host
-SYNCS = ("_local_scalar_dense", "nonzero", "masked_select", "aten.equal", "aten.is_nonzero", "aten.item")
-
-
 @pytest.mark.parametrize("settings", [[], ["train.word_dropout=0.1", "train.clip_norm=1.0"], ["train.rdrop=1.0"]],
                          ids=["recipe", "word-dropout-and-clipping", "rdrop"])
 def test_a_training_step_on_the_gpu_path_reads_nothing_back(tmp_path, monkeypatch, settings):
@@ -154,12 +138,12 @@ def test_a_training_step_on_the_gpu_path_reads_nothing_back(tmp_path, monkeypatc
         monkeypatch.setattr(Model, "_check_ids", staticmethod(
             lambda ids, name, vocab: check_ids(ids.to("meta"), name, vocab)))  # shapes and dtypes only, as on CUDA
         group = list(DeviceBatches(trainer.batches.iter_from(0, 0), trainer.device, pad_id=PAD))[:1]
-        with _Recorder() as seen:
+        with OperatorLog() as seen:
             loss, tokens = trainer._step(trainer.model, group)
-        assert seen.names and not [n for n in seen.names if any(s in n for s in SYNCS)]
+        assert seen.names and not seen.syncs()
         assert loss.dtype == torch.float64 and float(loss) > 0 and tokens == group[0].n_tgt_tokens
         trainer.sparse_logits = True  # what the guard catches: the CPU's selection of real positions
-        with _Recorder() as seen:
+        with OperatorLog() as seen:
             trainer._step(trainer.model, group)
         assert any("nonzero" in n for n in seen.names)
     finally:

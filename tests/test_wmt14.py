@@ -11,17 +11,16 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import hashlib
-import http.server
 import io
 import json
 import random
 import re
 import socket
 import tarfile
-import threading
 from pathlib import Path
 
 import pytest
+from file_server import server  # noqa: F401 (a fixture)
 import torch
 import yaml
 
@@ -70,36 +69,6 @@ def en_de_archives(lines: tuple[int, int, int] = (1500, 1000, 500)) -> dict[str,
         others = {"training/europarl-v7.fr-en.fr": b"x\n"} if "europarl" in archive else {}
         out[archive] = tar_bytes({member.format(lang="de"): de, member.format(lang="en"): en, **others})
     return out
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    files: dict[str, bytes] = {}
-    truncate: set[str] = set()
-
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-        data = self.files.get(self.path.rsplit("/", 1)[-1])
-        if data is None:
-            self.send_error(404)
-            return
-        name = self.path.rsplit("/", 1)[-1]
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data) + (1000 if name in self.truncate else 0)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def server():
-    handler = type("Handler", (_Handler,), {"files": {}, "truncate": set()})
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    yield handler, f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
 
 
 @pytest.fixture(autouse=True)
