@@ -259,3 +259,44 @@ def test_split_to_fit_never_loses_text(sentence, limit, count):
 ])
 def test_lowercase_after_a_period(text, lang, expected):
     assert segment_text(text, lang).sentences == expected
+
+
+# A short word and a period before lowercase text: a sentence ends after a short word of the
+# language ("lit", "gut", "bed"), not after a short abbreviation ("min.", "al.", "Std.", "s.").
+SHORT_WORD_ENDS = [
+    ("fr", "le chat dort sur le lit. | nous allons manger."),
+    ("fr", "elle boit du thé. | il lit un livre."),
+    ("fr", "il veut de l'eau. | je lui en donne."),
+    ("fr", "pourquoi ? parce que. | voilà tout."),
+    ("de", "das ist gut. | wir gehen nach hause."),
+    ("de", "er ist da. | sie kommt später."),
+    ("de", "ich trinke tee. | du trinkst kaffee."),
+    ("en", "the cat sleeps on the bed. | we are going to eat."),
+    ("en", "i said no. | he left."),
+    ("en", "she has a dog. | it is big."),
+]
+SHORT_ABBREVIATION_CONTINUES = [
+    ("fr", "Il est mort au XIIe s. et personne ne s'en souvient."),
+    ("fr", "Certains mots, p. ex. saudade, sont intraduisibles."),
+    ("fr", "Le trajet dure 20 min. environ."),
+    ("fr", "des stylos, des carnets, etc. sont sur la table."),
+    ("fr", "voir la fig. ci-dessous."),
+    ("de", "Die Führung dauert ca. 90 min. und endet am Eingang."),
+    ("de", "Das dauert 2 Std. und mehr."),
+    ("de", "der zug hatte 20 min. verspätung."),
+    ("de", "Äpfel, Birnen usw. sind gesund."),
+    ("de", "Das Werk hat 2 Mio. verkauft, lt. Verlag."),
+    ("en", "Smith et al. showed this first."),
+    ("en", "He works for Acme Inc. in London."),
+    ("en", "he works for acme inc. in london."),
+    ("en", "It weighs 5 lb. at most."),
+    ("en", "Pens, paper, etc. are on the desk."),
+    ("en", "It takes 20 min. at most."),
+]
+
+
+@pytest.mark.parametrize("lang,gold", SHORT_WORD_ENDS + SHORT_ABBREVIATION_CONTINUES,
+                         ids=[gold[:30] for _, gold in SHORT_WORD_ENDS + SHORT_ABBREVIATION_CONTINUES])
+def test_short_word_before_lowercase(lang, gold):
+    expected = gold.split(" | ")
+    assert sentences(" ".join(expected), lang) == expected

@@ -53,6 +53,13 @@ BEFORE_NUMBER = {
     "en": "no. nos. p. pp. art. ch. vol. fig. approx. jan. feb. mar. apr. aug. sep. sept. oct. nov. dec.",
 }
 SPLIT_AFTER = {"fr": "etc.", "de": "etc. usw. usf.", "en": "etc."}
+# Abbreviations that lowercase words often follow ("20 min. environ", "et al. showed"); with the
+# lists above they tell a short abbreviation from a short word that ends a sentence ("le lit. nous").
+CONTINUED_AFTER = {
+    "fr": "ex. min. max. sec. hab. vol. fig. éd. coll. trad. resp.",
+    "de": "min. max. sek. mio. geb. gest. ehem. abb. med. phil. jur. rer. nat.",
+    "en": "al. min. max. sec. inc. co. corp. approx. dept. incl. vol. fig.",
+}
 GERMAN_ORDINAL_AFTER = set(
     "am im vom zum beim bis ab seit der die das den dem des zur ins ans ein eine einem einen einer".split()
 )
@@ -71,24 +78,28 @@ def _lang(lang: str | None) -> str:
 
 
 @functools.cache
-def _rules(lang: str) -> tuple[set[str], set[str], re.Pattern]:
-    """NEVER_END and BEFORE_NUMBER words, and the added-boundary pattern, for ``lang``."""
-    never_end, before_number, split_after = (
-        table.get(lang, table[DEFAULT_LANG]).split() for table in (NEVER_END, BEFORE_NUMBER, SPLIT_AFTER)
+def _rules(lang: str) -> tuple[set[str], set[str], re.Pattern, set[str]]:
+    """NEVER_END and BEFORE_NUMBER words, the added-boundary pattern, and the stems (no final
+    period) of the abbreviations a lowercase word may follow, for ``lang``."""
+    never_end, before_number, split_after, continued = (
+        table.get(lang, table[DEFAULT_LANG]).split()
+        for table in (NEVER_END, BEFORE_NUMBER, SPLIT_AFTER, CONTINUED_AFTER)
     )
     after = "|".join(re.escape(w) for w in split_after)
-    return set(never_end), set(before_number), re.compile(rf"(?:[?!]{{2,}}|…|(?<!\w)(?:{after}))(\s+)(?=\S)", re.I)
+    stems = {w.rstrip(".") for w in never_end + split_after + continued}
+    return (set(never_end), set(before_number), re.compile(rf"(?:[?!]{{2,}}|…|(?<!\w)(?:{after}))(\s+)(?=\S)", re.I),
+            stems)
 
 
 def _keep_together(left: str, right: str, lang: str) -> bool:
     """Whether the boundary between ``left`` (ends with non-space) and ``right`` must go."""
-    never_end, before_number, _ = _rules(lang)
+    never_end, before_number, _, _ = _rules(lang)
     before = left.split()
     token = before[-1].lstrip(_OPENERS)
     word = token.lower()
     if word in never_end:
         return True
-    if right[0].islower() and _lowercase_continues(token):
+    if right[0].islower() and _lowercase_continues(token, lang):
         return True
     if right[0].isdigit() and word in before_number:
         return True
@@ -101,21 +112,28 @@ def _keep_together(left: str, right: str, lang: str) -> bool:
     return False
 
 
-def _lowercase_continues(token: str) -> bool:
+def _lowercase_continues(token: str, lang: str) -> bool:
     """Whether a lowercase word after ``token`` continues its sentence: after ? ! or an ellipsis
-    (« Tu viens ? » demanda-t-elle), or after a short or dotted word, which is more likely an
-    abbreviation than a sentence end ("ca. zehn", "z.B. hier"). After a full word and a period
-    ("je suis étudiant. nous allons"), lowercase text still starts a new sentence."""
+    (« Tu viens ? » demanda-t-elle), a dotted word ("z.B. hier"), a number, a listed abbreviation
+    ("20 min. später", "et al. showed", "12 janv. à 18 h"), or a short word that does not read as
+    a word of the language: one letter, capitalised ("2 Std. und") or without a vowel ("5 lb. at").
+    After any other word and a period ("sur le lit. nous", "je suis étudiant. nous allons"),
+    lowercase text still starts a new sentence."""
     if not token.endswith("."):
         return True
     stem = token.rstrip(".")
-    return (stem.endswith("…") or len(stem) <= 3 or "." in stem or not any(ch.isalpha() for ch in stem)
-            or stem.lower() in _MONTH_ABBREVIATIONS)
+    if stem.endswith("…") or "." in stem or not any(ch.isalpha() for ch in stem):
+        return True
+    word = stem.lower()
+    if word in _rules(lang)[3] or word in _MONTH_ABBREVIATIONS:
+        return True
+    return len(stem) <= 3 and (len(stem) == 1 or not stem.islower() or not any(ch in _VOWELS for ch in word))
 
 
 # Shortened month names ("le 12 janv. à 18 h"), which lowercase words often follow.
 _MONTH_ABBREVIATIONS = set("janv févr fevr avr juil sept déc dec jan feb febr mär apr aug okt dez mar jun jul oct "
                            "nov".split())
+_VOWELS = set("aeiouyàâäáåæéèêëíìîïóòôöõøœúùûüÿ")
 
 
 def _gap_at(text: str, i: int) -> tuple[int, int] | None:
@@ -159,9 +177,10 @@ def split_sentences(text: str, lang: str | None = None) -> list[tuple[int, int]]
     return list(zip(edges[::2], edges[1::2]))
 
 
-# A period after a word of four or more letters, then a lowercase word: a boundary that
-# sentencex does not propose in every language (the rules above may still drop it).
-_WORD_PERIOD_LOWERCASE = re.compile(r"(?<=[^\W\d_]{4}\.)(\s+)(?=[a-zß-öø-ÿ])")
+# A period after a word of two or more letters, then a lowercase word: a boundary that
+# sentencex does not propose in every language ("das ist gut. wir"); the rules above drop it
+# after an abbreviation.
+_WORD_PERIOD_LOWERCASE = re.compile(r"(?<=[^\W\d_]{2}\.)(\s+)(?=[a-zß-öø-ÿ])")
 
 
 # --- Whole texts ----------------------------------------------------------------------
