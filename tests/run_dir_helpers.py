@@ -122,6 +122,8 @@ class Worker:
         self.proc.stdin.flush()
         answer = self._answer(timeout)
         answer["growth_mb"] = answer["rss_mb"] - self.base_rss if answer["rss_mb"] else 0
+        if answer["traceback"] or answer["growth_mb"] >= GROWTH_MB:
+            self.close()  # the peak stays in the process: the next command gets a fresh one
         return answer
 
     def close(self) -> None:

@@ -250,7 +250,7 @@ def _run_config(run_dir: Path) -> dict | None:
     if not path.exists():
         return None
     try:
-        return RunConfig.from_dict(json.loads(path.read_text(encoding="utf-8"))).to_dict()
+        return RunConfig.from_dict(read_json(path)).to_dict()
     except (OSError, UnicodeDecodeError, ValueError, TypeError, RecursionError) as err:
         raise InteropError(f"cannot export {run_dir}: {path} is not a readable run configuration ({err})") from None
 

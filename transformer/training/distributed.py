@@ -21,7 +21,6 @@ ends the run with :class:`PeerLostError`, one line naming the last intact checkp
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -34,6 +33,7 @@ from typing import Iterator
 import torch
 import torch.distributed as dist
 
+from transformer.run_files import read_json
 from transformer.training.state import STATE_FILE, TrainerState, latest_checkpoint
 
 TIMEOUT_ENV = "TRANSFORMER_DIST_TIMEOUT"
@@ -183,7 +183,7 @@ def _saved_layout(checkpoint: Path | None) -> tuple[int, int] | None:
     if checkpoint is None:
         return None
     try:
-        layout = json.loads((checkpoint / STATE_FILE).read_text(encoding="utf-8"))["trainer"]["extra"][LAYOUT_KEY]
+        layout = read_json(checkpoint / STATE_FILE)["trainer"]["extra"][LAYOUT_KEY]  # capped, nesting bounded
         world, acc = int(layout["world_size"]), int(layout["accumulate"])
     except (OSError, ValueError, KeyError, TypeError):
         return None

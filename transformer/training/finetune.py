@@ -12,7 +12,6 @@ are by taking them out of the optimizer.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,7 +209,7 @@ def _model_step(run_dir: Path, cfg: RunConfig | None) -> int | None:
     if checkpoint is None:
         return None
     try:
-        trainer = json.loads((checkpoint / STATE_FILE).read_text(encoding="utf-8"))["trainer"]
+        trainer = read_json(checkpoint / STATE_FILE)["trainer"]
         newest, best = trainer["step"], trainer.get("best_step")
     except (OSError, ValueError, KeyError, TypeError):
         return None  # the step is a record we can do without
