@@ -33,6 +33,7 @@ from transformer.cpu.allocator import retain_freed_memory
 from transformer.config import PRESETS, preset
 from transformer.model.masks import padding_mask
 from transformer.model import Transformer
+from transformer.training.config import MAX_THREADS
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -47,6 +48,35 @@ EXIT_STATUSES = (
 
 class UsageError(Exception):
     """An error in what the user asked for: printed without a traceback, exit status 2."""
+
+
+# The commands that compute with torch; each takes --threads.
+THREADED_COMMANDS = ("demo", "train", "translate", "evaluate", "serve", "attend", "info")
+THREADS_HELP = (f"CPU threads for PyTorch and the CPU engine's kernels, 1 to {MAX_THREADS} (default: PyTorch's "
+                "choice, usually one per core; OMP_NUM_THREADS sets it too). Beside other busy processes fewer "
+                "threads can be faster.")
+
+
+def _add_threads_option(parser: argparse.ArgumentParser, command: str) -> None:
+    extra = (" It takes the place of train.threads for this process only and is not recorded in the run's "
+             "settings, so a run resumes with any --threads.") if command == "train" else ""
+    # Read as text and checked in main(), so a bad value is one line like every other mistake.
+    parser.add_argument("--threads", metavar="N", default=None, help=THREADS_HELP + extra)
+
+
+def _apply_threads(args: argparse.Namespace) -> None:
+    """torch.set_num_threads(--threads) before the command runs; UsageError for a bad value."""
+    value = getattr(args, "threads", None)
+    if value is None:
+        return
+    try:
+        threads = int(value)
+    except ValueError:
+        threads = 0
+    if not 1 <= threads <= MAX_THREADS:
+        raise UsageError(f"--threads must be a whole number from 1 to {MAX_THREADS}, got {value!r}")
+    args.threads = threads
+    torch.set_num_threads(threads)
 
 
 def _register_info(sub: argparse._SubParsersAction) -> None:
@@ -191,6 +221,8 @@ def _train(args: argparse.Namespace) -> int:
         cfg = RunConfig().with_overrides(overrides)
     retain_freed_memory()  # training reuses the same large temporaries each step (transformer/cpu/allocator.py)
     trainer = Trainer(cfg, args.run_dir, show_progress=not args.quiet)
+    if args.threads is not None:  # the command line wins over the train.threads the trainer applied
+        torch.set_num_threads(args.threads)
     result = trainer.train()
     if not trainer.dist.is_main:  # under torchrun the first process reports for all
         return 0
@@ -307,6 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for register in _SUBCOMMANDS:
         register(sub)
+    for command in THREADED_COMMANDS:
+        _add_threads_option(sub.choices[command], command)
     return parser
 
 
@@ -367,6 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        _apply_threads(args)
         return args.handler(args)
     except (UsageError, ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
             PermissionError) as err:
