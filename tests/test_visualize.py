@@ -323,3 +323,45 @@ def test_main_cli_reports_attend_errors_when_wired(run_dir, capsys):
     assert "attend" in commands
     assert cli.main(["attend", str(run_dir), SENTENCE, "--layer", "5"]) == 2
     assert "transformer attend: error: layer 5 does not exist" in capsys.readouterr().err
+
+
+@pytest.fixture
+def own_run_dir(run_dir, tmp_path):
+    """A copy of the run with a page already in RUN_DIR/attention, as the demo leaves it."""
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("attention*"))
+    (copy / "attention").mkdir()
+    (copy / "attention" / "attention.html").write_text("the demo's page")
+    return copy
+
+
+def test_attend_keeps_an_earlier_page_and_says_where_it_wrote(own_run_dir, capsys):
+    assert attend(str(own_run_dir), SENTENCE, "--page") == 0
+    printed = capsys.readouterr().out
+    assert (own_run_dir / "attention" / "attention.html").read_text() == "the demo's page"
+    assert (own_run_dir / "attention-2" / "attention.html").is_file()
+    assert str(own_run_dir / "attention-2" / "attention.html") in printed
+    assert "--overwrite" in printed
+    assert attend(str(own_run_dir), SENTENCE, "--page") == 0  # and the next one beside it
+    assert (own_run_dir / "attention-3" / "attention.html").is_file()
+
+
+def test_attend_overwrite_replaces_the_default_page(own_run_dir, capsys):
+    assert attend(str(own_run_dir), SENTENCE, "--page", "--overwrite") == 0
+    assert (own_run_dir / "attention" / "attention.html").read_text() != "the demo's page"
+    assert not (own_run_dir / "attention-2").exists()
+
+
+def test_attend_out_refuses_to_replace_files(own_run_dir, tmp_path, capsys):
+    from transformer import cli
+
+    out = own_run_dir / "attention"
+    assert cli.main(["attend", str(own_run_dir), SENTENCE, "--out", str(out), "--page", "--json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "attention.html" in err and "--overwrite" in err, err
+    assert sorted(p.name for p in out.iterdir()) == ["attention.html"]
+    assert (out / "attention.html").read_text() == "the demo's page"
+    assert cli.main(["attend", str(own_run_dir), SENTENCE, "--out", str(out), "--page", "--overwrite"]) == 0
+    assert (out / "attention.html").read_text() != "the demo's page"

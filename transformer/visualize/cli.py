@@ -36,7 +36,11 @@ def register_attend_command(subparsers: argparse._SubParsersAction) -> argparse.
     )
     p.add_argument("run_dir", help="run directory with config.json, model.safetensors and the tokenizer")
     p.add_argument("sentence", help='the source sentence, e.g. "je suis étudiant"')
-    p.add_argument("--out", help="output directory (default: RUN_DIR/attention)")
+    p.add_argument("--out", help="output directory (default: RUN_DIR/attention, or RUN_DIR/attention-2, -3, ... "
+                   "when that one holds files already, such as the demo's page); files in it are never replaced "
+                   "unless --overwrite is given")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the files of an earlier attend (or the demo) in --out or RUN_DIR/attention")
     p.add_argument("--layer", type=int, help="layer of the heatmaps, 0-based (default: the last)")
     p.add_argument("--heads", help="comma-separated heads of the heatmaps, e.g. 0,1 (default: all)")
     p.add_argument("--kind", default="all", choices=["encoder", "decoder", "cross", "all"],
@@ -67,11 +71,12 @@ def parse_heads(text: str | None) -> list[int] | None:
 
 def attend(translator: Any, sentence: str, out_dir: str | os.PathLike[str], *, kind: str = "all",
            layer: int | None = None, heads: Sequence[int] | None = None, formats: Sequence[str] = ("png", "svg"),
-           outputs: Sequence[str] = OUTPUTS) -> tuple[Any, list[Path]]:
+           outputs: Sequence[str] = OUTPUTS, overwrite: bool = True) -> tuple[Any, list[Path]]:
     """Collect the attention of ``sentence`` and write the chosen ``outputs`` into ``out_dir``.
 
     Everything is validated (sentence, layer, heads, formats, output directory) before anything is
-    written. Returns the :class:`~transformer.visualize.data.AttentionData` and the written paths.
+    written; with ``overwrite=False`` a file that exists already raises FileExistsError first.
+    Returns the :class:`~transformer.visualize.data.AttentionData` and the written paths.
     """
     from transformer.visualize._io import writable_dir
     from transformer.visualize.data import KINDS, attention_layout, check_heads, check_kind, check_layer, collect_attention
@@ -93,6 +98,8 @@ def attend(translator: Any, sentence: str, out_dir: str | os.PathLike[str], *, k
     check_heads(layout["cross"][1], heads)
     out = writable_dir(out_dir)
     data = collect_attention(translator, sentence)
+    if not overwrite:
+        _refuse_existing(out, _planned_files(data, cfg, kind, layer, formats, outputs))
     written: list[Path] = []
     if "heatmaps" in outputs:
         written += save_attention_heatmaps(data, out, kind=kind, layer=layer, heads=heads, formats=formats)
@@ -111,6 +118,39 @@ def attend(translator: Any, sentence: str, out_dir: str | os.PathLike[str], *, k
     return data, written
 
 
+def _planned_files(data: Any, cfg: Any, kind: str, layer: int | None, formats: Sequence[str],
+                   outputs: Sequence[str]) -> list[str]:
+    """The names ``attend`` writes for these choices (heatmap names as save_attention_heatmaps makes them)."""
+    names = []
+    if "heatmaps" in outputs:
+        kinds = data.kinds if kind == "all" else [kind]
+        names += [f"attention_{k}_layer{data.check_layer(k, layer)}.{fmt}" for k in kinds for fmt in formats]
+    if "json" in outputs:
+        names.append(JSON_FILE)
+    if "page" in outputs:
+        names.append(PAGE_FILE)
+    if "positions" in outputs and hasattr(cfg, "positional"):
+        names += [f"{POSITIONS_STEM}.{fmt}" for fmt in formats]
+    return names
+
+
+def _refuse_existing(out: Path, names: Sequence[str]) -> None:
+    existing = [n for n in names if (out / n).exists() or (out / n).is_symlink()]
+    if existing:
+        shown = ", ".join(existing[:3]) + (f" and {len(existing) - 3} more" if len(existing) > 3 else "")
+        raise FileExistsError(f"{out} already holds {shown}; give another --out, or --overwrite to replace them")
+
+
+def default_out_dir(run_dir: str | os.PathLike[str]) -> Path:
+    """RUN_DIR/attention, or the first of attention-2, -3, ... that is missing or empty: the demo's
+    page (and an earlier attend's pictures) stay where they are."""
+    base = Path(run_dir) / "attention"
+    candidate, n = base, 2
+    while (candidate.is_dir() and any(candidate.iterdir())) or candidate.is_file():
+        candidate, n = Path(f"{base}-{n}"), n + 1
+    return candidate
+
+
 def run_attend(args: argparse.Namespace) -> int:
     """Handler of ``transformer attend``: prints the source, the translation and every written path."""
     if not args.sentence.strip():
@@ -122,10 +162,14 @@ def run_attend(args: argparse.Namespace) -> int:
     from transformer.translate.translator import load_translator
 
     translator = load_translator(args.run_dir, decoding=DecodeConfig(strategy="beam" if args.beam else "greedy"))
-    out = Path(args.out) if args.out else Path(args.run_dir) / "attention"
+    default = Path(args.run_dir) / "attention"
+    out = Path(args.out) if args.out else default if args.overwrite else default_out_dir(args.run_dir)
     data, paths = attend(translator, args.sentence, out, kind=args.kind, layer=args.layer, heads=heads,
-                         formats=formats, outputs=outputs)
+                         formats=formats, outputs=outputs, overwrite=args.overwrite)
     print(f"{data.source}  ->  {data.translation}")
+    if out != default and not args.out:
+        print(f"{default} holds earlier pictures (the demo's page, say): these are in {out} "
+              "(--overwrite replaces those instead)")
     for path in paths:
         print(path)
     return 0
