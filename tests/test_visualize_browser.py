@@ -283,3 +283,15 @@ def test_head_grid_labels_its_rows_and_columns_and_gives_each_weight_on_hover(br
     assert not page.is_visible("#tooltip")
     assert errors == []
     page.close()
+
+
+def test_layer_menu_names_the_first_and_last_layer(browser, page_file):
+    # layers are numbered from 0, as --layer and the heatmaps' file names number them
+    layers = read_page_data(page_file)["sentences"][0]["model"]["layers"]["decoder"]
+    assert layers == 2  # the tiny preset
+    page, errors, _ = open_page(browser, page_file)
+    labels = page.eval_on_selector_all("#layer-select option", "options => options.map((o) => o.textContent)")
+    assert labels == ["0 (first)", "1 (last)"]
+    assert page.eval_on_selector("#layer-select", "s => s.selectedOptions[0].textContent") == "1 (last)"
+    assert not errors
+    page.close()

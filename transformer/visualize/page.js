@@ -60,7 +60,9 @@
   function setupLayers() {
     const n = nLayers(state.kind);
     if (state.layer === null || state.layer >= n) state.layer = n - 1;
-    fillSelect($("layer-select"), [...Array(n).keys()], (l) => `${l} of 0\u2013${n - 1}`, state.layer);
+    /* numbered from 0 like --layer and the heatmaps' files; the ends named, not a range beside a number */
+    const layerName = (l) => n === 1 ? `${l} (only)` : l === 0 ? `${l} (first)` : l === n - 1 ? `${l} (last)` : `${l}`;
+    fillSelect($("layer-select"), [...Array(n).keys()], layerName, state.layer);
   }
 
   function toggleHead(h) {
