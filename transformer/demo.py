@@ -69,7 +69,7 @@ def run_demo(run_dir: str | Path, *, max_steps: int = DEMO_STEPS, time_limit: fl
     """
     start = time.perf_counter()
     cfg = demo_config(max_steps=max_steps, time_limit=time_limit, seed=seed)
-    trainer = Trainer(cfg, run_dir, show_progress=show_progress, stream=stream)
+    trainer = Trainer(cfg, run_dir, show_progress=show_progress, stream=stream, tensorboard_hint=False)
     result = trainer.train()
     translator = Translator.from_run_dir(run_dir, bf16=trainer.precision == "bf16")
     test = trainer.data.test_text

@@ -102,8 +102,10 @@ class Trainer:
     """Trains a ``Transformer`` (or the recurrent baseline, ``model.architecture=rnn``) on a ``RunConfig``
     into a run directory."""
 
-    def __init__(self, cfg: RunConfig, run_dir: str | Path, *, show_progress: bool = True, stream: TextIO | None = None):
+    def __init__(self, cfg: RunConfig, run_dir: str | Path, *, show_progress: bool = True, stream: TextIO | None = None,
+                 tensorboard_hint: bool = True):
         self.cfg, self.run_dir = cfg, Path(run_dir)
+        self.tensorboard_hint = tensorboard_hint  # the notice when tensorboard is missing (the demo has no use for it)
         t = cfg.train
         self.device = resolve_device(t.device)
         self.precision = resolve_precision(t.precision, self.device)  # "auto" resolved: fp32, bf16 or fp16
@@ -275,7 +277,7 @@ class Trainer:
             progress.message(f"warning: {warning}; use train.precision=fp32 or auto")
         progress.message(data_report(self.data.stats))
         self.board = TensorBoardLog.open(self.run_dir, enabled=t.tensorboard and self.dist.is_main, resume_step=st.step,
-                                         say=progress.message)
+                                         say=progress.message if self.tensorboard_hint else lambda _: None)
         start = self.clock()
         rate_tokens = 0.0  # the tokens of the logging window trained by this call (the rate's, not the loss's)
         window_start = self.rate_clock()
