@@ -60,3 +60,13 @@ def test_evaluate_names_the_decoding_it_used(run_dir, files, capsys):
     assert main(["evaluate", str(run_dir), "--src", str(files / "in.txt"), "--ref", str(files / "in.txt"),
                  "--beam", "3"]) == 0
     assert "(beam 3)" in capsys.readouterr().out
+
+
+def test_serve_without_its_extra_names_the_whole_install_line(run_dir, monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # the serve extra not installed
+    assert main(["serve", str(run_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert 'pip install -c constraints.txt -e ".[serve]"' in err, err

@@ -9,7 +9,7 @@
   :mod:`transformer.visualize`).
 * :mod:`transformer.serve.cli`: the ``serve`` subcommand.
 
-FastAPI and uvicorn come with the ``serve`` extra: ``pip install -e ".[serve]"``.
+FastAPI and uvicorn come with the ``serve`` extra: ``pip install -c constraints.txt -e ".[serve]"``.
 """
 
 from transformer.serve.limits import ServeLimits

@@ -144,7 +144,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
         from transformer.serve.app import create_app
     except ImportError as err:
-        raise ValueError(f"serving needs fastapi and uvicorn: pip install -e '.[serve]' ({err})") from None
+        raise ValueError("serving needs fastapi and uvicorn: "
+                         f'pip install -c constraints.txt -e ".[serve]" ({err})') from None
     from transformer.translate.translator import load_translator
 
     from transformer.serve.protocol import ConnectionStats, GuardedServer, bind_sockets, uvicorn_config
