@@ -315,3 +315,11 @@ def test_site_builds_strictly(tmp_path):
     api = (out / "http-api.html").read_text(encoding="utf-8")
     assert "/v1/translate" in api and "TranslateRequest" in api
     assert (out / "_downloads").is_dir(), "openapi.json is offered for download"
+
+
+def test_links_named_serving_go_to_the_serving_page():
+    # the serving guide, not the HTTP API reference it links to, is what "serving" promises
+    wrong = [f"{page.name}: [{text}]({target})" for page in PAGES
+             for text, target in re.findall(r"\[([^\]]+)\]\(([^)\s]+)\)", page.read_text(encoding="utf-8"))
+             if text.lower().startswith(("serving", "serve ")) and not target.split("#")[0].endswith("serving.md")]
+    assert not wrong

@@ -42,3 +42,33 @@ def test_readme_map_names_every_package_folder():
     folders = sorted(p.name for p in (ROOT / "transformer").iterdir() if (p / "__init__.py").is_file())
     for folder in folders:
         assert f"`transformer/{folder}/`" in readme, f"the README's package map has no line for transformer/{folder}/"
+
+
+# The pages a newcomer follows, besides the history in the changelog.
+GUIDES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "changelog.md")]
+FRONT_DOORS = [ROOT / "README.md", ROOT / "docs" / "getting-started.md"]
+
+
+def test_every_pip_shown_is_the_venvs():
+    # a bare `pip install` outside the activated venv installs into the system's Python
+    bare = [f"{page.name}:{number}: {line.strip()}" for page in GUIDES
+            for number, line in enumerate(page.read_text().splitlines(), 1)
+            if re.search(r"(?<![\w/.-])pip3? install", line)]
+    assert not bare
+
+
+def test_the_quick_start_says_how_the_commands_after_it_run():
+    for page in FRONT_DOORS:
+        text = page.read_text()
+        first_bare = re.search(r"^(\s*)transformer ", text, re.M)  # the first command that needs the venv on PATH
+        assert first_bare, page.name
+        assert ". .venv/bin/activate" in text[: first_bare.start()], f"{page.name}: say to activate before {first_bare}"
+
+
+def test_the_cpu_only_install_is_pytorchs_cpu_index_at_the_pinned_version():
+    pin = re.search(r"^torch==(\S+)", (ROOT / "constraints.txt").read_text(), re.M).group(1)
+    for page in FRONT_DOORS:
+        text = page.read_text()
+        assert f"pip install torch=={pin} --index-url https://download.pytorch.org/whl/cpu" in text, page.name
+        assert "download.pytorch.org/whl/cu" in text.replace("whl/cpu", ""), f"{page.name}: no word on a GPU install"
+        assert "nothing pulls a CUDA build" not in text, page.name
