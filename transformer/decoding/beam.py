@@ -118,7 +118,9 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
         parents = top_i // w + (torch.arange(n, device=dev) * k).unsqueeze(1)  # (n, 2K) rows of the cache
         is_eos = top_tok == eos_id
         last = t + 1 >= lim  # (n,) reached the maximum length
-        fin = (is_eos[:, :K] | last.unsqueeze(1)) & ~closed.unsqueeze(1)  # (n, K); a closed sentence's results stay
+        fin = is_eos[:, :K] | last.unsqueeze(1)  # (n, K)
+        if sync_every > 1:  # a closed sentence's results stay (at every-step checks none is left open)
+            fin = fin & ~closed.unsqueeze(1)
         if dev.type != "cpu" or bool(fin.any()):  # skip the bookkeeping on CPU, the sync on accelerators
             fin_tok = hist.index_select(0, parents[:, :K].flatten()).view(n, K, T)  # (n, K, T)
             fin_tok[:, :, t] = top_tok[:, :K]
@@ -136,7 +138,7 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
             done = done | (n_finished >= K)
         elif _early_stop:
             done = done | (store[0][:, -1] >= alive[:, 0] / lp_max)
-        closed = closed | done
+        closed = closed | done if sync_every > 1 else done
         keep = None
         if ((t + 1) % sync_every == 0 or t + 1 == T) and bool(closed.any()):  # the stopping check: one host sync
             finished = closed.nonzero().squeeze(1)
