@@ -173,3 +173,20 @@ def test_trainer_state_is_checked(run_dir, tmp_path, change, message):
     model = load_model(run)
     with pytest.raises(CheckpointError, match=message):
         load_checkpoint(run / "checkpoints" / "step-00000002", model=model, restore_rng=False)
+
+
+@pytest.mark.parametrize("dtype", [["F32"], {"F32": 1}, 32, None])
+def test_a_header_entry_whose_dtype_is_not_a_name_is_refused(tmp_path, dtype):
+    """A dtype that is a list or a mapping (found by the fuzz test) is a one-line error, not a TypeError."""
+    from transformer.run_files import RunFileError, read_safetensors_header
+
+    path = tmp_path / "model.safetensors"
+    save_file({"w": torch.zeros(2, 3)}, str(path))
+    raw = path.read_bytes()
+    size = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + size])
+    header["w"]["dtype"] = dtype
+    text = json.dumps(header).encode()
+    path.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + size :])
+    with pytest.raises(RunFileError, match="unknown dtype"):
+        read_safetensors_header(path)

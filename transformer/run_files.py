@@ -125,7 +125,7 @@ def _header_entry(path: Path, name: str, entry: Any, data_size: int) -> tuple[st
     if not isinstance(entry, dict):
         raise RunFileError(f"{bad} is not an object")
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if dtype not in SAFETENSORS_DTYPES:
+    if not isinstance(dtype, str) or dtype not in SAFETENSORS_DTYPES:
         raise RunFileError(f"{bad} has an unknown dtype {dtype!r}")
     if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
         raise RunFileError(f"{bad} has no valid shape (a list of sizes >= 0): {shape!r:.80}")
