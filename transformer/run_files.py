@@ -15,8 +15,9 @@ import json
 import os
 import stat
 import struct
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Iterator
 
 MAX_JSON_BYTES = 16 << 20  # config.json, run_config.json, trainer_state.json, .resume files: kilobytes in practice
 MAX_TOKENIZER_BYTES = 256 << 20  # a tokenizer's JSON (a 250,000-piece vocabulary is about 20 MB)
@@ -34,21 +35,29 @@ class RunFileError(ValueError):
     """A file of a run or model directory that cannot be read safely; the message names it."""
 
 
-def read_bytes(path: str | os.PathLike[str], *, limit: int) -> bytes:
-    """The contents of ``path``, which must be a regular file (a symbolic link to one is fine) of at
-    most ``limit`` bytes. FileNotFoundError when it does not exist; RunFileError otherwise."""
-    path = Path(path)
+@contextmanager
+def _open_regular(path: Path, *, missing: str) -> Iterator[tuple[BinaryIO, os.stat_result]]:
+    """``path`` opened for reading with its ``fstat``, after checking that it is a regular file (a
+    symbolic link to one is fine). FileNotFoundError(``missing``) when it does not exist."""
     try:
         # O_NONBLOCK: a FIFO swapped in after a check must not block the open
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path} not found") from None
+        raise FileNotFoundError(missing) from None
     except OSError as err:
         raise RunFileError(f"{path} cannot be opened: {err.strerror}") from None
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(f.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise RunFileError(f"{path} is not a regular file ({_kind(info.st_mode)}); refusing to read it")
+        yield f, info
+
+
+def read_bytes(path: str | os.PathLike[str], *, limit: int) -> bytes:
+    """The contents of ``path``, which must be a regular file (a symbolic link to one is fine) of at
+    most ``limit`` bytes. FileNotFoundError when it does not exist; RunFileError otherwise."""
+    path = Path(path)
+    with _open_regular(path, missing=f"{path} not found") as (f, info):
         if info.st_size > limit:
             raise RunFileError(f"{path} is {info.st_size:,} bytes, more than the {limit:,} such a file may have")
         data = f.read(limit + 1)
@@ -89,16 +98,7 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> dict[str, tuple[str
     """``{name: (dtype, shape)}`` from a safetensors file's header, checked to describe tensors that
     lie inside the file; no tensor is read. FileNotFoundError when missing; RunFileError otherwise."""
     path = Path(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"weights file not found: {path}") from None
-    except OSError as err:
-        raise RunFileError(f"{path} cannot be opened: {err.strerror}") from None
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise RunFileError(f"{path} is not a regular file ({_kind(info.st_mode)}); refusing to read it")
+    with _open_regular(path, missing=f"weights file not found: {path}") as (f, info):
         prefix = f.read(8)
         if len(prefix) < 8:
             raise RunFileError(f"{path} {UNREADABLE}: {len(prefix)} bytes, shorter than its header")

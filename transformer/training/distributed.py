@@ -94,19 +94,19 @@ def collective_timeout() -> timedelta:
 
 def all_reduce_sum(values: list[float], info: DistInfo, device: torch.device) -> list[float]:
     """Sum a few numbers over all ranks (identity with one process)."""
-    if not info.enabled:
-        return values
-    t = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return t.tolist()
+    return _all_reduce(values, info, device, dist.ReduceOp.SUM)
 
 
 def all_reduce_min(values: list[float], info: DistInfo, device: torch.device) -> list[float]:
     """The smallest of each of a few numbers over all ranks (identity with one process)."""
+    return _all_reduce(values, info, device, dist.ReduceOp.MIN)
+
+
+def _all_reduce(values: list[float], info: DistInfo, device: torch.device, op) -> list[float]:
     if not info.enabled:
         return values
     t = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    dist.all_reduce(t, op=op)
     return t.tolist()
 
 
