@@ -102,7 +102,7 @@ def load_recipe(
     raw["train"] = train
     previous = Path(run_dir) / "run_config.json" if run_dir is not None else None
     if _overrides_accumulate(overrides):
-        pass
+        pass  # the command line's train.accumulate is applied with the other overrides below
     elif previous is not None and previous.is_file():
         train["accumulate"] = RunConfig.from_dict(json.loads(previous.read_text())).train.accumulate
     elif per_step % world:
