@@ -3,10 +3,19 @@
 * :mod:`transformer.serve.limits`: :class:`ServeLimits`, every bound the server enforces.
 * :mod:`transformer.serve.batching`: :class:`DynamicBatcher`, which merges requests arriving within
   a few milliseconds into one ``Translator`` call run on a worker thread (bounded queue, timeouts).
+* :mod:`transformer.serve.service`: :class:`TranslationService`, one model's operations (texts and
+  pages translated in their structure, the attention of a sentence, health) over its batcher, with
+  no HTTP in it.
+* :mod:`transformer.serve.documents`: texts cut into sentences and model inputs, and put back together.
 * :mod:`transformer.serve.schemas`: the pydantic request and response models (the OpenAPI schema).
-* :mod:`transformer.serve.app`: :func:`create_app`, the FastAPI application.
+* :mod:`transformer.serve.routes`: the routers of the native API and the page, over a service;
+  :mod:`transformer.serve.libretranslate`: the LibreTranslate API's.
+* :mod:`transformer.serve.app`: :func:`create_app`, the FastAPI application: a service, its routers,
+  the middleware (:mod:`transformer.serve.middleware`) and the error handlers.
 * :mod:`transformer.serve.page`: the web page at ``/`` (reuses the attention page of
   :mod:`transformer.visualize`).
+* :mod:`transformer.serve.protocol`: the connections uvicorn serves (deadlines for slow clients, a cap,
+  the graceful shutdown).
 * :mod:`transformer.serve.cli`: the ``serve`` subcommand.
 
 FastAPI and uvicorn come with the ``serve`` extra: ``pip install -c constraints.txt -e ".[serve]"``.

@@ -17,6 +17,9 @@ the text of the page (tags removed, entities decoded), split and translated the 
 page is rebuilt around the translations with its markup kept. A sentence of a page is not one
 span of its markup, so its alignment has no spans: it carries its text instead.
 
+The attention of one sentence is drawn for one model input: :func:`input_piece` says which part
+of the text that is (the sentence, or one of its pieces) and where it lies.
+
 Offsets (``source_span``, ``target_span``) are Python ``str`` indices: Unicode code points,
 ``[start, end)``. (JavaScript strings count UTF-16 code units: a character outside the Basic
 Multilingual Plane, an emoji say, is one code point but two JavaScript units.)
@@ -153,6 +156,38 @@ def per_text(counts: Sequence[int], items: Sequence[Any]) -> list[list[Any]]:
         out.append(list(items[k: k + count]))
         k += count
     return out
+
+
+@dataclass(frozen=True)
+class InputPiece:
+    """Where one model input lies in its text: piece ``piece`` of sentence ``sentence`` (a
+    sentence that fits whole is its own piece 0). Spans are ``[start, end)`` in the text."""
+
+    sentence: int
+    sentences: int  # sentences in the text
+    sentence_span: tuple[int, int]
+    piece: int
+    pieces: int  # pieces the sentence is translated in (1: it fits whole)
+    span: tuple[int, int]
+    text: str  # the piece itself, as the model reads it
+
+
+def input_piece(document: Document, spans: Sequence[Sequence[tuple[int, int]]], sentence: int,
+                piece: int) -> InputPiece:
+    """Piece ``piece`` of sentence ``sentence`` of ``document``, whose sentences are translated in
+    the pieces ``spans`` (per sentence, offsets in the sentence: :attr:`ModelInputs.spans`);
+    :class:`Unprocessable` naming the sentences, or the pieces, there are when it does not exist."""
+    count = len(document.segments)
+    if not 0 <= sentence < count:
+        raise Unprocessable(f"sentence {sentence} does not exist: the text has {count} "
+                            f"sentence{'s' if count != 1 else ''} (0 to {count - 1})")
+    segment, cuts = document.segments[sentence], spans[sentence]
+    if not 0 <= piece < len(cuts):
+        raise Unprocessable(f"piece {piece} does not exist: sentence {sentence} is translated in "
+                            f"{len(cuts)} piece{'s' if len(cuts) != 1 else ''} (0 to {len(cuts) - 1})")
+    start, end = (segment.start + offset for offset in cuts[piece])  # from the sentence's offsets to the text's
+    return InputPiece(sentence, count, (segment.start, segment.end), piece, len(cuts), (start, end),
+                      document.text[start:end])
 
 
 def _kth(hyps: Sequence[Hyp], k: int) -> Hyp:

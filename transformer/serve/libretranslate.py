@@ -31,13 +31,12 @@ overloaded or timed out. A sentence over ``max_input_tokens`` is translated in p
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from email.parser import BytesParser
 from email.policy import HTTP
 from typing import Any
 from urllib.parse import parse_qsl
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from transformer.serve.batching import Overloaded, TimedOut
@@ -45,6 +44,7 @@ from transformer.serve.documents import Unprocessable
 from transformer.serve.limits import ServeLimits
 from transformer.serve.middleware import plain_error_json, unreadable_json
 from transformer.serve.schemas import check_text
+from transformer.serve.service import TranslationService
 
 PATHS = frozenset({"/translate", "/languages"})
 
@@ -174,22 +174,18 @@ def _check_language(given: str, served: str | None, what: str, src_lang: str | N
                          f"{tgt_lang or UNKNOWN} ({language_name(tgt_lang or UNKNOWN)})")
 
 
-Translate = Callable[..., Awaitable[tuple[list[dict[str, Any]], Any]]]
-
-
-def add_routes(app: FastAPI, *, translate: Translate, translate_html: Callable[..., Awaitable[list[str]]],
-               src_lang: str | None, tgt_lang: str | None, limits: ServeLimits) -> None:
-    """Add ``POST /translate`` and ``GET /languages`` (see the module doc) to ``app``.
-
-    ``translate(texts, names=...)`` returns the native API's ``Translation`` dicts (and the batch
-    info); ``translate_html(pages, names)`` the translated pages. Both raise :class:`Unprocessable`,
+def router(service: TranslationService) -> APIRouter:
+    """``POST /translate`` and ``GET /languages`` (see the module doc) over ``service``: its
+    translations, language pair and limits. The service raises :class:`Unprocessable`,
     :class:`Overloaded` or :class:`TimedOut`, which become LibreTranslate errors here."""
+    routes = APIRouter()
+    src_lang, tgt_lang, limits = service.src_lang, service.tgt_lang, service.limits
 
-    @app.get("/languages", include_in_schema=False)
+    @routes.get("/languages", include_in_schema=False)
     async def get_languages() -> JSONResponse:
         return JSONResponse(languages(src_lang, tgt_lang))
 
-    @app.post("/translate", include_in_schema=False)
+    @routes.post("/translate", include_in_schema=False)
     async def post_translate(request: Request) -> JSONResponse:
         try:
             params = await read_parameters(request)
@@ -206,13 +202,10 @@ def add_routes(app: FastAPI, *, translate: Translate, translate_html: Callable[.
             todo = [i for i, t in enumerate(texts) if t.strip()]  # blank texts come back as they are
             names = [f"q[{i}]" if batch else "q" for i in todo]
             if todo:
-                if text_format == "html":
-                    translated = await translate_html([texts[i] for i in todo], names)
-                else:
-                    results, _ = await translate([texts[i] for i in todo], names=names)
-                    translated = [r["translation"] for r in results]
-                for i, t in zip(todo, translated):
-                    out[i] = t
+                translate = service.translate_pages if text_format == "html" else service.translate_texts
+                results, _ = await translate([texts[i] for i in todo], names=names)
+                for i, result in zip(todo, results):
+                    out[i] = result["translation"]
         except BadRequest as err:
             return plain_error_json(400, str(err))
         except Unprocessable as err:
@@ -220,3 +213,5 @@ def add_routes(app: FastAPI, *, translate: Translate, translate_html: Callable[.
         except (Overloaded, TimedOut) as err:
             return plain_error_json(503, str(err), headers={"Retry-After": "1"})
         return JSONResponse({"translatedText": out if batch else out[0]})
+
+    return routes

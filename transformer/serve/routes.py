@@ -1,0 +1,137 @@
+"""The routes of the native API and of the page: FastAPI routers over one
+:class:`~transformer.serve.service.TranslationService`.
+
+* :func:`translate_router`: ``POST /v1/translate``;
+* :func:`attention_router`: ``POST /v1/attention``;
+* :func:`status_router`: ``GET /health`` and ``GET /v1/model``;
+* :func:`page_router`: ``GET /``, the web page.
+
+(LibreTranslate's API has its own router, :func:`transformer.serve.libretranslate.router`.) A
+route reads its request, calls the service and shapes its answer: the timing, the headers, the
+OpenAPI description. What a request means is the service's; errors are the app's handlers'.
+"""
+
+# No ``from __future__ import annotations`` here: FastAPI reads the request models of the routes
+# from their annotations, and those models are built per app (their limits are in the schema).
+
+import json
+import time
+from importlib import resources
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import BaseModel
+
+from transformer.serve.batching import BatchInfo
+from transformer.serve.page import index_html, page_csp
+from transformer.serve.schemas import ErrorResponse, Health, ModelInfo, TranslateResponse
+from transformer.serve.service import DecodingSettings, TranslationService
+
+_ERRORS = {400: "invalid JSON or UTF-8", 413: "request body too large", 422: "invalid request fields",
+           503: "overloaded, or the translation timed out"}
+
+_SENTENCE_HEADERS = {
+    "X-Sentence-Index": {"description": "the sentence shown, from 0", "schema": {"type": "integer"}},
+    "X-Sentence-Count": {"description": "sentences in the text", "schema": {"type": "integer"}},
+    "X-Source-Span": {"description": "start,end of the sentence in the text (code points)",
+                      "schema": {"type": "string"}},
+    "X-Piece-Index": {"description": "the piece of the sentence shown, from 0 (a sentence over max_input_tokens "
+                      "is translated in pieces)", "schema": {"type": "integer"}},
+    "X-Piece-Count": {"description": "pieces the sentence is translated in (1: it fits whole)",
+                      "schema": {"type": "integer"}},
+    "X-Piece-Span": {"description": "start,end of that piece in the text (code points): the attention document's "
+                     "source", "schema": {"type": "string"}},
+}
+
+
+def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {code: {"model": ErrorResponse, "description": _ERRORS[code]} for code in codes}
+
+
+def _attention_schema() -> dict[str, Any]:
+    text = resources.files("transformer.visualize").joinpath("schema.json").read_text(encoding="utf-8")
+    schema = json.loads(text)
+    schema.pop("$schema", None)
+    return schema
+
+
+def _timing(start: float, info: BatchInfo) -> dict[str, float]:
+    return {"total_ms": round((time.perf_counter() - start) * 1000, 2), "queue_ms": round(info.queue_ms, 2),
+            "compute_ms": round(info.compute_ms, 2), "batch_size": info.batch_size,
+            "batch_requests": info.batch_requests, "model_calls": info.model_calls}
+
+
+def translate_router(service: TranslationService, TranslateRequest: type[BaseModel]) -> APIRouter:  # noqa: N803
+    """``POST /v1/translate``; ``TranslateRequest``: its body, built for the service's limits
+    (:func:`transformer.serve.schemas.request_models`)."""
+    router = APIRouter()
+
+    @router.post("/v1/translate", response_model=TranslateResponse, responses=_responses(400, 413, 422, 503),
+                 summary="Translate one text or a list of texts (paragraphs, or HTML pages), with the sentence "
+                         "alignment")
+    async def translate(body: TranslateRequest) -> TranslateResponse:  # type: ignore[valid-type]
+        start = time.perf_counter()
+        texts = [body.text] if isinstance(body.text, str) else list(body.text)
+        settings = DecodingSettings(body.beam_size, body.n_best, body.max_length)
+        run = service.translate_pages if body.format == "html" else service.translate_texts
+        translations, info = await run(texts, settings)
+        return TranslateResponse(translations=translations, decoding=service.decoding(settings),
+                                 timing=_timing(start, info))
+
+    return router
+
+
+def attention_router(service: TranslationService, AttentionRequest: type[BaseModel]) -> APIRouter:  # noqa: N803
+    """``POST /v1/attention``: the document of ``transformer/visualize/schema.json`` for one
+    sentence of a text, where it is in the text in the ``X-Sentence-*`` and ``X-Piece-*`` headers."""
+    router = APIRouter()
+
+    @router.post("/v1/attention", responses={200: {"content": {"application/json": {"schema": _attention_schema()}},
+                                                  "description": "transformer/visualize/schema.json, for the "
+                                                  "sentence chosen by `sentence`", "headers": _SENTENCE_HEADERS},
+                                             **_responses(400, 413, 422, 503)},
+                 summary="Translate one sentence of a text and return every attention weight of that translation")
+    async def attention(body: AttentionRequest) -> JSONResponse:  # type: ignore[valid-type]
+        start = time.perf_counter()
+        result = await service.attention(body.text, DecodingSettings(body.beam_size, max_length=body.max_length),
+                                         sentence=body.sentence, piece=body.piece)
+        timing, where = _timing(start, result.info), result.piece
+        return JSONResponse(result.data, headers={
+            "Server-Timing": f"queue;dur={timing['queue_ms']}, compute;dur={timing['compute_ms']}",
+            "X-Sentence-Index": str(where.sentence), "X-Sentence-Count": str(where.sentences),
+            "X-Source-Span": "{},{}".format(*where.sentence_span),
+            "X-Piece-Index": str(where.piece), "X-Piece-Count": str(where.pieces),
+            "X-Piece-Span": "{},{}".format(*where.span)})
+
+    return router
+
+
+def status_router(service: TranslationService) -> APIRouter:
+    """``GET /health`` (the batcher's queue and counters) and ``GET /v1/model`` (what is served)."""
+    router = APIRouter()
+
+    @router.get("/health", response_model=Health, summary="Liveness and the batcher's queue and counters")
+    async def health() -> Health:
+        return Health(status="ok", batching=service.health())
+
+    @router.get("/v1/model", response_model=ModelInfo, summary="The model being served")
+    async def model_info() -> ModelInfo:
+        return service.model_info()
+
+    return router
+
+
+def page_router(service: TranslationService) -> APIRouter:
+    """``GET /``: the web page for the service's languages and limits, with its own
+    Content-Security-Policy (built once)."""
+    page = index_html(src_lang=service.src_lang, tgt_lang=service.tgt_lang, max_chars=service.limits.max_chars,
+                      max_sentences=service.limits.max_sentences)
+    headers = {"Content-Security-Policy": page_csp(page)}
+    router = APIRouter()
+
+    @router.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def index() -> HTMLResponse:
+        return HTMLResponse(page, headers=headers)
+
+    return router

@@ -1,0 +1,250 @@
+"""One model's translation service: what the server's routes call, with no HTTP in it.
+
+:class:`TranslationService` holds a translator (loaded once, shared by every request), the
+server's limits, the language pair it reports and the dynamic batcher that runs the model
+(:mod:`transformer.serve.batching`), and offers the operations of the API:
+
+* :meth:`~TranslationService.translate_texts` and :meth:`~TranslationService.translate_pages`:
+  texts (or HTML pages) cut into sentences, translated through the batcher, put back in their
+  structure (:mod:`transformer.serve.documents`);
+* :meth:`~TranslationService.attention`: the translation of one sentence (or piece) of a text
+  and every attention weight of it;
+* :meth:`~TranslationService.model_info`, :meth:`~TranslationService.health`,
+  :meth:`~TranslationService.decoding`: what is served, how busy it is, what a request gets;
+* :meth:`~TranslationService.close`: stop the batcher's worker (the app's shutdown).
+
+The routes (:mod:`transformer.serve.routes`, :mod:`transformer.serve.libretranslate`) turn
+HTTP requests into these calls and their results into answers; the layering is routes ->
+service -> batcher -> translator. A request the service cannot serve raises
+:class:`~transformer.serve.documents.Unprocessable` (422, or 400 on LibreTranslate's API),
+:class:`~transformer.serve.batching.Overloaded` or :class:`~transformer.serve.batching.TimedOut`
+(503). The operations are coroutines: the batcher's queue lives on the event loop, and the
+segmenter and tokenizer run on a worker thread so that they do not hold it up.
+
+A service serves one model in one direction; a server of several models has one service each.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+import anyio.to_thread
+
+from transformer.serve.batching import BatchInfo, DynamicBatcher
+from transformer.serve.documents import (
+    Document,
+    Hyp,
+    InputPiece,
+    ModelInputs,
+    assemble,
+    assemble_html,
+    html_sentences_of,
+    input_piece,
+    per_text,
+    segment_texts,
+    text_name,
+)
+from transformer.serve.limits import ServeLimits
+from transformer.serve.schemas import Decoding, ModelInfo
+from transformer.translate.translator import Translator
+from transformer.visualize.data import collect_attention, token_limit
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class DecodingSettings:
+    """The decoding a request chooses; the batcher's key (only sentences with equal settings
+    share a model call).
+
+    Args:
+        beam_size: beam width; 1 is greedy search.
+        n_best: hypotheses per sentence (at most ``beam_size``).
+        max_length: output tokens per sentence; None: the translator's (input length + 50).
+    """
+
+    beam_size: int
+    n_best: int = 1
+    max_length: int | None = None
+
+
+@dataclass(frozen=True)
+class SentenceAttention:
+    """The answer of :meth:`TranslationService.attention`."""
+
+    data: dict[str, Any]  # the document of transformer/visualize/schema.json
+    piece: InputPiece  # which sentence (and piece) of the text it is, and where
+    info: BatchInfo
+
+
+async def _off_the_loop(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` on a worker thread of anyio's pool (where FastAPI runs blocking code)."""
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+
+
+class TranslationService:
+    """The operations of the translation server for one model (see the module docstring).
+
+    Args:
+        translator: the model, its tokenizers and its default decoding (a sampling translator
+            is served with beam search: a server answers the same text the same way).
+        limits: the bounds on a request's work (default :class:`ServeLimits`).
+        src_lang, tgt_lang: the language pair reported to clients (None: the run does not say);
+            the source language also picks the sentence splitter, the translator's own when None.
+    """
+
+    def __init__(self, translator: Translator, limits: ServeLimits | None = None, *, src_lang: str | None = None,
+                 tgt_lang: str | None = None) -> None:
+        self.limits = limits = limits or ServeLimits()
+        # Sampling would answer the same text differently each time: a sampling translator is served by search.
+        self.translator = translator.with_decoding(strategy="beam", n_best=1, return_attention=False) \
+            if translator.decoding.strategy == "sample" else translator
+        self.src_lang, self.tgt_lang = src_lang, tgt_lang  # as reported to clients
+        self.segment_lang = src_lang or self.translator.src_lang  # the sentence splitter's
+        self.input_limit = min(limits.max_input_tokens, translator.max_input_tokens)  # source tokens per model input
+        self.default = DecodingSettings(self.translator.decoding.beam_size)  # for a request that chooses nothing
+        # A request's own call may hold up to max_texts sentences, as a list of max_texts texts always could.
+        self.batcher = DynamicBatcher(self._run_batch, max_batch_size=limits.max_batch_size,
+                                      batch_wait_ms=limits.batch_wait_ms, max_queue=limits.max_queue,
+                                      timeout_s=limits.timeout_s,
+                                      max_alone=max(limits.max_batch_size, limits.max_texts))
+
+    # -- decoding ------------------------------------------------------------------------------
+    def translator_for(self, settings: DecodingSettings) -> Translator:
+        """The translator decoding with ``settings`` (greedy search for a beam of 1)."""
+        lengths = {} if settings.max_length is None else {"max_len_a": 0.0, "max_len_b": settings.max_length}
+        if settings.beam_size == 1:
+            return self.translator.with_decoding(strategy="greedy", n_best=1, **lengths)
+        return self.translator.with_decoding(strategy="beam", beam_size=settings.beam_size, n_best=settings.n_best,
+                                             **lengths)
+
+    def decoding(self, settings: DecodingSettings) -> Decoding:
+        """How a request with ``settings`` is decoded, as the API reports it."""
+        return Decoding(strategy="greedy" if settings.beam_size == 1 else "beam", beam_size=settings.beam_size,
+                        n_best=settings.n_best, alpha=self.translator.decoding.alpha, max_length=settings.max_length)
+
+    def _run_batch(self, settings: DecodingSettings, texts: list[str]) -> list[list[Hyp]]:
+        """One model call of the batcher (on its worker thread): each text's hypotheses, best first."""
+        chosen = self.translator_for(settings)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # lengths were checked on arrival; nothing is cut
+            n_best = chosen.translate_n_best(texts)
+        return [[(chosen.detokenize(h), float(h.score), float(h.log_prob)) for h in hyps] for hyps in n_best]
+
+    # -- translation ---------------------------------------------------------------------------
+    async def _segment(self, texts: list[str], names: list[str] | None = None) -> tuple[list[Document], ModelInputs]:
+        """The texts cut into checked sentences (:class:`Unprocessable` naming the first problem)
+        and the model inputs (an over-long sentence in pieces), off the event loop."""
+        self.batcher.check_capacity(len(texts))  # every text has a sentence at least: refuse early
+        documents, inputs = await _off_the_loop(segment_texts, texts, self.segment_lang,
+                                                max_sentences=self.limits.max_sentences,
+                                                encode_batch=self.translator.vocab.src.encode_batch,
+                                                input_limit=self.input_limit, names=names)
+        self.batcher.check_capacity(len(inputs.texts))
+        return documents, inputs
+
+    async def translate_texts(self, texts: list[str], settings: DecodingSettings | None = None, *,
+                              names: list[str] | None = None) -> tuple[list[dict[str, Any]], BatchInfo]:
+        """Each text translated sentence by sentence in its structure.
+
+        Args:
+            texts: the texts, each of any number of sentences, lines and paragraphs.
+            settings: the decoding (default :attr:`default`).
+            names: how error messages name each text (default "text", "text i").
+
+        Returns:
+            The ``Translation`` dict of each text (:func:`transformer.serve.documents.assemble`)
+            and how the batcher served the request.
+        """
+        settings = settings or self.default
+        documents, inputs = await self._segment(texts, names)
+        results, info = await self.batcher.translate(settings, inputs.texts)
+        counts = [len(d.segments) for d in documents]
+        hyps, pieces = per_text(counts, inputs.hypotheses(results)), per_text(counts, inputs.spans)
+        return [assemble(*parts, settings.n_best) for parts in zip(documents, hyps, pieces, inputs.warnings)], info
+
+    async def translate_pages(self, pages: list[str], settings: DecodingSettings | None = None, *,
+                              names: list[str] | None = None) -> tuple[list[dict[str, Any]], BatchInfo]:
+        """Each HTML page's text translated, its markup kept; the pages' sentences are counted and
+        checked first, then translated as one request through the batcher.
+
+        Args and Returns as :meth:`translate_texts`; the dicts are those of
+        :func:`transformer.serve.documents.assemble_html` (a page without text comes back as it is).
+        """
+        settings = settings or self.default
+        names = names or [text_name(i, len(pages)) for i in range(len(pages))]
+        self.batcher.check_capacity(len(pages))
+        found, inputs = await _off_the_loop(html_sentences_of, pages, self.segment_lang,
+                                            max_sentences=self.limits.max_sentences,
+                                            encode_batch=self.translator.vocab.src.encode_batch,
+                                            input_limit=self.input_limit, names=names)
+        results, info = [], BatchInfo(queue_ms=0.0, compute_ms=0.0, batch_size=0, batch_requests=0, model_calls=0)
+        if inputs.texts:  # a page may have no text to translate
+            self.batcher.check_capacity(len(inputs.texts))
+            results, info = await self.batcher.translate(settings, inputs.texts)
+        counts = [len(f) for f in found]
+        hyps, pieces = per_text(counts, inputs.hypotheses(results)), per_text(counts, inputs.spans)
+
+        def rebuild() -> list[dict[str, Any]]:  # parsing the pages again: off the event loop
+            return [assemble_html(*parts, settings.n_best, self.segment_lang)
+                    for parts in zip(pages, found, hyps, pieces, inputs.warnings)]
+
+        return await _off_the_loop(rebuild), info
+
+    # -- attention -----------------------------------------------------------------------------
+    async def attention(self, text: str, settings: DecodingSettings | None = None, *, sentence: int = 0,
+                        piece: int = 0) -> SentenceAttention:
+        """The translation of one sentence of ``text`` and every attention weight of it.
+
+        Args:
+            text: a text of any number of sentences, cut as :meth:`translate_texts` cuts it.
+            settings: the decoding (``n_best`` is not used; default :attr:`default`).
+            sentence: which sentence, from 0.
+            piece: which piece of a sentence translated in pieces (a sentence that fits is piece 0);
+                the model reads one piece at a time.
+
+        Returns:
+            The attention document of that piece, where it is in the text, and how the batcher
+            served it. :class:`Unprocessable` when the sentence or the piece does not exist.
+        """
+        settings = settings or self.default
+        documents, inputs = await self._segment([text])
+        chosen = input_piece(documents[0], inputs.spans, sentence, piece)
+        translator = self.translator_for(replace(settings, n_best=1,
+                                                 max_length=self._attention_length(chosen.text, settings.max_length)))
+        data, info = await self.batcher.call(lambda: collect_attention(translator, chosen.text).to_dict())
+        return SentenceAttention(data, chosen, info)
+
+    def _attention_length(self, sentence: str, requested: int | None) -> int | None:
+        """``max_length`` for the attention of ``sentence``: the teacher-forced pass reads <s> and
+        every output token, one position more than decoding does, so a translation that would
+        reach the end of a learned position table is cut one token shorter (only such a one)."""
+        limit = token_limit(self.translator.model.config) - 1
+        if requested is not None:
+            return min(requested, limit)
+        d = self.translator.decoding
+        decoded = int(len(self.translator.vocab.src.encode(sentence)) * d.max_len_a + d.max_len_b)
+        return None if decoded <= limit else limit
+
+    # -- the model and the queue ---------------------------------------------------------------
+    def model_info(self) -> ModelInfo:
+        """The model being served: languages, vocabularies, config, default decoding, limits."""
+        base, config = self.translator, self.translator.model.config
+        return ModelInfo(src_lang=self.src_lang, tgt_lang=self.tgt_lang, src_vocab_size=config.src_vocab_size,
+                         tgt_vocab_size=config.tgt_vocab_size, shared_vocabulary=base.vocab.joint,
+                         parameters=base.model.num_parameters(), config=config.to_dict(),
+                         decoding=self.decoding(self.default), limits=self.limits.to_dict())
+
+    def health(self) -> dict[str, Any]:
+        """The batcher's queue state and counters."""
+        return self.batcher.health()
+
+    async def close(self) -> None:
+        """Stop the batcher's worker task and thread (requests still queued fail with
+        :class:`~transformer.serve.batching.TimedOut`); the next request starts them again."""
+        await self.batcher.close()
+
