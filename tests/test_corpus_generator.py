@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from transformer.corpus.builtin import builtin_splits, generate_pairs, split_of
+from transformer.corpus.builtin import PLAIN_SHARE, builtin_splits, generate_pairs, split_of, written_form
 from transformer.corpus.grammar import realize
-from transformer.corpus.templates import sample_sentence
+from transformer.corpus.templates import FIRST_NAMES, sample_sentence
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +23,10 @@ def pairs() -> list[tuple[str, str]]:
 
 
 def test_the_generator_says_je_suis_etudiant(pairs: list[tuple[str, str]]) -> None:
-    assert ("je suis étudiant", "i am a student") in pairs
-    assert ("je suis étudiant", "i am a student") in generate_pairs(20_000, seed=1)
+    said = written_form("je suis étudiant", "i am a student")
+    assert said == ("Je suis étudiant.", "I am a student.")  # the form the hash gives this sentence
+    assert said in pairs
+    assert said in generate_pairs(20_000, seed=1)
 
 
 def test_generation_is_deterministic_and_seeded(pairs: list[tuple[str, str]]) -> None:
@@ -57,8 +59,20 @@ _FRENCH_CHARACTERS = re.compile(r"[a-zàâçéèêëîïôûùüœ' -]+( \?)?")
 _ENGLISH_CHARACTERS = re.compile(r"[a-z -]+\??")
 
 
+def plain(french: str, english: str) -> tuple[str, str]:
+    """The plain form of a pair: lowercase, no final period, a French question ending in " ?"."""
+    french, english = french.lower().removesuffix("."), english.lower().removesuffix(".")
+    if french.endswith("?") and not french.endswith(" ?"):
+        french = french[:-1] + " ?"
+    return french, english
+
+
 def test_text_format(pairs: list[tuple[str, str]]) -> None:
-    for french, english in pairs:
+    plain_pairs = [plain(*pair) for pair in pairs]
+    assert all(written_form(*p) == pair for p, pair in zip(plain_pairs, pairs))  # every pair is one of the two forms
+    share = sum(p == pair for p, pair in zip(plain_pairs, pairs)) / len(pairs)
+    assert abs(share - PLAIN_SHARE) < 0.02, share
+    for french, english in plain_pairs:
         assert _FRENCH_CHARACTERS.fullmatch(french), french
         assert _ENGLISH_CHARACTERS.fullmatch(english), english
         for text in (french, english):
@@ -69,8 +83,26 @@ def test_text_format(pairs: list[tuple[str, str]]) -> None:
         assert not re.search(r"\ba [aeiou]", english), english  # an apple
 
 
+def test_the_written_form_is_what_people_type(pairs: list[tuple[str, str]]) -> None:
+    assert written_form("marie est allée au marché", "marie went to the market") in (
+        ("marie est allée au marché", "marie went to the market"), ("Marie est allée au marché.", "Marie went to the market."))
+    written = [pair for pair in pairs if plain(*pair) != pair]
+    for french, english in written:
+        assert french[0].isupper() and english[0].isupper(), (french, english)
+        assert french.endswith((".", "?")) and english.endswith((".", "?")), (french, english)
+        assert " i " not in f" {english} " and not english.startswith("i ")  # English "I" is a capital
+        for first_name, _ in FIRST_NAMES:
+            assert f" {first_name} " not in f" {french} " and f" {first_name} " not in f" {english} "
+    questions = [f for f, e in written if e.endswith("?")]
+    attached = sum(not f.endswith(" ?") for f in questions) / len(questions)
+    assert 0.25 < attached < 0.42, attached  # French questions typed "?" as well as " ?"
+    names = {name for name, _ in FIRST_NAMES}
+    assert sum(f.split()[0].lower() in names for f, _ in pairs) > 500  # first names as subjects, in both forms
+    assert any(f.split()[0] in names for f, _ in pairs)
+
+
 def test_variety(pairs: list[tuple[str, str]]) -> None:
-    french = " ".join(f for f, _ in pairs)
+    french = " ".join(plain(f, e)[0] for f, e in pairs)
     markers = ("est-ce que", " ?", "n'", " pas ", " jamais ", " plus ", "parce qu", " qui ", " que ", " au ", "aux ")
     for marker in (*markers, " du ", "il y a", " vais ", " sont allé", "était", "vingt et un"):
         assert marker in french, marker

@@ -10,9 +10,12 @@ No download needed: a grammar of a few hundred lemmas (:mod:`.lexicon`, :mod:`.m
     l'animal n'a pas traversé la rue parce qu'il était trop fatigué
         -> the animal did not cross the street because it was too tired
 
-Both sides are lowercase, words are separated by single spaces, statements have no final
-period, and questions end in " ?" in French and "?" in English. Every French sentence has
-exactly one English translation, so a small model can learn the mapping exactly. There are
+Each sentence comes in one of two forms, chosen by a stable hash of its words, so that a model
+learns both what people type in a chat and what they write: about a third plain (lowercase, no
+final period, as above), the rest written (a capital first letter, capitalised first names and
+English "I", a final period, questions ending in " ?" or "?" in French): "Marie est allée au
+marché." -> "Marie went to the market.". Words are separated by single spaces. Every French
+sentence has exactly one English translation, so a small model can learn the mapping exactly. There are
 far more distinct sentences than any run needs (over a million distinct ones in 1.5 million
 draws).
 
@@ -28,7 +31,7 @@ import random
 from collections.abc import Iterator
 
 from transformer.corpus.grammar import realize
-from transformer.corpus.templates import sample_sentence
+from transformer.corpus.templates import FIRST_NAMES, sample_sentence
 
 MAX_WORDS = 20  # per side; longer draws are skipped (they are rare)
 _MAX_MISSES = 100_000  # consecutive duplicate draws before giving up
@@ -104,13 +107,37 @@ def split_of(french: str, *, valid_fraction: float = 0.05, test_fraction: float 
     return "train"
 
 
+PLAIN_SHARE = 0.35  # of sentences left lowercase without a final period
+_NAMES = frozenset(first_name for first_name, _ in FIRST_NAMES)
+
+
+def written_form(french: str, english: str) -> tuple[str, str]:
+    """A plain pair as people write it, or left plain: the choice is a stable hash of the French.
+
+    Written: the first letter a capital, first names capitalised and English "i" as "I", a period
+    after a statement; a French question keeps its " ?" or (one time in three) loses the space.
+    """
+    position = int.from_bytes(hashlib.blake2b(french.encode("utf-8"), digest_size=8, person=b"form").digest(), "big")
+    if position / 2**64 < PLAIN_SHARE:
+        return french, english
+    question = english.endswith("?")
+    if not question:
+        french, english = french + ".", english + "."
+    elif position % 3 == 0:
+        french = french[:-2] + "?"
+    french = " ".join(w.capitalize() if w in _NAMES else w for w in french.split(" "))
+    english = " ".join("I" if w == "i" else w.capitalize() if w.rstrip(".?") in _NAMES else w
+                       for w in english.split(" "))
+    return french[0].upper() + french[1:], english[0].upper() + english[1:]
+
+
 def _distinct_pairs(seed: int) -> Iterator[tuple[str, str]]:
     """An endless stream of pairs with distinct French sides, at most ``MAX_WORDS`` words each."""
     rng = random.Random(seed)
     seen: set[str] = set()
     misses = 0
     while True:
-        french, english = realize(sample_sentence(rng))
+        french, english = written_form(*realize(sample_sentence(rng)))
         if french in seen or len(french.split()) > MAX_WORDS or len(english.split()) > MAX_WORDS:
             misses += 1
             if misses > _MAX_MISSES:

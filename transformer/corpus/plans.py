@@ -21,15 +21,17 @@ _ENGLISH_PRONOUNS = (("i", "i"), ("you", "you"), ("he", "she"), ("we", "we"), ("
 
 @dataclass(frozen=True)
 class Pronoun:
-    """A subject pronoun. ``english`` overrides the usual one ("it" for "il" = l'animal)."""
+    """A subject pronoun. ``english`` overrides the usual one ("it" for "il" = l'animal); a first
+    name is a third-person "pronoun" with both sides set (:func:`name`)."""
 
     person: int  # 0..5: je, tu, il/elle, nous, vous, ils/elles
     gender: str = "m"
     plural: bool = False  # only free for "vous" (vous êtes allée / allés)
     english: str = ""
+    french: str = ""
 
     def french_words(self) -> list[str]:
-        return [_FRENCH_PRONOUNS[self.person][self.gender == "f"]]
+        return [self.french or _FRENCH_PRONOUNS[self.person][self.gender == "f"]]
 
     def english_words(self) -> list[str]:
         return [self.english or _ENGLISH_PRONOUNS[self.person][self.gender == "f"]]
@@ -38,6 +40,11 @@ class Pronoun:
 def pronoun(person: int, gender: str = "m", *, plural: bool | None = None, english: str = "") -> Pronoun:
     """A pronoun; its number follows from the person except for "vous" (default: singular)."""
     return Pronoun(person, gender, person in (3, 5) if plural is None else plural, english)
+
+
+def name(first_name: str, gender: str) -> Pronoun:
+    """A person's first name as a subject: the same word in both languages (marie -> marie)."""
+    return Pronoun(2, gender, False, english=first_name, french=first_name)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from transformer.corpus.plans import (
     Role,
     Sentence,
     Subject,
+    name,
     pronoun,
 )
 from transformer.corpus.verbs import (
@@ -49,6 +50,9 @@ from transformer.corpus.verbs import (
 )
 
 T = TypeVar("T")
+# First names the same in both languages; none starts with a vowel sound, so none is elided (que marie).
+FIRST_NAMES = (("marie", "f"), ("sophie", "f"), ("julie", "f"), ("claire", "f"), ("camille", "f"),
+               ("paul", "m"), ("thomas", "m"), ("pierre", "m"), ("louis", "m"), ("nicolas", "m"))
 PERSON, ANIMATE = frozenset({"person"}), frozenset({"person", "animal"})
 
 # "parce que" clauses. Each adjective explains only the subject or only the object, so the
@@ -121,6 +125,13 @@ def _pronoun(rng: random.Random) -> Pronoun:
     return pronoun(person, rng.choice("mf"), plural=_chance(rng, 0.5) if person == 4 else None)
 
 
+def _person(rng: random.Random) -> Pronoun:
+    """A pronoun, or (one time in five) a first name: marie est allée au marché."""
+    if _chance(rng, 0.2):
+        return name(*rng.choice(FIRST_NAMES))
+    return _pronoun(rng)
+
+
 # --------------------------------------------------------------------------------------------
 # Noun phrases
 # --------------------------------------------------------------------------------------------
@@ -171,7 +182,7 @@ def _adjective_list(rng: random.Random, noun: Noun, share: float) -> tuple[Adjec
 
 def _subject(rng: random.Random, tags: frozenset[str], *, pronouns: float = 0.5, adjectives: float = 0.2) -> Subject:
     if "person" in tags and _chance(rng, pronouns):
-        return _pronoun(rng)
+        return _person(rng)
     return noun_phrase(rng, tags, determiners=_DEFINITE, numbers=0.05, adjectives=adjectives)
 
 
@@ -185,9 +196,9 @@ def _place(rng: random.Random, prepositions: Sequence[Preposition], where: froze
 
 
 def referent(np: Subject) -> Pronoun:
-    """The pronoun taking up a noun phrase: l'animal -> il / it, la femme -> elle / she."""
+    """The pronoun taking up a noun phrase: l'animal -> il / it, la femme -> elle / she, marie -> elle / she."""
     if isinstance(np, Pronoun):
-        return np
+        return Pronoun(2, np.gender, False) if np.french else np
     english = "they" if np.plural else ("she" if np.gender == "f" else "he") if np.noun.human else "it"
     return Pronoun(np.person, np.gender, np.plural, english)
 
@@ -367,7 +378,10 @@ _CROSS = transitive_verb("traverser")  # the lecture's example verb, drawn more 
 def _explained_by_subject(rng: random.Random) -> Clause:
     """... n'a pas traversé la rue parce qu'il était trop fatigué / parce qu'il avait peur."""
     verb = _CROSS if _chance(rng, 0.25) else rng.choice(_EXPLAINABLE)
-    subject = _subject(rng, verb.subjects, pronouns=0.35, adjectives=0.0)
+    if "animal" in verb.subjects and _chance(rng, 0.4):  # as often "it" as "he"/"she": l'animal ... parce qu'il -> it
+        subject = noun_phrase(rng, frozenset({"animal"}), determiners=_DEFINITE, numbers=0.05, adjectives=0.0)
+    else:
+        subject = _subject(rng, verb.subjects, pronouns=0.35, adjectives=0.0)
     tense = "past" if _chance(rng, 0.75) else "present"
     if verb.transitive:
         complement = Object(noun_phrase(rng, verb.objects, determiners=_DEFINITE, adjectives=0.1))
