@@ -76,7 +76,27 @@ def test_threads_reach_torch_before_the_command_runs(command, tmp_path, thread_c
     assert thread_calls == [3]
 
 
-def test_no_threads_option_leaves_torch_alone(thread_calls, capsys):
+def test_without_threads_the_command_takes_the_idle_cores(thread_calls, monkeypatch, capsys):
+    import transformer.cli as cli
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(cli, "default_threads", lambda: 1)  # as beside a busy process on two cores
+    main(["info", "--vocab", "0"])
+    assert thread_calls == [1]
+
+
+def test_idle_cores_never_exceed_torchs_own_count(thread_calls, monkeypatch, capsys):
+    import transformer.cli as cli
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(cli, "default_threads", lambda: 4096)  # idle hyperthreads: torch counts physical cores
+    before = torch.get_num_threads()
+    main(["info", "--vocab", "0"])
+    assert thread_calls == [before]
+
+
+def test_omp_num_threads_decides_where_set(thread_calls, monkeypatch, capsys):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
     main(["info", "--vocab", "0"])
     assert thread_calls == []
 

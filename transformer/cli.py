@@ -21,6 +21,7 @@ import argparse
 import errno
 import json
 import math
+import os
 import sys
 import textwrap
 import time
@@ -33,6 +34,7 @@ from transformer.cpu.allocator import retain_freed_memory
 from transformer.config import PRESETS, preset
 from transformer.model.masks import padding_mask
 from transformer.model import Transformer
+from transformer.threads import default_threads
 from transformer.training.config import MAX_THREADS
 
 Handler = Callable[[argparse.Namespace], int]
@@ -52,9 +54,10 @@ class UsageError(Exception):
 
 # The commands that compute with torch; each takes --threads.
 THREADED_COMMANDS = ("demo", "train", "translate", "evaluate", "serve", "attend", "info")
-THREADS_HELP = (f"CPU threads for PyTorch and the CPU engine's kernels, 1 to {MAX_THREADS} (default: PyTorch's "
-                "choice, usually one per core; OMP_NUM_THREADS sets it too). Beside other busy processes fewer "
-                "threads can be faster.")
+THREADS_HELP = (f"CPU threads for PyTorch and the CPU engine's kernels, 1 to {MAX_THREADS} (default: the cores "
+                "other processes leave idle when the command starts, at least 1; OMP_NUM_THREADS, where set, "
+                "decides instead). Beside a busy process fewer threads are much faster: see docs/performance.md, "
+                "Threads.")
 
 
 def _add_threads_option(parser: argparse.ArgumentParser, command: str) -> None:
@@ -65,9 +68,13 @@ def _add_threads_option(parser: argparse.ArgumentParser, command: str) -> None:
 
 
 def _apply_threads(args: argparse.Namespace) -> None:
-    """torch.set_num_threads(--threads) before the command runs; UsageError for a bad value."""
+    """torch.set_num_threads before the command runs: --threads, else OMP_NUM_THREADS where set, else
+    the idle cores (transformer/threads.py); UsageError for a bad --threads."""
     value = getattr(args, "threads", None)
     if value is None:
+        if "OMP_NUM_THREADS" not in os.environ and hasattr(args, "threads"):
+            # torch's own count (one per physical core) caps it: idle hyperthreads add nothing
+            torch.set_num_threads(min(torch.get_num_threads(), default_threads()))
         return
     try:
         threads = int(value)
