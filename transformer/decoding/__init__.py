@@ -33,17 +33,17 @@ from torch import Tensor
 
 from transformer.decoding.beam import beam_search
 from transformer.decoding.common import (
-    _CACHE_CAPACITY,
+    CACHE_CAPACITY,
     LENGTH_PENALTIES,
     STOPPING,
     STRATEGIES,
     DecodeConfig,
     Hypothesis,
-    _best_tokens,
-    _hypotheses,
-    _inference,
-    _limits,
-    _log_probs,
+    best_tokens,
+    hypotheses,
+    inference,
+    output_limits,
+    token_log_probs,
     length_penalty_factor,
     max_lengths,
 )
@@ -69,7 +69,7 @@ def _ancestral(model: Transformer, memory: Tensor, src_mask: Tensor, limits: Ten
         raise ValueError(f"sync_every must be an integer >= 1, got {sync_every!r}")
     N, dev = memory.shape[0], memory.device
     T = int(limits.max())
-    cache = model.new_cache(initial_capacity=_CACHE_CAPACITY)
+    cache = model.new_cache(initial_capacity=CACHE_CAPACITY)
     rows = torch.arange(N, device=dev)  # (n,) original row of each active row
     lim, mem, mask = limits, memory, src_mask
     out_tok = torch.full((N, T), eos_id, dtype=torch.long, device=dev)  # (N, T)
@@ -80,9 +80,9 @@ def _ancestral(model: Transformer, memory: Tensor, src_mask: Tensor, limits: Ten
     for t in range(T):
         logits = model.decode(token, mem, mask, cache=cache)[:, -1]  # (n, V)
         if pick is None:  # greedy
-            step_lp, nxt = (x.squeeze(1) for x in _best_tokens(model, logits, 1))  # (n,)
+            step_lp, nxt = (x.squeeze(1) for x in best_tokens(model, logits, 1))  # (n,)
         else:
-            log_probs = _log_probs(logits)
+            log_probs = token_log_probs(logits)
             nxt = pick(log_probs, rows, t)  # (n,)
             step_lp = log_probs.gather(1, nxt.unsqueeze(1)).squeeze(1)  # (n,)
         if score is None:
@@ -105,10 +105,10 @@ def _ancestral(model: Transformer, memory: Tensor, src_mask: Tensor, limits: Ten
                 mem, mask = mem.index_select(0, keep), mask.index_select(0, keep)
         token = nxt.unsqueeze(1)
     lps = out_lp.tolist() if out_lp is not None else [0.0] * N
-    return _hypotheses(out_tok.tolist(), out_steps.tolist(), lps, lps, eos_id)
+    return hypotheses(out_tok.tolist(), out_steps.tolist(), lps, lps, eos_id)
 
 
-@_inference
+@inference
 def greedy_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eos_id: int,
                   max_len_a: float = 1.0, max_len_b: int = 50, memory: Tensor | None = None,
                   sync_every: int = 1) -> list[Hypothesis]:
@@ -126,12 +126,12 @@ def greedy_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: 
         one ``Hypothesis`` per sentence, in input order; ``score == log_prob``.
     """
     DecodeConfig("greedy", max_len_a=max_len_a, max_len_b=max_len_b)
-    limits = _limits(model, src_mask, max_len_a, max_len_b)  # (B,)
+    limits = output_limits(model, src_mask, max_len_a, max_len_b)  # (B,)
     memory = model.encode(src, src_mask) if memory is None else memory
     return _ancestral(model, memory, src_mask, limits, bos_id=bos_id, eos_id=eos_id, pick=None, sync_every=sync_every)
 
 
-@_inference
+@inference
 def sample(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eos_id: int,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, n: int = 1, seed: int | None = None,
            max_len_a: float = 1.0, max_len_b: int = 50, memory: Tensor | None = None,
@@ -154,7 +154,7 @@ def sample(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eo
                  max_len_a=max_len_a, max_len_b=max_len_b)
     B, dev = src.shape[0], src.device
     base = torch.Generator().seed() if seed is None else seed
-    sentence_limits = _limits(model, src_mask, max_len_a, max_len_b).tolist()  # (B,)
+    sentence_limits = output_limits(model, src_mask, max_len_a, max_len_b).tolist()  # (B,)
     T = max(sentence_limits, default=1)
     uniform = torch.full((B * n, T), 0.5, dtype=torch.float64)  # (B*n, T); past a row's limit: never read
     src_cpu, mask_cpu = src.cpu(), src_mask.cpu()
@@ -185,15 +185,15 @@ def sample(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eo
     rows = torch.arange(B, device=dev).repeat_interleave(n)  # (B*n,)
     memory = (model.encode(src, src_mask) if memory is None else memory).index_select(0, rows)  # (B*n, S, E)
     mask = src_mask.index_select(0, rows)
-    hyps = _ancestral(model, memory, mask, _limits(model, mask, max_len_a, max_len_b), bos_id=bos_id, eos_id=eos_id,
-                      pick=pick, sync_every=sync_every)
+    hyps = _ancestral(model, memory, mask, output_limits(model, mask, max_len_a, max_len_b), bos_id=bos_id,
+                      eos_id=eos_id, pick=pick, sync_every=sync_every)
     return [sorted(hyps[b * n : (b + 1) * n], key=lambda h: -h.score) for b in range(B)]
 
 
 # ---------------------------------------------------------------------------------------------
 
 
-@_inference
+@inference
 def decode(model: Transformer, src: Tensor, src_mask: Tensor, cfg: DecodeConfig, *, bos_id: int,
            eos_id: int, memory: Tensor | None = None, sync_every: int = 1) -> list[list[Hypothesis]]:
     """Decode a batch with ``cfg``: per sentence a best-first list of hypotheses (1 for greedy).
@@ -216,7 +216,7 @@ def decode(model: Transformer, src: Tensor, src_mask: Tensor, cfg: DecodeConfig,
     return results
 
 
-@_inference
+@inference
 def attach_attention(model: Transformer, src: Tensor, src_mask: Tensor, results: list[list[Hypothesis]], *,
                      bos_id: int) -> None:
     """Set ``h.attention`` ``(L, H, len(tokens) + 1, S_real)`` for every hypothesis, padding cut away.

@@ -1,177 +1,312 @@
 """Beam search (paper 6.1: beam size 4, length penalty alpha = 0.6), batched over sentences and beams.
 
-Letters: B batch, K beam size, N rows (sentences x beams), S source length, T output length,
+Each sentence keeps ``K`` open beams (prefixes with their log-probabilities) and its ``n_best``
+best finished hypotheses. A step extends every open beam by one token, takes the sentence's
+``2K`` best extensions, moves those among the first ``K`` that end with ``</s>`` to the finished
+hypotheses, and keeps the ``K`` best others open. The beams of all open sentences go through the
+decoder together, one row each, and the rows (their tokens, memory and cache) follow the beams
+with one reorder per step.
+
+Letters: B batch, K beam size, n sentences still in the batch, k beams each (1 at the first
+step, then K), N rows (n x k, sentence by sentence), S source length, T output length,
 V vocabulary.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from transformer.decoding.common import (
-    _CACHE_CAPACITY,
+    CACHE_CAPACITY,
     DecodeConfig,
     Hypothesis,
-    _best_tokens,
-    _hypotheses,
-    _inference,
-    _limits,
-    _score_dtype,
+    best_tokens,
+    hypotheses,
+    inference,
     length_penalty_factor,
+    output_limits,
+    score_dtype,
 )
 from transformer.model import Transformer
+from transformer.model.cache import DecoderCache
 
 
-def _merge(store: list[Tensor], new: list[Tensor], n_best: int) -> list[Tensor]:
-    """Keep the ``n_best`` best of kept + new finished hypotheses; on ties the kept ones win.
-
-    ``store``/``new``: [normalised score (n, m), log-prob (n, m), steps (n, m), tokens (n, m, T)].
-    """
-    scores = torch.cat([store[0], new[0]], dim=1)  # (n, n_best + K)
-    order = scores.sort(dim=1, descending=True, stable=True).indices[:, :n_best]  # (n, n_best)
-    out = []
-    for kept, add in zip(store, new):
-        both = torch.cat([kept, add], dim=1)
-        index = order if both.dim() == 2 else order.unsqueeze(2).expand(-1, -1, both.shape[2])
-        out.append(both.gather(1, index))
-    return out
-
-
-@_inference
+@inference
 def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eos_id: int,
                 beam_size: int = 4, n_best: int = 1, length_penalty: str = "gnmt", alpha: float = 0.6,
                 max_len_a: float = 1.0, max_len_b: int = 50, stopping: str = "exact",
                 memory: Tensor | None = None, sync_every: int = 1, _early_stop: bool = True) -> list[list[Hypothesis]]:
     """Beam search over all sentences and beams at once (paper 6.1: beam 4, alpha 0.6).
 
-    Each step scores the ``N = n * K`` open beams of the ``n`` unfinished sentences in one
-    ``decode`` call, adds each beam's running log-probability, and takes the top ``2K`` of the
-    ``K * V`` candidates per sentence. Candidates ending in ``</s>`` among the first ``K``
-    finish (all first ``K`` do at the sentence's maximum length); the best ``K`` others stay
-    open, and the cache follows them with one ``reorder(index)``.
+    Hypotheses are ranked by ``score = log P(Y) / lp(|Y|)``, ``|Y|`` the number of predicted
+    tokens including ``</s>`` (the token count for a hypothesis cut at the maximum length):
+    every token adds a negative log-probability, so unnormalised scores would favour short
+    outputs. Each sentence keeps its ``n_best`` best finished hypotheses.
 
-    Ranking: ``score = log P(Y) / lp(|Y|)``, with ``|Y|`` the number of predicted tokens
-    including ``</s>`` (equal to the token count for a hypothesis cut at the maximum length).
-    Each sentence keeps its ``n_best`` best finished hypotheses.
+    Stopping: ``"exact"`` ("terminate early when possible") stops a sentence once no open beam
+    can beat its finished hypotheses (the bound: ``_Sentences.cannot_improve``), so it gives the
+    results of running every sentence to its maximum length. ``"k_finished"`` stops a
+    sentence once ``beam_size`` hypotheses have finished (counted over all steps), the common
+    cheaper rule (fairseq, CTranslate2, ``generate(early_stopping=True)``); a longer, better
+    hypothesis may be missed.
 
-    Early stopping ("terminate early when possible") is exact: a continuation of an open beam
-    with log-prob ``s`` has log-prob ``<= s <= 0`` and length ``<= max_len``, and lp is
-    non-decreasing (alpha >= 0), so its score is ``<= s / lp(max_len)``. A sentence stops
-    when it holds ``n_best`` finished hypotheses and the worst of them is ``>=`` that bound
-    for its best open beam (ties keep the earlier hypothesis, so results never change).
-    ``stopping="k_finished"`` instead stops a sentence as soon as ``beam_size`` hypotheses have
-    finished (counted over all steps), the common cheaper rule.
-
-    ``memory``: ``model.encode(src, src_mask)`` when the caller has it already.
-
-    ``sync_every``: finished sentences leave the batch at a check every ``sync_every`` steps (a
-    check reads a value back from the device: on a GPU the host waits there for every queued
-    step); between checks they run on with their results frozen, so the results are the same.
+    Args:
+        model: a ``Transformer`` (or a model with its ``encode`` / ``decode`` / ``new_cache``).
+        src: ``(B, S)`` source ids; src_mask: ``(B, S)`` bool, True = real token.
+        bos_id, eos_id: the tokenizer's start and end ids.
+        beam_size: ``K``, the open beams per sentence.
+        n_best: hypotheses returned per sentence (at most ``beam_size``).
+        length_penalty, alpha: ``lp``: "gnmt" ``((5 + |Y|) / 6) ** alpha``, "exponent" or "none".
+        max_len_a, max_len_b: a sentence stops after ``a * source_length + b`` tokens.
+        stopping: "exact" or "k_finished" (above).
+        memory: ``model.encode(src, src_mask)`` when the caller has it already.
+        sync_every: finished sentences leave the batch at a check every ``sync_every`` steps. A
+            check reads a value back from the device (on a GPU the host waits there for every
+            queued step); between checks finished sentences run on with their results frozen,
+            so the results are the same.
+        _early_stop: False runs every sentence to its maximum length under "exact" stopping (the
+            tests check that stopping early changes nothing).
 
     Returns:
-        per sentence, ``n_best`` hypotheses, best first; ``score`` normalised, ``log_prob`` raw.
+        per sentence, in input order, ``n_best`` hypotheses, best first: ``score`` normalised by
+        the length penalty, ``log_prob`` the model's log-probability.
     """
     DecodeConfig("beam", beam_size=beam_size, n_best=n_best, length_penalty=length_penalty, alpha=alpha,
                  max_len_a=max_len_a, max_len_b=max_len_b, stopping=stopping)
     if not isinstance(sync_every, int) or sync_every < 1:
         raise ValueError(f"sync_every must be an integer >= 1, got {sync_every!r}")
-    K, dev = beam_size, src.device
-    B = src.shape[0]
+    K, device, B = beam_size, src.device, src.shape[0]
     memory = model.encode(src, src_mask) if memory is None else memory  # (B, S, E)
-    limits = _limits(model, src_mask, max_len_a, max_len_b)  # (B,)
-    T = int(limits.max())
-    cache = model.new_cache(initial_capacity=_CACHE_CAPACITY)
-    sent = torch.arange(B, device=dev)  # (n,) original index of each open sentence
-    lim, mem, mask = limits, memory, src_mask
-    token = torch.full((B, 1), bos_id, dtype=torch.long, device=dev)  # (N, 1)
-    hist = torch.full((B, T), eos_id, dtype=torch.long, device=dev)  # (N, T) tokens of the open beams
-    arange_2k = torch.arange(2 * K, device=dev)
-    grouped = getattr(model, "supports_grouped_memory", False)  # beams can share their sentence's memory row
-    closed = torch.zeros(B, dtype=torch.bool, device=dev)  # (n,) sentences done, not yet out of the batch
+    max_len = output_limits(model, src_mask, max_len_a, max_len_b)  # (B,)
+    T = int(max_len.max())
+    rows = _Rows(model, memory, src_mask, B, T, bos_id=bos_id, eos_id=eos_id)
+    rank = torch.arange(2 * K, device=device)
     for t in range(T):
-        logits = model.decode(token, mem, mask, cache=cache)[:, -1]  # (N, V)
-        n, V = sent.numel(), logits.shape[-1]
-        if t == 0:
-            if V <= K:
-                raise ValueError(f"beam_size ({K}) must be smaller than the vocabulary ({V})")
-            dt = _score_dtype(logits)
-            alive = torch.zeros(B, 1, dtype=dt, device=dev)  # (n, k) running log-probs; one beam at first
-            lp = length_penalty_factor(torch.arange(T + 1, device=dev), length_penalty, alpha).to(dt)  # (T + 1,)
-            lp_max = lp[lim]  # (n,) lp(max_len), the denominator of the early-stopping bound
-            store = [torch.full((B, n_best), -math.inf, dtype=dt, device=dev),
-                     torch.zeros(B, n_best, dtype=dt, device=dev),
-                     torch.zeros(B, n_best, dtype=torch.long, device=dev),
-                     torch.full((B, n_best, T), eos_id, dtype=torch.long, device=dev)]
-            out = [x.clone() for x in store]  # results by original sentence index
-            n_finished = torch.zeros(B, dtype=torch.long, device=dev)  # hypotheses finished so far
-        k = alive.shape[1]
-        # A sentence's 2K best candidates are among the 2K best tokens of each of its beams, so
-        # only those are added to the beams' scores: (n, k * w) candidates instead of (n, k * V).
-        w = min(2 * K, V)
-        row_s, row_tok = _best_tokens(model, logits, w)  # (N, w)
-        cand = (alive.unsqueeze(2) + row_s.view(n, k, w)).view(n, k * w)
-        top_s, top_i = cand.topk(min(2 * K, k * w), dim=1)  # (n, 2K), best first
-        top_tok = row_tok.view(n, k * w).gather(1, top_i)  # (n, 2K)
-        parents = top_i // w + (torch.arange(n, device=dev) * k).unsqueeze(1)  # (n, 2K) rows of the cache
-        is_eos = top_tok == eos_id
-        last = t + 1 >= lim  # (n,) reached the maximum length
-        fin = is_eos[:, :K] | last.unsqueeze(1)  # (n, K)
-        if sync_every > 1:  # a closed sentence's results stay (at every-step checks none is left open)
-            fin = fin & ~closed.unsqueeze(1)
-        if dev.type != "cpu" or bool(fin.any()):  # skip the bookkeeping on CPU, the sync on accelerators
-            fin_tok = hist.index_select(0, parents[:, :K].flatten()).view(n, K, T)  # (n, K, T)
-            fin_tok[:, :, t] = top_tok[:, :K]
-            norm = (top_s[:, :K] / lp[t + 1]).masked_fill(~fin, -math.inf)  # (n, K)
-            steps = torch.full((n, K), t + 1, dtype=torch.long, device=dev)
-            store = _merge(store, [norm, top_s[:, :K], steps, fin_tok], n_best)
-        # Open beams: the K best candidates that did not emit </s> (stable rank order).
-        order = (is_eos.long() * is_eos.shape[1] + arange_2k[: is_eos.shape[1]]).argsort(dim=1)[:, :K]  # (n, K)
-        alive = top_s.gather(1, order)  # (n, K), best first
-        index = parents.gather(1, order).flatten()  # (N,)
-        nxt = top_tok.gather(1, order).flatten()  # (N,)
-        done = last
+        logits = rows.logits()  # (N, V)
+        if t == 0:  # one beam per sentence (<s>); scores in float32 (float64 for float64 logits)
+            if logits.shape[-1] <= K:
+                raise ValueError(f"beam_size ({K}) must be smaller than the vocabulary ({logits.shape[-1]})")
+            dtype = score_dtype(logits)
+            lp = length_penalty_factor(torch.arange(T + 1, device=device), length_penalty, alpha).to(dtype)  # (T+1,)
+            sentences = _Sentences.start(max_len, lp, n_best, T, dtype=dtype, eos_id=eos_id)
+            results = _Finished.empty(B, n_best, T, dtype=dtype, eos_id=eos_id, device=device)  # by input index
+        n = sentences.input_index.numel()
+        scores, tokens, parents = _best_extensions(model, logits, sentences.scores, 2 * K)  # (n, 2K)
+        ends = tokens == eos_id
+        at_limit = t + 1 >= sentences.max_len  # (n,)
+        # Only the K best extensions may finish (at the maximum length all K do, cut there); one
+        # ending with </s> further down ranks below K open ones and is dropped. Taking 2K leaves
+        # at least K open: a beam ends with </s> in at most one of its extensions.
+        finishing = ends[:, :K] | at_limit.unsqueeze(1)  # (n, K)
+        if sync_every > 1:  # a closed sentence's results are final (checked every step, none stays)
+            finishing = finishing & ~sentences.closed.unsqueeze(1)
+        # On CPU reading back whether anything finished is cheap and spares most steps the
+        # bookkeeping; on an accelerator the read would make the host wait for the device, so the
+        # bookkeeping runs every step (with nothing finishing, it changes nothing).
+        if device.type != "cpu" or bool(finishing.any()):
+            prefixes = rows.tokens.index_select(0, parents[:, :K].flatten()).view(n, K, T)
+            sentences.finish(scores[:, :K], tokens[:, :K], prefixes, finishing, t, lp[t + 1])
+        # The K best extensions that did not end with </s> stay open, best first.
+        order = (ends.long() * ends.shape[1] + rank[: ends.shape[1]]).argsort(dim=1)[:, :K]  # (n, K)
+        sentences.scores = scores.gather(1, order)
+        parents, next_tokens = parents.gather(1, order).flatten(), tokens.gather(1, order).flatten()  # (N,)
+        done = at_limit
         if stopping == "k_finished":
-            n_finished = n_finished + fin.sum(dim=1)
-            done = done | (n_finished >= K)
+            sentences.n_finished = sentences.n_finished + finishing.sum(dim=1)
+            done = done | (sentences.n_finished >= K)
         elif _early_stop:
-            done = done | (store[0][:, -1] >= alive[:, 0] / lp_max)
-        closed = closed | done if sync_every > 1 else done
-        keep = None
-        if ((t + 1) % sync_every == 0 or t + 1 == T) and bool(closed.any()):  # the stopping check: one host sync
-            finished = closed.nonzero().squeeze(1)
-            for o, s in zip(out, store):
-                o[sent[finished]] = s[finished]
-            keep = (~closed).nonzero().squeeze(1)
-            if keep.numel() == 0:
+            done = done | sentences.cannot_improve()
+        sentences.closed = sentences.closed | done if sync_every > 1 else done
+        kept = None
+        if ((t + 1) % sync_every == 0 or t + 1 == T) and bool(sentences.closed.any()):  # the check: a host sync
+            leaving = sentences.closed.nonzero().squeeze(1)
+            results.put(sentences.input_index[leaving], sentences.finished.rows(leaving))
+            kept = (~sentences.closed).nonzero().squeeze(1)
+            if kept.numel() == 0:
                 break
-            sent, lim, lp_max, alive, n_finished = sent[keep], lim[keep], lp_max[keep], alive[keep], n_finished[keep]
-            closed = closed[keep]
-            store = [s[keep] for s in store]
-            index, nxt = index.view(n, K)[keep].flatten(), nxt.view(n, K)[keep].flatten()
-        if grouped and keep is not None:  # one memory row per open sentence, shared by its K beams
-            mem, mask = memory.index_select(0, sent), src_mask.index_select(0, sent)
-            cache.reorder(index, memory_index=keep)
-        elif not grouped and (t == 0 or keep is not None):  # rows now belong to other sentences
-            rows = sent.repeat_interleave(K)  # (N,)
-            mem, mask = memory.index_select(0, rows), src_mask.index_select(0, rows)
-            cache.reorder(index)
-        else:  # beams move only within their sentence, whose cross-attention keys/values are shared
-            _reorder_self_attention(cache, index)
-        hist = hist.index_select(0, index)
-        hist[:, t] = nxt
-        token = nxt.unsqueeze(1)
-    scores, log_p, steps, tokens = (x.tolist() for x in out)
-    return [_hypotheses(tokens[b], steps[b], scores[b], log_p[b], eos_id) for b in range(B)]
+            sentences = sentences.rows(kept)
+            parents, next_tokens = parents.view(n, K)[kept].flatten(), next_tokens.view(n, K)[kept].flatten()
+        rows.follow(parents, next_tokens, t, kept)
+    return results.to_hypotheses(eos_id)
 
 
-def _reorder_self_attention(cache, index: Tensor) -> None:
-    """``cache.reorder(index)`` for the growing self-attention caches only (falls back to all)."""
-    layers = getattr(cache, "self_attn", None)
-    if layers is None:
-        cache.reorder(index)
-        return
-    for layer in layers:
-        layer.reorder(index)
+def _best_extensions(model: Transformer, logits: Tensor, beam_scores: Tensor,
+                     count: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Each sentence's ``count`` best one-token extensions of its beams, best first.
+
+    Args:
+        model: the model; its ``best_tokens``, where it has one (the CPU engine's: log-softmax
+            and top-k of a row in one compiled pass), picks each row's best tokens.
+        logits: ``(N, V)``, the next token's logits of the ``N = n * k`` beams.
+        beam_scores: ``(n, k)``, the beams' log-probabilities.
+        count: extensions per sentence (fewer where ``k * V`` is smaller).
+
+    Returns:
+        ``(scores, tokens, parents)``, each ``(n, count)``: the extended beams' log-probabilities,
+        the tokens they add, and the row (of ``N``) of the beam each one extends.
+    """
+    n, k = beam_scores.shape
+    # A sentence's best extensions are among the `count` best tokens of each of its beams, so only
+    # those are added to the beams' scores: (n, k * w) candidates instead of (n, k * V).
+    w = min(count, logits.shape[-1])
+    token_scores, token_ids = best_tokens(model, logits, w)  # (N, w)
+    candidates = (beam_scores.unsqueeze(2) + token_scores.view(n, k, w)).view(n, k * w)
+    scores, best = candidates.topk(min(count, k * w), dim=1)  # (n, count), best first
+    tokens = token_ids.view(n, k * w).gather(1, best)
+    parents = best // w + (torch.arange(n, device=logits.device) * k).unsqueeze(1)
+    return scores, tokens, parents
+
+
+@dataclass
+class _Finished:
+    """Finished hypotheses, ``m`` per sentence, best first (an empty place scores ``-inf``)."""
+
+    score: Tensor  # (n, m) log-prob / lp(length), what hypotheses are ranked by
+    log_prob: Tensor  # (n, m) the model's log-probability of the tokens
+    length: Tensor  # (n, m) predicted tokens, </s> included
+    tokens: Tensor  # (n, m, T) </s> after the end
+
+    @classmethod
+    def empty(cls, n: int, m: int, T: int, *, dtype: torch.dtype, eos_id: int, device: torch.device) -> _Finished:
+        return cls(torch.full((n, m), -math.inf, dtype=dtype, device=device),
+                   torch.zeros(n, m, dtype=dtype, device=device),
+                   torch.zeros(n, m, dtype=torch.long, device=device),
+                   torch.full((n, m, T), eos_id, dtype=torch.long, device=device))
+
+    def _fields(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        return self.score, self.log_prob, self.length, self.tokens
+
+    def best(self, new: _Finished, m: int) -> _Finished:
+        """The ``m`` best of these and ``new`` per sentence; on equal scores these (found earlier) first."""
+        both = [torch.cat([kept, added], dim=1) for kept, added in zip(self._fields(), new._fields())]
+        order = both[0].sort(dim=1, descending=True, stable=True).indices[:, :m]  # (n, m)
+        return _Finished(*(x.gather(1, order if x.dim() == 2 else order.unsqueeze(2).expand(-1, -1, x.shape[2]))
+                           for x in both))
+
+    def rows(self, index: Tensor) -> _Finished:
+        """The sentences ``index``."""
+        return _Finished(*(x[index] for x in self._fields()))
+
+    def put(self, index: Tensor, other: _Finished) -> None:
+        """Write ``other``'s sentences into rows ``index``."""
+        for mine, theirs in zip(self._fields(), other._fields()):
+            mine[index] = theirs
+
+    def to_hypotheses(self, eos_id: int) -> list[list[Hypothesis]]:
+        score, log_prob, length, tokens = (x.tolist() for x in self._fields())
+        return [hypotheses(tokens[b], length[b], score[b], log_prob[b], eos_id) for b in range(len(score))]
+
+
+@dataclass
+class _Sentences:
+    """The sentences still in the batch: their limits, their beams' scores, their finished hypotheses."""
+
+    input_index: Tensor  # (n,) each sentence's index in the input batch
+    max_len: Tensor  # (n,) its output limit
+    lp_max: Tensor  # (n,) lp(max_len), the denominator of the early-stopping bound
+    scores: Tensor  # (n, k) its open beams' log-probabilities, best first
+    finished: _Finished  # its n_best best finished hypotheses
+    n_finished: Tensor  # (n,) hypotheses it has finished, kept or not ("k_finished" stopping)
+    closed: Tensor  # (n,) done, leaving the batch at the next check
+
+    @classmethod
+    def start(cls, max_len: Tensor, lp: Tensor, n_best: int, T: int, *, dtype: torch.dtype,
+              eos_id: int) -> _Sentences:
+        """All sentences, each with one open beam (``<s>``, log-probability 0) and nothing finished."""
+        B, device = max_len.shape[0], max_len.device
+        return cls(input_index=torch.arange(B, device=device), max_len=max_len, lp_max=lp[max_len],
+                   scores=torch.zeros(B, 1, dtype=dtype, device=device),
+                   finished=_Finished.empty(B, n_best, T, dtype=dtype, eos_id=eos_id, device=device),
+                   n_finished=torch.zeros(B, dtype=torch.long, device=device),
+                   closed=torch.zeros(B, dtype=torch.bool, device=device))
+
+    def finish(self, scores: Tensor, tokens: Tensor, prefixes: Tensor, finishing: Tensor, t: int,
+               lp: Tensor) -> None:
+        """Add the extensions ``finishing`` of step ``t`` to the finished hypotheses, each sentence
+        keeping its best.
+
+        Args:
+            scores: ``(n, K)``, the extensions' log-probabilities.
+            tokens: ``(n, K)``, the tokens they add.
+            prefixes: ``(n, K, T)``, the tokens of the beams they extend.
+            finishing: ``(n, K)`` bool, the extensions that finish.
+            t: the step.
+            lp: ``lp(t + 1)``, the length penalty of a hypothesis finishing at this step.
+        """
+        prefixes[:, :, t] = tokens
+        n, K = scores.shape
+        new = _Finished(score=(scores / lp).masked_fill(~finishing, -math.inf), log_prob=scores,
+                        length=torch.full((n, K), t + 1, dtype=torch.long, device=scores.device), tokens=prefixes)
+        self.finished = self.finished.best(new, self.finished.score.shape[1])
+
+    def cannot_improve(self) -> Tensor:
+        """``(n,)`` bool: no continuation of an open beam can enter the sentence's finished n-best.
+
+        A continuation of an open beam with log-probability ``s`` has a log-probability ``<= s <= 0``
+        and a length ``<= max_len``, and lp never decreases (alpha >= 0), so its score is at most
+        ``s / lp(max_len)``. Once the worst of the n-best finished reaches that bound for the best
+        open beam, no continuation can replace it (on equal scores the earlier hypothesis stays).
+        """
+        return self.finished.score[:, -1] >= self.scores[:, 0] / self.lp_max
+
+    def rows(self, index: Tensor) -> _Sentences:
+        """The sentences ``index``."""
+        return _Sentences(self.input_index[index], self.max_len[index], self.lp_max[index], self.scores[index],
+                          self.finished.rows(index), self.n_finished[index], self.closed[index])
+
+
+class _Rows:
+    """The decoder's rows, one per open beam: the beams' tokens, the memory they read, the cache.
+
+    A model with ``supports_grouped_memory`` reads one memory row per sentence, shared by the
+    sentence's beams (the CPU engine's attention reads it in place for all of them); another
+    reads one copy per beam.
+    """
+
+    def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor, B: int, T: int, *, bos_id: int,
+                 eos_id: int) -> None:
+        device = src_mask.device
+        self.model = model
+        self.grouped = getattr(model, "supports_grouped_memory", False)
+        self.memory, self.src_mask = memory, src_mask  # (B, S, E), (B, S): one row per sentence at first
+        self.cache = model.new_cache(initial_capacity=CACHE_CAPACITY)
+        self.tokens = torch.full((B, T), eos_id, dtype=torch.long, device=device)  # (N, T) tokens so far
+        self.last = torch.full((B,), bos_id, dtype=torch.long, device=device)  # (N,) the next step's input
+
+    def logits(self) -> Tensor:
+        """One decoder step: the next token's logits ``(N, V)`` of every beam."""
+        return self.model.decode(self.last.unsqueeze(1), self.memory, self.src_mask, cache=self.cache)[:, -1]
+
+    def follow(self, parents: Tensor, tokens: Tensor, t: int, kept: Tensor | None) -> None:
+        """The step's one reorder: row ``i`` becomes the beam that extends row ``parents[i]`` by ``tokens[i]``.
+
+        Args:
+            parents: ``(N',)``, the row each new beam extends.
+            tokens: ``(N',)``, the token it adds at step ``t``.
+            t: the step.
+            kept: the positions of the sentences still in the batch when some left at this
+                step (their beams are the new rows), else None.
+        """
+        if self.grouped:
+            memory_rows = kept  # one row per sentence: they change only when sentences leave
+        elif t == 0 or kept is not None:
+            memory_rows = parents  # one row per beam: from one per sentence to K, or rows of others
+        else:
+            memory_rows = None  # beams moved within their sentence, whose memory rows are all equal
+        if memory_rows is not None:
+            self.memory = self.memory.index_select(0, memory_rows)
+            self.src_mask = self.src_mask.index_select(0, memory_rows)
+        if not isinstance(self.cache, DecoderCache):
+            self.cache.reorder(parents)  # one row per beam in all of it (the recurrent model's state)
+        elif memory_rows is None:  # the memory's keys/values stay: only the self-attention follows
+            for layer in self.cache.self_attn:
+                layer.reorder(parents)
+        else:
+            self.cache.reorder(parents, memory_index=memory_rows)
+        self.tokens = self.tokens.index_select(0, parents)
+        self.tokens[:, t] = tokens
+        self.last = tokens

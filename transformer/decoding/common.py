@@ -1,5 +1,6 @@
 """What the decoders share: ``DecodeConfig``, ``Hypothesis``, length limits and penalties, and
-the per-step helpers (log-probabilities, best tokens, the inference context).
+the per-step helpers (``inference``, ``token_log_probs``, ``best_tokens``, ``hypotheses``), used by
+greedy search and sampling (``__init__.py``) and beam search (``beam.py``).
 
 Letters: B batch, K beam size, N rows, S source length, T output length, V vocabulary.
 """
@@ -21,10 +22,10 @@ LENGTH_PENALTIES = ("gnmt", "exponent", "none")
 STOPPING = ("exact", "k_finished")
 # Small first cache buffers: a reorder copies the whole buffer, so capacity should track the length
 # (buffers double as needed). Measured faster than 32+ for beam search on CPU.
-_CACHE_CAPACITY = 8
+CACHE_CAPACITY = 8
 
 
-def _inference(fn: Callable) -> Callable:
+def inference(fn: Callable) -> Callable:
     """``torch.inference_mode()``, or ``torch.no_grad()`` when autocast is on.
 
     Autocast keeps one low-precision copy of each weight for as long as its context lasts, but
@@ -151,25 +152,26 @@ def length_penalty_factor(lengths: Tensor, kind: str = "gnmt", alpha: float = 0.
     raise ValueError(f"unknown length_penalty {kind!r}; choose one of {list(LENGTH_PENALTIES)}")
 
 
-def _log_probs(logits: Tensor) -> Tensor:
+def token_log_probs(logits: Tensor) -> Tensor:
     """log_softmax in float32 (float64 stays float64), whatever the autocast dtype of the logits.
 
     Low-precision logits are widened inside the kernel (no float32 copy is made first).
     """
-    return logits.log_softmax(-1, dtype=_score_dtype(logits))
+    return logits.log_softmax(-1, dtype=score_dtype(logits))
 
 
-def _score_dtype(logits: Tensor) -> torch.dtype:
+def score_dtype(logits: Tensor) -> torch.dtype:
+    """The dtype scores accumulate in: float64 for float64 logits, float32 for any other."""
     return torch.float64 if logits.dtype == torch.float64 else torch.float32
 
 
-# Rows of CPU logits turned into log-probabilities at a time by ``_best_tokens``: a chunk's float32
+# Rows of CPU logits turned into log-probabilities at a time by ``best_tokens``: a chunk's float32
 # log-probabilities (64 x V) stay in the CPU's cache instead of a fresh (N, V) matrix per step. Other
 # devices take all rows at once: there each chunk would cost kernel launches, not cache misses.
 _ROWS_PER_CHUNK = 64
 
 
-def _best_tokens(model: Transformer, logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
+def best_tokens(model: Transformer, logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """The ``k`` most probable tokens of each row of ``(N, V)`` logits: ``(log-probs (N, k), ids (N, k))``.
 
     ``k == 1`` takes ``argmax`` (the first of equal maxima). Computed a few rows at a time, or by
@@ -181,7 +183,7 @@ def _best_tokens(model: Transformer, logits: Tensor, k: int) -> tuple[Tensor, Te
         return found
     values, ids = [], []
     for chunk in logits.split(_ROWS_PER_CHUNK) if logits.device.type == "cpu" else (logits,):
-        log_probs = _log_probs(chunk)
+        log_probs = token_log_probs(chunk)
         if k == 1:
             best = log_probs.argmax(dim=-1, keepdim=True)
             values.append(log_probs.gather(1, best))
@@ -193,9 +195,19 @@ def _best_tokens(model: Transformer, logits: Tensor, k: int) -> tuple[Tensor, Te
     return torch.cat(values), torch.cat(ids)
 
 
-def _hypotheses(tokens: list[list[int]], steps: list[int], scores: list[float], log_probs: list[float],
-                eos_id: int) -> list[Hypothesis]:
-    """Rows of a token buffer cut to their length, a final ``</s>`` dropped."""
+def hypotheses(tokens: list[list[int]], steps: list[int], scores: list[float], log_probs: list[float],
+               eos_id: int) -> list[Hypothesis]:
+    """Rows of a token buffer cut to their length, a final ``</s>`` dropped.
+
+    Args:
+        tokens: one row of token ids per hypothesis (``</s>`` as padding after its end).
+        steps: each row's length, ``</s>`` included when it ended with it.
+        scores, log_probs: each row's ``Hypothesis.score`` and ``Hypothesis.log_prob``.
+        eos_id: the id of ``</s>``.
+
+    Returns:
+        one ``Hypothesis`` per row.
+    """
     out = []
     for row, n, s, lp in zip(tokens, steps, scores, log_probs):
         row = row[:n]
@@ -205,7 +217,7 @@ def _hypotheses(tokens: list[list[int]], steps: list[int], scores: list[float], 
     return out
 
 
-def _limits(model: Transformer, src_mask: Tensor, max_len_a: float, max_len_b: int) -> Tensor:
+def output_limits(model: Transformer, src_mask: Tensor, max_len_a: float, max_len_b: int) -> Tensor:
     """``max_lengths`` (at least 1), capped by a learned position table: step t reads position t."""
     cfg = getattr(model, "config", None)
     cap = cfg.max_positions if cfg is not None and getattr(cfg, "positional", None) == "learned" else None
