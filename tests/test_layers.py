@@ -113,3 +113,26 @@ def test_layers_take_pytorchs_dropout_with_their_probabilities():
     blocks = (layer.self_block, layer.cross_block, layer.ffn_block)
     assert [(type(m.dropout), m.dropout.p) for m in (*blocks, layer.ffn)] == [(nn.Dropout, 0.3)] * 3 + [(nn.Dropout, 0.1)]
     assert layer.self_attn.dropout == layer.cross_attn.dropout == 0.2
+
+
+def test_a_layer_takes_the_model_config_or_its_fields():
+    """The stacks pass their ``ModelConfig``; a layer built from it is the one its fields build."""
+    from transformer.config import preset
+    from transformer.model.layers import LayerSettings
+
+    cfg = preset("tiny", src_vocab_size=20, norm_first=True, activation="gelu", activation_dropout=0.2,
+                 layer_norm_eps=1e-6)
+    settings = LayerSettings.given(cfg)
+    assert settings == LayerSettings(d_model=32, n_heads=4, d_ff=64, dropout=0.0, attention_dropout=0.0,
+                                     activation_dropout=0.2, activation="gelu", norm_first=True, layer_norm_eps=1e-6)
+    for cls in (EncoderLayer, DecoderLayer):
+        torch.manual_seed(0)
+        from_config = cls(cfg)
+        torch.manual_seed(0)
+        from_fields = cls(**vars(settings))
+        assert from_config.state_dict().keys() == from_fields.state_dict().keys()
+        for a, b in zip(from_config.state_dict().values(), from_fields.state_dict().values()):
+            assert torch.equal(a, b)
+        assert from_config.ffn_block.norm.eps == 1e-6 and from_config.ffn_block.norm_first
+        with pytest.raises(TypeError, match="not both"):
+            cls(cfg, d_model=32)

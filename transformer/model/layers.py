@@ -9,7 +9,8 @@ Letters: B batch, S source length, T target length, E d_model, H heads.
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass, fields
+from typing import Any, Callable
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -18,6 +19,38 @@ from transformer.model.attention import CrossAttention, SelfAttention
 from transformer.model.cache import KVCache, StaticKV
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
+
+
+@dataclass(frozen=True)
+class LayerSettings:
+    """What an encoder or decoder layer is built from: the fields of ``ModelConfig`` of the same names
+    (their meanings and ranges are documented there).
+
+    A layer takes a ``LayerSettings``, a ``ModelConfig``, or these fields as keywords
+    (``EncoderLayer(d_model=512, n_heads=8, d_ff=2048)``).
+    """
+
+    d_model: int
+    n_heads: int
+    d_ff: int
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    activation: str = "relu"
+    norm_first: bool = False
+    layer_norm_eps: float = 1e-5
+
+    @classmethod
+    def given(cls, settings: Any = None, **keywords: Any) -> LayerSettings:
+        """``settings`` (a ``LayerSettings`` or anything with these fields, such as a ``ModelConfig``),
+        or the fields as keywords."""
+        if settings is None:
+            return cls(**keywords)
+        if keywords:
+            raise TypeError(f"give the layer settings or their fields as keywords, not both: {sorted(keywords)}")
+        if isinstance(settings, cls):
+            return settings
+        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
 
 
 class FeedForward(nn.Module):
@@ -55,27 +88,25 @@ class AddNorm(nn.Module):
         return y if self.norm_first else self.norm(y)
 
 
+def _feed_forward(s: LayerSettings) -> FeedForward:
+    return FeedForward(d_model=s.d_model, d_ff=s.d_ff, activation=s.activation, dropout=s.activation_dropout)
+
+
+def _add_norm(s: LayerSettings) -> AddNorm:
+    return AddNorm(d_model=s.d_model, dropout=s.dropout, norm_first=s.norm_first, eps=s.layer_norm_eps)
+
+
 class EncoderLayer(nn.Module):
     """Self-attention then feed-forward, each with residual + LayerNorm (paper 3.1, encoder)."""
 
-    def __init__(
-        self,
-        *,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        activation_dropout: float = 0.0,
-        activation: str = "relu",
-        norm_first: bool = False,
-        eps: float = 1e-5,
-    ) -> None:
+    def __init__(self, settings: Any = None, **keywords: Any) -> None:
+        """``settings``: a ``LayerSettings`` or a ``ModelConfig``; or the fields of ``LayerSettings`` as keywords."""
         super().__init__()
-        self.self_attn = SelfAttention(d_model=d_model, n_heads=n_heads, dropout=attention_dropout)
-        self.ffn = FeedForward(d_model=d_model, d_ff=d_ff, activation=activation, dropout=activation_dropout)
-        self.attn_block = AddNorm(d_model=d_model, dropout=dropout, norm_first=norm_first, eps=eps)
-        self.ffn_block = AddNorm(d_model=d_model, dropout=dropout, norm_first=norm_first, eps=eps)
+        s = LayerSettings.given(settings, **keywords)
+        self.self_attn = SelfAttention(d_model=s.d_model, n_heads=s.n_heads, dropout=s.attention_dropout)
+        self.ffn = _feed_forward(s)
+        self.attn_block = _add_norm(s)
+        self.ffn_block = _add_norm(s)
 
     def forward(
         self, x: Tensor, *, mask: Tensor | None = None, need_weights: bool = False
@@ -90,26 +121,16 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Masked self-attention, encoder-decoder attention, feed-forward (paper 3.1, decoder)."""
 
-    def __init__(
-        self,
-        *,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        activation_dropout: float = 0.0,
-        activation: str = "relu",
-        norm_first: bool = False,
-        eps: float = 1e-5,
-    ) -> None:
+    def __init__(self, settings: Any = None, **keywords: Any) -> None:
+        """``settings``: a ``LayerSettings`` or a ``ModelConfig``; or the fields of ``LayerSettings`` as keywords."""
         super().__init__()
-        self.self_attn = SelfAttention(d_model=d_model, n_heads=n_heads, dropout=attention_dropout)
-        self.cross_attn = CrossAttention(d_model=d_model, n_heads=n_heads, dropout=attention_dropout)
-        self.ffn = FeedForward(d_model=d_model, d_ff=d_ff, activation=activation, dropout=activation_dropout)
-        self.self_block = AddNorm(d_model=d_model, dropout=dropout, norm_first=norm_first, eps=eps)
-        self.cross_block = AddNorm(d_model=d_model, dropout=dropout, norm_first=norm_first, eps=eps)
-        self.ffn_block = AddNorm(d_model=d_model, dropout=dropout, norm_first=norm_first, eps=eps)
+        s = LayerSettings.given(settings, **keywords)
+        self.self_attn = SelfAttention(d_model=s.d_model, n_heads=s.n_heads, dropout=s.attention_dropout)
+        self.cross_attn = CrossAttention(d_model=s.d_model, n_heads=s.n_heads, dropout=s.attention_dropout)
+        self.ffn = _feed_forward(s)
+        self.self_block = _add_norm(s)
+        self.cross_block = _add_norm(s)
+        self.ffn_block = _add_norm(s)
 
     def forward(
         self,

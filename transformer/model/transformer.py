@@ -41,20 +41,6 @@ class AttentionMaps:
     cross: list[Tensor]
 
 
-def _layer_kwargs(cfg: ModelConfig) -> dict:
-    return dict(
-        d_model=cfg.d_model,
-        n_heads=cfg.n_heads,
-        d_ff=cfg.d_ff,
-        dropout=cfg.dropout,
-        attention_dropout=cfg.attention_dropout,
-        activation_dropout=cfg.activation_dropout,
-        activation=cfg.activation,
-        norm_first=cfg.norm_first,
-        eps=cfg.layer_norm_eps,
-    )
-
-
 def _positions(cfg: ModelConfig) -> nn.Module:
     if cfg.positional == "learned":
         return LearnedPositionalEncoding(cfg.max_positions, cfg.d_model)
@@ -67,7 +53,7 @@ class Encoder(nn.Module):
     def __init__(self, cfg: ModelConfig, embedding: TokenEmbedding) -> None:
         super().__init__()
         self.embed = InputEmbedding(embedding, _positions(cfg), dropout=cfg.dropout)
-        self.layers = nn.ModuleList(EncoderLayer(**_layer_kwargs(cfg)) for _ in range(cfg.n_encoder_layers))
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
 
     def forward(
@@ -92,7 +78,7 @@ class Decoder(nn.Module):
     def __init__(self, cfg: ModelConfig, embedding: TokenEmbedding) -> None:
         super().__init__()
         self.embed = InputEmbedding(embedding, _positions(cfg), dropout=cfg.dropout)
-        self.layers = nn.ModuleList(DecoderLayer(**_layer_kwargs(cfg)) for _ in range(cfg.n_decoder_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
 
     def forward(
