@@ -27,8 +27,16 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from transformer.run_files import MAX_TOKENIZER_BYTES, read_bytes, read_json
-from transformer.text.tokenizer import EOS, PAD, UNK, WORD_BOUNDARY, Tokenizer, _atomic_write_text, _read_json
+from transformer.run_files import MAX_TOKENIZER_BYTES, read_bytes
+from transformer.text.tokenizer import (
+    EOS,
+    PAD,
+    UNK,
+    WORD_BOUNDARY,
+    Tokenizer,
+    _atomic_write_text,
+    read_tokenizer_json,
+)
 
 MODEL_TYPE = "SentencePiece"
 INSTALL_HINT = 'pip install -c constraints.txt -e ".[interop]"'
@@ -90,7 +98,7 @@ class SentencePieceTokenizer(Tokenizer):
         for path in (model_file, vocab_file):
             if not path.exists():
                 raise FileNotFoundError(f"tokenizer file not found: {path}")
-        vocab = read_json(vocab_file, limit=MAX_TOKENIZER_BYTES)  # RunFileError (a ValueError) on a bad file
+        vocab = read_tokenizer_json(vocab_file, model_section=False)  # RunFileError (a ValueError) when bad
         if not isinstance(vocab, dict) or not all(isinstance(i, int) for i in vocab.values()):
             raise ValueError(f"{vocab_file} must map pieces to integer ids")
         try:
@@ -101,7 +109,7 @@ class SentencePieceTokenizer(Tokenizer):
     @classmethod
     def load(cls, path: str | os.PathLike) -> SentencePieceTokenizer:
         """Read a tokenizer written by :meth:`save`; FileNotFoundError / ValueError on a bad file."""
-        model = _read_json(path)["model"]
+        model = read_tokenizer_json(path)["model"]
         if model.get("type") != MODEL_TYPE:
             raise ValueError(f"{path} holds a {model.get('type')!r} model, not {MODEL_TYPE}")
         try:

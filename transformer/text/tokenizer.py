@@ -32,6 +32,7 @@ import os
 import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
@@ -87,12 +88,29 @@ def _check_texts(texts: Iterable[str], what: str) -> list[str]:
     return texts
 
 
-def _read_json(path: str | os.PathLike) -> dict:
-    """Parse a tokenizer JSON file; FileNotFoundError if missing, ValueError if not a tokenizer."""
+def read_tokenizer_json(path: str | os.PathLike, *, model_section: bool = True) -> Any:
+    """The JSON in a tokenizer's file, read without trusting it: a regular file of at most
+    ``MAX_TOKENIZER_BYTES``, nested at most ``run_files.MAX_DEPTH`` deep.
+
+    Args:
+        path: the file.
+        model_section: True for a tokenizer file (what ``save`` writes): an object with a
+            ``model`` object, any problem a ValueError "PATH is not a valid tokenizer JSON: ...".
+            False for another JSON file of a tokenizer (Marian's ``vocab.json``): any JSON value,
+            a problem a ``RunFileError`` (a ValueError) naming the file.
+
+    Returns:
+        the parsed JSON.
+
+    Raises:
+        FileNotFoundError: "tokenizer file not found: PATH".
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"tokenizer file not found: {path}")
-    try:  # a regular file under a size cap, nested at most run_files.MAX_DEPTH deep
+    if not model_section:
+        return read_json(path, limit=MAX_TOKENIZER_BYTES)
+    try:
         data = read_json(path, limit=MAX_TOKENIZER_BYTES)
     except RunFileError as e:
         raise ValueError(f"{path} is not a valid tokenizer JSON: {e}") from None
@@ -252,7 +270,7 @@ class BPETokenizer(Tokenizer):
     @classmethod
     def load(cls, path: str | os.PathLike) -> BPETokenizer:
         """Read a tokenizer saved by :meth:`save`; FileNotFoundError / ValueError on a bad file."""
-        data = _read_json(path)
+        data = read_tokenizer_json(path)
         if data["model"].get("type") != "BPE":
             raise ValueError(f"{path} holds a {data['model'].get('type')!r} model, not BPE")
         decoder = data.get("decoder")

@@ -8,7 +8,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from transformer.text.sentencepiece import SentencePieceTokenizer
-from transformer.text.tokenizer import JOINT_FILE, SRC_FILE, TGT_FILE, BPETokenizer, Tokenizer, _check_texts, _read_json
+from transformer.text.tokenizer import (
+    JOINT_FILE,
+    SRC_FILE,
+    TGT_FILE,
+    BPETokenizer,
+    Tokenizer,
+    _check_texts,
+    read_tokenizer_json,
+)
 
 _BACKENDS: dict[str, type[Tokenizer]] = {"BPE": BPETokenizer, "SentencePiece": SentencePieceTokenizer}  # JSON "model.type" -> class
 
@@ -18,7 +26,7 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
 
     ``"SentencePiece"`` files (imported Marian models) need the ``sentencepiece`` package.
     """
-    kind = _read_json(path)["model"].get("type")
+    kind = read_tokenizer_json(path)["model"].get("type")
     if kind not in _BACKENDS:
         raise ValueError(f"{path}: unsupported tokenizer model type {kind!r} (known: {sorted(_BACKENDS)})")
     return _BACKENDS[kind].load(path)
