@@ -72,7 +72,7 @@ def overrides(src: Path, tgt: Path, args: argparse.Namespace, binarize: bool) ->
 
 def child(mode: str, started: float, settings: list[str], run_dir: str) -> dict:
     """Runs in the child process; returns what it measured."""
-    from transformer.training.config import RunConfig
+    from transformer.run.config import RunConfig
 
     cfg = RunConfig().with_overrides(settings)
     if mode == "build":

@@ -57,8 +57,8 @@ from transformer.translate.evaluation import score
 from transformer.cpu import ENV_SWITCH, available as cpu_kernels_available
 from transformer.cpu.precision import bf16_left_out, fast_bf16
 from transformer.text import Vocabularies
-from transformer.training.checkpoint import load_model
-from transformer.training.config import RunConfig
+from transformer.run.model import load_model
+from transformer.run.config import RunConfig
 from transformer.translate.translator import Translator
 
 PATHS = ("fp32", "kernels", "bf16", "int8", "compile")

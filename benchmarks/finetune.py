@@ -40,11 +40,12 @@ from pathlib import Path
 from multi30k import FIRST_RECIPE, decode_in_bf16, recipe, score_run
 
 from transformer.training.averaging import average_last
-from transformer.training.checkpoint import CONFIG_FILE, WEIGHTS_FILE
-from transformer.training.config import DataConfig, RunConfig
+from transformer.run.model import CONFIG_FILE, WEIGHTS_FILE
+from transformer.run.config import DataConfig, RunConfig
 from transformer.training.data_setup import load_text_splits
-from transformer.training.state import STATE_FILE, latest_checkpoint, list_checkpoints
-from transformer.training.run_dir import RUN_CONFIG_FILE
+from transformer.run.checkpoints import latest_checkpoint, list_checkpoints
+from transformer.run.layout import TRAINER_STATE_FILE as STATE_FILE
+from transformer.run.directory import RUN_CONFIG_FILE
 from transformer.training.trainer import Trainer
 from transformer.text.tokenizer import JOINT_FILE, SRC_FILE, TGT_FILE
 

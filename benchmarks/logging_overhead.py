@@ -34,7 +34,7 @@ import torch
 from transformer.cpu.allocator import retain_freed_memory
 from transformer.demo import demo_config
 from transformer.training.alignment_log import AlignmentLog
-from transformer.training.config import RunConfig
+from transformer.run.config import RunConfig
 from transformer.training.tensorboard_log import TensorBoardLog
 from transformer.training.trainer import Trainer
 

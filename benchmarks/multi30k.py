@@ -48,9 +48,9 @@ from train_step import cpu_model, matmul_peak
 from transformer.cpu.precision import fast_bf16
 from transformer.decoding import DecodeConfig
 from transformer.training.averaging import average_last
-from transformer.training.checkpoint import WEIGHTS_FILE, load_weights
-from transformer.training.config import DataConfig, RunConfig, TrainConfig
-from transformer.training.state import list_checkpoints
+from transformer.run.model import WEIGHTS_FILE, load_weights
+from transformer.run.config import DataConfig, RunConfig, TrainConfig
+from transformer.run.checkpoints import list_checkpoints
 from transformer.training.trainer import Trainer
 from transformer.translate.evaluation import score
 from transformer.translate.translator import Translator, decoding_device

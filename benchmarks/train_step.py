@@ -57,7 +57,7 @@ from transformer.cpu import accelerate_training, available as cpu_kernels_availa
 from transformer.model import Transformer
 from transformer.model.embeddings import sinusoidal_table
 from transformer.cpu.precision import bf16_left_out, fast_bf16
-from transformer.training.loss import LabelSmoothedCrossEntropy
+from transformer.model.loss import LabelSmoothedCrossEntropy
 
 PAD, BOS, EOS = 0, 1, 2
 SMOOTHING = 0.1

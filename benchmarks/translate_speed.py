@@ -78,7 +78,7 @@ from typing import Callable
 import torch
 
 from transformer.cpu.allocator import retain_freed_memory
-from transformer.training.checkpoint import load_config, load_model
+from transformer.run.model import load_config, load_model
 from transformer.corpus.registry import corpus_pairs, fetch
 from transformer.decoding import DecodeConfig
 from transformer.cpu.precision import bf16_left_out, fast_bf16

@@ -154,7 +154,7 @@ def write_run_dir(out: Path, *, seed: int = 0, steps: int = 120, joint: bool = T
     ``overrides`` change the ``tiny`` preset (e.g. ``norm_first=True``, ``positional="learned"``);
     the defaults are the paper's switches (interleaved sinusoids, ReLU, tied embeddings, no output bias).
     """
-    from transformer.training.checkpoint import save_model
+    from transformer.run.model import save_model
     from transformer.config import preset
     from transformer.data import make_batch
     from transformer.model import Transformer

@@ -8,9 +8,11 @@ import shutil
 import numpy as np
 import pytest
 
-from transformer.training.alignment_log import ALIGNMENTS_FILE, LONGEST, SHORTEST, choose_sentences, read_alignments
-from transformer.training.config import RunConfig
-from transformer.training.state import list_checkpoints
+from transformer.run.alignments import read_alignments
+from transformer.run.layout import ALIGNMENTS_FILE
+from transformer.training.alignment_log import LONGEST, SHORTEST, choose_sentences
+from transformer.run.config import RunConfig
+from transformer.run.checkpoints import list_checkpoints
 from transformer.training.trainer import Trainer
 from transformer.translate.translator import Translator
 from transformer.visualize.data import TokenAxis, collect_attention

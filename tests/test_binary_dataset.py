@@ -27,7 +27,7 @@ from transformer.data.binary import build_lock, encode_to_indexed, file_fingerpr
 from transformer.data.indexed import IndexedFormatError, IndexedWriter, open_indexed, smallest_dtype
 from transformer.text import Vocabularies
 from transformer.training import data_cache
-from transformer.training.config import DataConfig
+from transformer.run.config import DataConfig
 from transformer.training.data_setup import load_text_splits
 
 

@@ -15,7 +15,7 @@ from transformer.corpus.builtin import generate_pairs
 from transformer.data.indexed import IndexedPairs
 from transformer.text import Vocabularies
 from transformer.training import data_setup
-from transformer.training.config import DataConfig, RunConfig, TrainConfig
+from transformer.run.config import DataConfig, RunConfig, TrainConfig
 from transformer.training.data_cache import DATA_CACHE_ENV
 from transformer.training.data_setup import (
     TokenizerCoverageError, fallback_share, load_text_splits, make_batches, prepare_data)

@@ -16,7 +16,7 @@ from transformer.data import TokenBudgetBatches
 from transformer.text import Vocabularies
 from transformer.text.bpe_dropout import BPEDropout, dropout_segment, merge_ranks
 from transformer.text.sentencepiece import SentencePieceTokenizer
-from transformer.training.config import RunConfig
+from transformer.run.config import RunConfig
 from transformer.training.data_setup import PreparedData, make_batches
 
 

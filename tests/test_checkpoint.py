@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from transformer.training.checkpoint import (
+from transformer.run.model import (
     CONFIG_FILE,
     WEIGHTS_FILE,
     CheckpointError,
@@ -92,7 +92,7 @@ def test_invalid_config_file(saved):
 
 def test_failed_save_leaves_previous_weights_loadable(saved, monkeypatch):
     model, directory = saved
-    import transformer.training.checkpoint as ckpt
+    import transformer.run.model as ckpt
 
     def crash(*args, **kwargs):
         raise OSError("disk full")

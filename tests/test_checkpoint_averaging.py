@@ -9,8 +9,9 @@ from transformer.cli import main
 from transformer.config import preset
 from transformer.model import Transformer
 from transformer.training.averaging import average_checkpoints, average_last
-from transformer.training.config import RunConfig
-from transformer.training.state import TrainerState, list_checkpoints, save_checkpoint
+from transformer.run.config import RunConfig
+from transformer.run.checkpoints import list_checkpoints
+from transformer.training.state import TrainerState, save_checkpoint
 
 
 @pytest.fixture(autouse=True)

@@ -67,7 +67,7 @@ def test_average_refuses_an_existing_output_unless_overwrite(tmp_path, capsys):
     from safetensors.torch import load_file
 
     from transformer.training.averaging import average_checkpoints
-    from transformer.training.state import list_checkpoints
+    from transformer.run.checkpoints import list_checkpoints
 
     run = tmp_path / "run"
     _checkpoints(run)

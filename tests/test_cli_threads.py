@@ -12,7 +12,7 @@ from test_serve import make_run_dir
 
 import transformer.training.trainer as trainer_module
 from transformer.cli import build_parser, main
-from transformer.training.config import MAX_THREADS
+from transformer.run.config import MAX_THREADS
 
 COMPUTING = ("demo", "train", "translate", "evaluate", "serve", "attend", "info")
 

@@ -7,7 +7,7 @@ import pytest
 
 from transformer.config import ModelConfig
 from transformer.model.rnn_config import RNNConfig
-from transformer.training.config import MODEL_KEYS, DataConfig, RunConfig, TrainConfig
+from transformer.run.config import MODEL_KEYS, DataConfig, RunConfig, TrainConfig
 
 
 def names(cls):

@@ -21,7 +21,7 @@ from transformer import config_dict
 from transformer.config import ModelConfig
 from transformer.config_dict import Range, check_value
 from transformer.model.rnn_config import RNNConfig
-from transformer.training.config import (
+from transformer.run.config import (
     MIN_VOCAB_SIZE, RNN_KEYS, TRANSFORMER_KEYS, DataConfig, RunConfig, TrainConfig, describe_ranges)
 
 # ------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from trainer_helpers import D_MODEL, TINY, Clock, records, train
-from transformer.training.config import RunConfig
+from transformer.run.config import RunConfig
 from transformer.training.schedule import cooldown_factor, noam_lr, run_progress
 from transformer.training.trainer import Trainer
 

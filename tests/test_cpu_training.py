@@ -25,7 +25,7 @@ from transformer.cpu import Swaps, accelerate_training, build, ops, training
 from transformer.model import Transformer
 from transformer.model.attention import CrossAttention, SelfAttention
 from transformer.model.layers import AddNorm, DecoderLayer
-from transformer.training.loss import LabelSmoothedCrossEntropy
+from transformer.model.loss import LabelSmoothedCrossEntropy
 
 pytestmark = pytest.mark.skipif(not build.available() and not os.environ.get("CI"),
                                 reason="no C compiler (or TRANSFORMER_FUSED_CPU=0): the CPU kernels are not built")

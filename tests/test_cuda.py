@@ -19,10 +19,11 @@ from trainer_helpers import TINY, records, train
 from transformer.demo import demo_config
 from transformer.decoding import DecodeConfig
 from transformer.model.masks import padding_mask
-from transformer.training.checkpoint import load_model
-from transformer.training.config import RunConfig
+from transformer.run.model import load_model
+from transformer.run.config import RunConfig
 from transformer.training.trainer import SCALER_KEY, Trainer
-from transformer.training.state import STATE_FILE, latest_checkpoint
+from transformer.run.checkpoints import latest_checkpoint
+from transformer.run.layout import TRAINER_STATE_FILE as STATE_FILE
 from transformer.translate.evaluation import score
 from transformer.translate.translator import Translator
 

@@ -14,8 +14,8 @@ from transformer.config import preset
 from transformer.cuda import DeviceBatches, accelerate_training, pad_batch
 from transformer.data import make_batch
 from transformer.model import Transformer
-from transformer.training.config import RunConfig
-from transformer.training.loss import LabelSmoothedCrossEntropy
+from transformer.run.config import RunConfig
+from transformer.model.loss import LabelSmoothedCrossEntropy
 from transformer.training.trainer import Trainer
 
 V, PAD, BOS, EOS = 50, 0, 1, 2

@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 
 from transformer.data.mixing import MixedBatches, epoch_counts, parse_mix
-from transformer.training.config import RunConfig
+from transformer.run.config import RunConfig
 from transformer.training.trainer import Trainer
 
 IDS = dict(pad_id=0, bos_id=1, eos_id=2)

@@ -8,7 +8,7 @@ import pytest
 from transformer.corpus.builtin import generate_pairs
 from transformer.corpus.registry import corpus_pairs, read_corpus
 from transformer.training import data_setup
-from transformer.training.config import DataConfig
+from transformer.run.config import DataConfig
 from transformer.training.data_setup import prepare_data
 from transformer.training.data_setup import data_report
 

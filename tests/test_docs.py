@@ -140,7 +140,7 @@ def test_documented_command_parses(argv, where):
     except SystemExit as exit_:
         raise AssertionError(f"{where}: transformer's parser refused it (exit {exit_.code})") from None
     if args.command == "train" and not args.config:
-        from transformer.training.config import RunConfig
+        from transformer.run.config import RunConfig
 
         shortcuts = [f"data.{key}={value}" for key, value in (("corpus", args.corpus), ("src_lang", args.src),
                                                               ("tgt_lang", args.tgt), ("data_dir", args.data_dir))
@@ -165,7 +165,7 @@ def sandbox(tmp_path_factory):
     from transformer.corpus.builtin import generate_pairs
     from transformer.model import Transformer
     from transformer.text import Vocabularies
-    from transformer.training.checkpoint import save_model
+    from transformer.run.model import save_model
 
     root = tmp_path_factory.mktemp("docs-sandbox")
     run = root / RUN_DIR
@@ -246,7 +246,7 @@ def yaml_blocks() -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("text, where", yaml_blocks(), ids=[w for _, w in yaml_blocks()])
 def test_yaml_run_config_is_read(text, where):
-    from transformer.training.config import SECTIONS, RunConfig
+    from transformer.run.config import SECTIONS, RunConfig
 
     raw = yaml.safe_load(text)
     if isinstance(raw, dict) and set(raw) <= set(SECTIONS):
@@ -260,7 +260,7 @@ def test_every_config_key_has_a_default_a_meaning_and_a_range():
     from transformer import config_dict
     from transformer.config import ModelConfig
     from transformer.model.rnn_config import RNNConfig
-    from transformer.training.config import DataConfig, TrainConfig
+    from transformer.run.config import DataConfig, TrainConfig
 
     for cls in (DataConfig, TrainConfig, ModelConfig, RNNConfig):
         ranges = config_dict.ranges(cls) if hasattr(config_dict, "ranges") else {}

@@ -6,10 +6,11 @@ import torch
 from safetensors.torch import load_file
 
 from trainer_helpers import TINY, train
-from transformer.training.checkpoint import unique_state_dict
-from transformer.training.config import RunConfig
-from transformer.training.ema import EMA_FILE, WeightAverage
-from transformer.training.state import list_checkpoints
+from transformer.run.model import unique_state_dict
+from transformer.run.config import RunConfig
+from transformer.run.layout import EMA_FILE
+from transformer.training.ema import WeightAverage
+from transformer.run.checkpoints import list_checkpoints
 from transformer.training.trainer import Trainer
 
 

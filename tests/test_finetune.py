@@ -11,8 +11,8 @@ from safetensors.torch import load_file
 
 from interop_helpers import write_marian_model
 from transformer.cli import main
-from transformer.training.checkpoint import load_model, unique_state_dict
-from transformer.training.config import RunConfig
+from transformer.run.model import load_model, unique_state_dict
+from transformer.run.config import RunConfig
 from transformer.training.finetune import InitFromError
 from transformer.training.schedule import constant_lr, inverse_sqrt_lr, lr_function, noam_lr
 from transformer.training.trainer import Trainer

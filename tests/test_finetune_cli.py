@@ -10,7 +10,7 @@ import pytest
 
 from transformer.cli import main
 from transformer.model.rnn_config import rnn_preset
-from transformer.training.config import RunConfig
+from transformer.run.config import RunConfig
 from transformer.training.trainer import Trainer
 
 SETTINGS = ["data.builtin_train=300", "data.builtin_valid=10", "data.builtin_test=10", "data.max_tokens=800",

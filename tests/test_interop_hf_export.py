@@ -16,7 +16,7 @@ pytest.importorskip("sentencepiece")
 
 from interop_helpers import built_marian, sentences, write_run_dir  # noqa: E402
 
-from transformer.training.checkpoint import load_model  # noqa: E402
+from transformer.run.model import load_model  # noqa: E402
 from transformer.cli import main  # noqa: E402
 from transformer.interop import InteropError, export_hf, import_hf  # noqa: E402
 from transformer.interop.marian import to_concat_layout  # noqa: E402

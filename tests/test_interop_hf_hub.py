@@ -37,7 +37,7 @@ from interop_helpers import built_marian  # noqa: E402
 
 from transformer.cli import main  # noqa: E402
 from transformer.interop import InteropError, import_hf  # noqa: E402
-from transformer.training.checkpoint import load_config, load_model  # noqa: E402
+from transformer.run.model import load_config, load_model  # noqa: E402
 
 REPO = "test-org/tiny-marian"
 BIN_REPO = "test-org/bin-only"

@@ -25,7 +25,7 @@ from transformer.cli import main  # noqa: E402
 from transformer.decoding import greedy_search  # noqa: E402
 from transformer.interop import InteropError, export_hf, import_hf  # noqa: E402
 from transformer.interop.marian import OUR_CONFIG_KEY  # noqa: E402
-from transformer.training.checkpoint import load_config, load_model  # noqa: E402
+from transformer.run.model import load_config, load_model  # noqa: E402
 from transformer.translate.translator import Translator  # noqa: E402
 
 KINDS = ["bpe-joint", "bpe-separate", "sentencepiece-joint", "sentencepiece-separate"]
@@ -172,7 +172,7 @@ def test_the_languages_and_run_settings_come_back(tmp_path):
     """The run's run_config.json (its languages: French sentences cut by French rules) travels in the
     export's config.json and is written back by the import, so the imported run segments, translates
     documents and names its languages as the original does."""
-    from transformer.training.config import RunConfig
+    from transformer.run.config import RunConfig
     from transformer.translate.document import translate_document
     from transformer.translate.translator import run_languages
 

@@ -1,4 +1,4 @@
-"""The label-smoothed cross-entropy: the paper's loss (training/loss.py) and the CPU engine's one-pass
+"""The label-smoothed cross-entropy: the paper's loss (model/loss.py) and the CPU engine's one-pass
 form of it (cpu/loss.py), each against PyTorch's own ``F.cross_entropy(label_smoothing=...)`` in
 float64, values and gradients; and the launch cost of the plain loss, which a GPU pays per operator.
 """
@@ -12,7 +12,7 @@ from dispatch_helpers import OperatorLog
 
 from transformer.cpu import accelerate_training, build, ops
 from transformer.cpu.loss import CHUNK_ELEMENTS, ChunkedLabelSmoothedCrossEntropy
-from transformer.training.loss import LabelSmoothedCrossEntropy
+from transformer.model.loss import LabelSmoothedCrossEntropy
 
 PATHS = ("plain", "chunked", "kernel")
 

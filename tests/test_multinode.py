@@ -24,8 +24,9 @@ from safetensors.torch import load_file
 
 from transformer.model import build_model
 from transformer.training import distributed as D
-from transformer.training.checkpoint import load_config
-from transformer.training.state import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
+from transformer.run.model import load_config
+from transformer.run.checkpoints import latest_checkpoint
+from transformer.training.state import TrainerState, load_checkpoint, save_checkpoint
 
 WORKER = str(Path(__file__).with_name("torchrun_worker.py"))
 STEPS = 12

@@ -29,7 +29,7 @@ from transformer.data.batches import make_batch
 from transformer.decoding import DecodeConfig
 from transformer.model import Transformer
 from transformer.text import Vocabularies
-from transformer.training.checkpoint import save_model
+from transformer.run.model import save_model
 from transformer.translate.document import translate_document
 from transformer.translate.segment import segment_text
 from transformer.translate.translator import Translator

@@ -7,7 +7,7 @@ import torch
 
 from transformer.cpu import precision
 from transformer.cpu.precision import fast_bf16, resolve_precision, slow_bf16_warning
-from transformer.training.config import RunConfig
+from transformer.run.config import RunConfig
 from transformer.training.trainer import Trainer
 from transformer.translate.translator import Translator
 

@@ -3,7 +3,8 @@
 import io
 import json
 
-from transformer.training.progress import MetricsLog, Progress, plot_training_curve
+from transformer.run.metrics import MetricsLog, plot_training_curve
+from transformer.training.progress import Progress
 
 
 class FakeTerminal(io.StringIO):

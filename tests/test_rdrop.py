@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer.training.config import RunConfig
-from transformer.training.loss import symmetric_kl
+from transformer.run.config import RunConfig
+from transformer.model.loss import symmetric_kl
 from transformer.training.trainer import Trainer
 
 TINY = [

@@ -90,7 +90,7 @@ def test_each_curve_is_drawn_through_the_records(tmp_path, gid, kind, key):
 def test_the_report_reads_the_files_the_trainer_writes():
     from transformer.visualize import run_records
 
-    run_dir = pytest.importorskip("transformer.training.run_dir")
+    run_dir = pytest.importorskip("transformer.run.directory")
     alignment_log = pytest.importorskip("transformer.training.alignment_log")
     assert run_records.RUN_CONFIG_FILE == run_dir.RUN_CONFIG_FILE
     assert run_records.ALIGNMENTS_FILE == alignment_log.ALIGNMENTS_FILE

@@ -5,12 +5,12 @@ import json
 import pytest
 import torch
 
-from transformer.training.checkpoint import load_config, load_model, save_model
+from transformer.run.model import load_config, load_model, save_model
 from transformer.config import ModelConfig
 from transformer.decoding import DecodeConfig, beam_search, decode, greedy_search
 from transformer.model import RNNCache, RNNConfig, RNNSeq2Seq, Transformer, build_model, config_from_dict, rnn_preset
 from transformer.model.scores import AdditiveScore, BilinearScore, DotScore
-from transformer.training.config import RunConfig
+from transformer.run.config import RunConfig
 
 SCORES = ("additive", "dot", "general", "scaled_dot")
 V = 40

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from transformer import cli
-from transformer.training.checkpoint import load_model
+from transformer.run.model import load_model
 from transformer.model import RNNSeq2Seq
 from transformer.translate.translator import Translator
 from transformer.visualize.page import read_page_data

@@ -21,7 +21,7 @@ from run_dir_helpers import Worker, build_run, check_answer, copy_run, resume_ar
 
 from transformer.config import preset
 from transformer.model import build_model
-from transformer.training.checkpoint import CheckpointError, load_model
+from transformer.run.model import CheckpointError, load_model
 from transformer.training.state import load_checkpoint
 
 
@@ -153,7 +153,7 @@ def test_import_hf_checks_sizes_before_building(tmp_path, worker):
 
 def test_loading_names_the_non_finite_tensor(tmp_path):
     model = build_model(preset("tiny", src_vocab_size=40))
-    from transformer.training.checkpoint import save_model
+    from transformer.run.model import save_model
 
     save_model(model, tmp_path)
     tensors = load_file(tmp_path / "model.safetensors")

@@ -19,9 +19,10 @@ import torch
 
 from transformer import cli as transformer_cli
 from transformer.training import trainer as trainer_module
-from transformer.training.config import RunConfig
-from transformer.training.lock import LOCK_FILE, RunLock, RunLockedError, RunStorageError, read_holder
-from transformer.training.state import latest_checkpoint, list_checkpoints, load_checkpoint
+from transformer.run.config import RunConfig
+from transformer.run.lock import LOCK_FILE, RunLock, RunLockedError, RunStorageError, read_holder
+from transformer.run.checkpoints import latest_checkpoint, list_checkpoints
+from transformer.training.state import load_checkpoint
 from transformer.training.trainer import Trainer
 
 TINY = [
@@ -31,7 +32,7 @@ TINY = [
 ]
 HOLD = """
 import sys, time
-from transformer.training.lock import RunLock
+from transformer.run.lock import RunLock
 lock = RunLock(sys.argv[1], command="hold").acquire()  # held while the object lives
 print("locked", flush=True)
 time.sleep(600)
@@ -277,7 +278,8 @@ def test_a_full_disk_while_saving_ends_in_one_line_and_leaves_nothing_half_writt
                                                                                      error):
     import safetensors.torch
 
-    from transformer.training import checkpoint, state
+    from transformer.run import model as checkpoint
+    from transformer.training import state
 
     real = safetensors.torch.save_file
     calls = {"n": 0}
@@ -311,13 +313,13 @@ def test_a_full_disk_while_saving_ends_in_one_line_and_leaves_nothing_half_writt
 
 def _tiny_model(run_dir: Path):
     from transformer.model import build_model
-    from transformer.training.checkpoint import load_config
+    from transformer.run.model import load_config
 
     return build_model(load_config(run_dir))
 
 
 def test_storage_errors_elsewhere_pass_unchanged(tmp_path):
-    from transformer.training.lock import storage_errors
+    from transformer.run.lock import storage_errors
 
     with pytest.raises(PermissionError):  # a data file you may not read is not the run directory's business
         with storage_errors(tmp_path / "run"):

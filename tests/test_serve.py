@@ -19,7 +19,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from transformer.training.checkpoint import save_model
+from transformer.run.model import save_model
 from transformer.cli import main
 from transformer.config import preset
 from transformer.corpus.builtin import generate_pairs

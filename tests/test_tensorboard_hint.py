@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import transformer.demo as demo
-from transformer.training.config import RunConfig
+from transformer.run.config import RunConfig
 from transformer.training.tensorboard_log import HINT, TENSORBOARD_DIR
 from transformer.training.trainer import Trainer
 

@@ -9,7 +9,7 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from transformer.training.alignment_log import Alignment
-from transformer.training.config import RunConfig
+from transformer.run.config import RunConfig
 from transformer.training.tensorboard_log import HINT, TENSORBOARD_DIR, AlignmentFigure, alignment_figure
 from transformer.training.trainer import Trainer
 from transformer.visualize.data import TokenAxis

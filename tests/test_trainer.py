@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from transformer.training.checkpoint import load_model
-from transformer.training.config import RunConfig
-from transformer.training.state import list_checkpoints
-from transformer.training.run_dir import RunDirectoryError
+from transformer.run.model import load_model
+from transformer.run.config import RunConfig
+from transformer.run.checkpoints import list_checkpoints
+from transformer.run.directory import RunDirectoryError
 from transformer.training.trainer import Trainer
 
 TINY = [

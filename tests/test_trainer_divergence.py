@@ -9,8 +9,8 @@ from safetensors.torch import load_file, save_file
 from trainer_helpers import TINY
 
 from transformer.cli import main
-from transformer.training.config import RunConfig
-from transformer.training.state import latest_checkpoint, list_checkpoints
+from transformer.run.config import RunConfig
+from transformer.run.checkpoints import latest_checkpoint, list_checkpoints
 from transformer.training.trainer import FINITE, Trainer
 
 # A constant rate of 1e12 (after a 4-step warmup): the loss is finite at step 1 and NaN from step 2.

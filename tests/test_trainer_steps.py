@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from transformer.training.config import RunConfig
+from transformer.run.config import RunConfig
 from transformer.training.schedule import noam_lr
 from transformer.training.trainer import Trainer
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer.training.config import RunConfig
-from transformer.training.loss import LabelSmoothedCrossEntropy
+from transformer.run.config import RunConfig
+from transformer.model.loss import LabelSmoothedCrossEntropy
 from transformer.training.schedule import build_optimizer, noam_lr
 
 

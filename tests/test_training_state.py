@@ -17,19 +17,14 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 import transformer.training.state as st
-from transformer.training.checkpoint import CheckpointError, load_weights, unique_state_dict
+from transformer.run.model import CheckpointError, load_weights, unique_state_dict
 from transformer.config import preset
 from transformer.model import Transformer
 from transformer.training.averaging import average_checkpoints, average_last
+from transformer.run.checkpoints import latest_checkpoint, list_checkpoints
+from transformer.run.layout import CHECKPOINT_FILES
 from transformer.training.state import (
-    TrainerState,
-    capture_rng_state,
-    latest_checkpoint,
-    list_checkpoints,
-    load_checkpoint,
-    restore_rng_state,
-    save_checkpoint,
-)
+    TrainerState, capture_rng_state, load_checkpoint, restore_rng_state, save_checkpoint)
 
 VOCAB = 20
 
@@ -340,7 +335,7 @@ def test_mismatched_optimizer_or_scheduler_fails(tmp_path):
 def test_files_are_safetensors_and_json_only(tmp_path):
     saved_run(tmp_path, steps=(1,), rng=capture_rng_state())
     path = latest_checkpoint(tmp_path)
-    assert sorted(p.name for p in path.iterdir()) == sorted(st.REQUIRED_FILES)
+    assert sorted(p.name for p in path.iterdir()) == sorted(CHECKPOINT_FILES)
     headers = {}
     for file in path.iterdir():
         raw = file.read_bytes()

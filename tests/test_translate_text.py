@@ -28,7 +28,7 @@ from transformer.corpus.builtin import generate_pairs
 from transformer.decoding import DecodeConfig, Hypothesis
 from transformer.model import Transformer
 from transformer.text import Vocabularies
-from transformer.training.checkpoint import save_model
+from transformer.run.model import save_model
 from transformer.translate.cli import read_lines
 from transformer.translate.document import translate_lines
 from transformer.translate.segment import segment_text

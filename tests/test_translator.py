@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from transformer.training.checkpoint import load_model, save_model
+from transformer.run.model import load_model, save_model
 from transformer.config import preset
 from transformer.corpus.builtin import generate_pairs
 from transformer.cpu import ENV_SWITCH, build

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from transformer.training.checkpoint import save_model
+from transformer.run.model import save_model
 from transformer.config import preset
 from transformer.corpus.builtin import generate_pairs
 from transformer.model import Transformer

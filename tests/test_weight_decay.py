@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from trainer_helpers import Clock, records, train
-from transformer.training.config import RunConfig
+from transformer.run.config import RunConfig
 from transformer.training.schedule import build_optimizer
 
 LR, WD, BETAS, EPS = 0.01, 0.1, (0.9, 0.98), 1e-9

@@ -7,7 +7,7 @@ from safetensors.torch import load_file
 
 from trainer_helpers import TINY, train
 from transformer.data import drop_words, make_batch
-from transformer.training.config import RunConfig
+from transformer.run.config import RunConfig
 from transformer.training.trainer import Trainer
 
 PAD, BOS, EOS, UNK_SRC, UNK_TGT = 0, 1, 2, 3, 4

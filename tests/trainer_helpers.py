@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from transformer.config import PRESETS
-from transformer.training.config import RunConfig
+from transformer.run.config import RunConfig
 from transformer.training.trainer import Trainer
 
 TINY = [

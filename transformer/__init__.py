@@ -7,7 +7,7 @@ The public API::
 
 # First, before torch loads: the moment from which the commands count the CPUs other processes leave free.
 from transformer import threads as _threads  # noqa: F401  (isort: skip)
-from transformer.training.checkpoint import CheckpointError, load_model, save_model
+from transformer.run.model import CheckpointError, load_model, save_model
 from transformer.config import ModelConfig, preset
 from transformer.model.masks import causal_mask, padding_mask
 from transformer.model import AttentionMaps, DecoderCache, Transformer

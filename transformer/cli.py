@@ -35,7 +35,7 @@ from transformer.config import PRESETS, preset
 from transformer.model.masks import padding_mask
 from transformer.model import Transformer
 from transformer.threads import default_threads
-from transformer.training.config import MAX_THREADS
+from transformer.run.config import MAX_THREADS
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -168,7 +168,7 @@ def _layer_table(model: Transformer) -> str:
 
 
 def _register_train(sub: argparse._SubParsersAction) -> None:
-    from transformer.training.config import describe_ranges
+    from transformer.run.config import describe_ranges
 
     description = (
         "Train with the paper's recipe. Settings come from --config (YAML or JSON with sections "
@@ -207,7 +207,7 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from transformer.training.config import RunConfig
+    from transformer.run.config import RunConfig
     from transformer.training.trainer import Trainer
 
     shortcuts = [f"data.{key}={value}" for key, value in
@@ -312,10 +312,9 @@ def _average(args: argparse.Namespace) -> int:
     import contextlib
     from pathlib import Path
 
-    from transformer.training.checkpoint import WEIGHTS_FILE
+    from transformer.run.layout import RUN_CONFIG_FILE, WEIGHTS_FILE
+    from transformer.run.lock import RunLock, storage_errors
     from transformer.training.averaging import average_last
-    from transformer.training.lock import RunLock, storage_errors
-    from transformer.training.run_dir import RUN_CONFIG_FILE
 
     model = Path(args.run_dir) / WEIGHTS_FILE
     out = Path(args.out) if args.out else model

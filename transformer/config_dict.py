@@ -1,7 +1,7 @@
 """The checks every config runs on a dict read from JSON or YAML before building itself.
 
 ``ModelConfig.from_dict``, ``RNNConfig.from_dict`` and the run configuration
-(``transformer.training.config``: its sections ``data``/``model``/``train``) check the same three
+(``transformer.run.config``: its sections ``data``/``model``/``train``) check the same three
 things with the same wording: the value is a mapping, it has no unknown keys (the error lists the
 valid ones) and it has the required keys.
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from transformer.translate.evaluation import score
-from transformer.training.config import DataConfig, RunConfig, TrainConfig
+from transformer.run.config import DataConfig, RunConfig, TrainConfig
 from transformer.training.trainer import Trainer
 from transformer.translate.translator import Translator
 from transformer.visualize.cli import write_demo_pages

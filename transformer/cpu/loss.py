@@ -1,6 +1,6 @@
 """The label-smoothed cross-entropy for CPU training steps: the same numbers, a chunk of rows at a time.
 
-``training.loss.LabelSmoothedCrossEntropy`` is the paper's loss as whole-tensor operations, which
+``model.loss.LabelSmoothedCrossEntropy`` is the paper's loss as whole-tensor operations, which
 on a CPU write and re-read several (tokens x vocabulary) float32 tensors (log-probabilities,
 their gradient, autograd's copies). ``ChunkedLabelSmoothedCrossEntropy`` computes the loss and
 its closed-form gradient in one pass over the logits instead:
@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from transformer.cpu import ops
-from transformer.training.loss import LabelSmoothedCrossEntropy
+from transformer.model.loss import LabelSmoothedCrossEntropy
 
 CHUNK_ELEMENTS = 1 << 20  # 1M fp32 values = 4 MiB per temporary: the fastest of 256k-4M
 

@@ -27,7 +27,7 @@ from transformer.cpu.loss import ChunkedLabelSmoothedCrossEntropy
 from transformer.cpu.swap import Swaps, swap
 from transformer.model.attention import CrossAttention, SelfAttention, check_mask
 from transformer.model.layers import AddNorm
-from transformer.training.loss import LabelSmoothedCrossEntropy
+from transformer.model.loss import LabelSmoothedCrossEntropy
 
 # Rows of up to this many queries and keys take the attention kernel in training; longer ones
 # PyTorch's fused kernel, which works in blocks and wins there (see docs/performance.md).

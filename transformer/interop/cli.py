@@ -44,7 +44,7 @@ def register_interop_commands(sub: argparse._SubParsersAction) -> None:
 def _import_hf(args: argparse.Namespace) -> int:
     from transformer.interop.hf import import_hf
 
-    from transformer.training.checkpoint import load_config
+    from transformer.run.model import load_config
 
     out = import_hf(args.source, args.out, revision=args.revision)
     hub = load_config(out).extra.get("hf_hub")

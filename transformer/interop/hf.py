@@ -27,9 +27,9 @@ import torch
 from torch import Tensor
 
 from transformer.run_files import MAX_TOKENIZER_BYTES, read_json
-from transformer.training.checkpoint import CheckpointError, expected_tensors, load_model, save_model
-from transformer.training.config import RunConfig
-from transformer.training.run_dir import RUN_CONFIG_FILE
+from transformer.run.model import CheckpointError, expected_tensors, load_model, save_model
+from transformer.run.config import RunConfig
+from transformer.run.layout import RUN_CONFIG_FILE
 from transformer.interop._common import (
     MARIAN_TOKENIZER_FILES as TOKENIZER_FILES, InteropError, refuse_existing, require, staged_output,
 )

@@ -22,7 +22,8 @@ from typing import Any, Sequence
 
 import yaml
 
-from transformer.training.config import RunConfig
+from transformer.run.config import RunConfig
+from transformer.run.layout import RUN_CONFIG_FILE
 
 __all__ = ["RECIPE_DIR", "load_recipe", "is_recipe_file", "recipe_names", "recipe_path"]
 
@@ -100,7 +101,7 @@ def load_recipe(
     world = world_size if world_size is not None else int(os.environ.get("WORLD_SIZE", "1") or 1)
     train = raw.setdefault("train", {}) or {}
     raw["train"] = train
-    previous = Path(run_dir) / "run_config.json" if run_dir is not None else None
+    previous = Path(run_dir) / RUN_CONFIG_FILE if run_dir is not None else None
     if _overrides_accumulate(overrides):
         pass  # the command line's train.accumulate is applied with the other overrides below
     elif previous is not None and previous.is_file():

@@ -1,30 +1,18 @@
 """Alignment snapshots: the cross-attention of a few fixed validation sentences at each evaluation.
 
-At every evaluation the trainer appends one JSON line to ``RUN_DIR/alignments.jsonl``::
-
-    {"step": 600, "epoch": 2, "sentences": [
-        {"index": 17, "src_tokens": ["je", "suis", ...], "tgt_tokens": ["I", "am", ..., "</s>"],
-         "layers": [[[[0.912, 0.041, ...], ...], ...], ...]}, ...]}
-
-* ``index``: the pair's position in the run's validation pairs (after filtering), the same at
-  every evaluation and after a resume: the sentences are chosen once, deterministically, from the
-  validation data (:func:`choose_sentences`).
-* ``src_tokens``: the source pieces the encoder reads (no ``<s>``/``</s>``), ``tgt_tokens``: the
-  reference pieces the decoder predicts, ending with ``</s>``; both as the attention page labels
-  them (``▁`` removed, ``·`` before a piece that continues a word).
-* ``layers``: one entry per decoder layer, ``[heads][tgt][src]``: row ``i`` is where the decoder
-  looked while predicting ``tgt_tokens[i]``; each row sums to 1 (weights rounded to 3 decimals).
+The sentences are chosen once, deterministically, from the validation data
+(:func:`choose_sentences`), so they are the same at every evaluation and after a resume; their
+snapshots go to the run's ``alignments.jsonl`` (its format: :mod:`transformer.run.alignments`).
 
 The weights come from one teacher-forced pass on the *reference* translation (the model's
 explicit attention path, ``attention_maps``, in eval mode without gradients), so every snapshot
 has the same rows and columns and a slider over steps compares like with like: attention going
-from uniform to the word alignment as the model learns. ``transformer report`` reads this file;
+from uniform to the word alignment as the model learns. ``transformer report`` draws them;
 the same weights feed the TensorBoard images (:mod:`transformer.training.tensorboard_log`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,14 +21,13 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from transformer.run_files import RunFileError, parse_json, read_text
 from transformer.data import make_batch
 from transformer.data.batches import Example
+from transformer.run.alignments import DECIMALS, append_alignments, truncate_alignments
+from transformer.run.layout import ALIGNMENTS_FILE
 from transformer.text import Vocabularies
-from transformer.visualize.data import TokenAxis
+from transformer.text.pieces import TokenAxis
 
-ALIGNMENTS_FILE = "alignments.jsonl"
-DECIMALS = 3
 # Tokens on each side of a chosen pair: long enough to show an alignment, short enough to read as a heatmap.
 SHORTEST, LONGEST = 5, 20
 
@@ -140,35 +127,12 @@ class AlignmentLog:
         """Append the snapshot of ``step`` as one line (once per step); False when nothing was written."""
         if not (self.write_enabled and alignments) or step in self.logged_steps:
             return False
-        line = json.dumps({"step": step, "epoch": epoch, "sentences": [a.to_dict() for a in alignments]},
-                          ensure_ascii=False, separators=(",", ":"))
-        with self.path.open("a", encoding="utf-8") as f:  # one write of a whole line: a reader never sees half
-            f.write(line + "\n")
-            f.flush()
+        append_alignments(self.path, {"step": step, "epoch": epoch, "sentences": [a.to_dict() for a in alignments]})
         self.logged_steps.add(step)
         return True
 
     # ------------------------------------------------------------------------------------------
     def truncate_after(self, step: int) -> None:
         """Keep the complete lines of steps up to ``step`` (rewritten through a temporary file)."""
-        if not self.path.exists():
-            return
-        kept = [r for r in read_alignments(self.path) if r["step"] <= step]
-        self.logged_steps = {r["step"] for r in kept}
-        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-        tmp.write_text("".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in kept),
-                       encoding="utf-8")
-        os.replace(tmp, self.path)
-
-
-def read_alignments(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The snapshots of an ``alignments.jsonl``, in order; a line cut short by a crash is skipped."""
-    records = []
-    for line in read_text(path, errors="replace").splitlines():  # a regular file under a size cap
-        try:
-            record = parse_json(line, where=str(path))
-        except RunFileError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("step"), int):
-            records.append(record)
-    return records
+        if self.path.exists():
+            self.logged_steps = truncate_alignments(self.path, step)

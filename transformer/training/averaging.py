@@ -9,9 +9,10 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from transformer.training.checkpoint import CheckpointError
-from transformer.training.state import (
-    MODEL_FILE, PathLike, _read_tensors, _write_tensors, list_checkpoints, recent_checkpoints)
+from transformer.run.model import CheckpointError
+from transformer.run.checkpoints import PathLike, list_checkpoints, read_tensors, recent_checkpoints
+from transformer.run.layout import CHECKPOINTS_DIR, WEIGHTS_FILE
+from transformer.training.state import _write_tensors
 
 
 def average_checkpoints(paths: Sequence[PathLike]) -> dict[str, Tensor]:
@@ -22,11 +23,11 @@ def average_checkpoints(paths: Sequence[PathLike]) -> dict[str, Tensor]:
     """
     if not paths:
         raise ValueError("average_checkpoints needs at least one checkpoint")
-    files = [Path(p) / MODEL_FILE if Path(p).is_dir() else Path(p) for p in paths]
+    files = [Path(p) / WEIGHTS_FILE if Path(p).is_dir() else Path(p) for p in paths]
     sums: dict[str, Tensor] = {}
     ref: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
     for n, file in enumerate(files):
-        tensors = _read_tensors(file)
+        tensors = read_tensors(file)
         layout = {k: (tuple(t.shape), t.dtype) for k, t in tensors.items()}
         if n == 0:
             ref = layout
@@ -50,7 +51,7 @@ def average_last(run_dir: PathLike, n: int, out_path: PathLike) -> list[Path]:
     """
     checkpoints = recent_checkpoints(run_dir)
     if n < 1 or len(checkpoints) < n:
-        where = Path(run_dir) / "checkpoints"
+        where = Path(run_dir) / CHECKPOINTS_DIR
         message = f"cannot average the last {n} checkpoints: {len(checkpoints)} exist in {where}"
         if extra := [p.name for p in list_checkpoints(run_dir) if p not in checkpoints]:
             message += (f" (besides {', '.join(extra)}, kept only as the best, which is never averaged; "

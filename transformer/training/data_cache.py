@@ -47,12 +47,13 @@ from transformer.data.binary import (
 from transformer.data.indexed import IndexedFormatError, IndexedPairs, open_indexed
 from transformer.text import Vocabularies
 from transformer.text.tokenizer import BPETokenizer
-from transformer.training.config import DataConfig
+from transformer.run.config import DataConfig
 
 __all__ = ["DATA_CACHE_ENV", "CachedCorpus", "cache_root", "open_cache", "source_description", "source_key"]
 
 DATA_CACHE_ENV = "TRANSFORMER_DATA_CACHE"
 CACHE_VERSION = 1
+ENTRY_LOCK = ".lock"  # in each cache entry's directory, held while it is built
 Pair = tuple[str, str]
 Splits = dict[str, list[Pair]]
 ReadSplits = Callable[[DataConfig], tuple[Splits, dict[str, Any]]]
@@ -151,13 +152,13 @@ class _Session:
         if not (directory / "source.json").is_file():
             if not self.build:
                 return None
-            with build_lock(directory / ".lock", stream=self.progress):
+            with build_lock(directory / ENTRY_LOCK, stream=self.progress):
                 remove_temporaries(directory)
                 if not (directory / "source.json").is_file():
                     try:
                         self.text(i)
                     except BaseException:
-                        if {p.name for p in directory.iterdir()} <= {".lock"}:
+                        if {p.name for p in directory.iterdir()} <= {ENTRY_LOCK}:
                             shutil.rmtree(directory, ignore_errors=True)  # bad data leaves no empty entry behind
                         raise
         text = json.loads((directory / "text.json").read_text(encoding="utf-8"))
@@ -193,13 +194,13 @@ class _Session:
             except IndexedFormatError as err:
                 if not self.build:
                     return None
-                with build_lock(self.dirs[i] / ".lock", stream=self.progress):
+                with build_lock(self.dirs[i] / ENTRY_LOCK, stream=self.progress):
                     if self.progress:
                         print(f"rebuilding a damaged cache entry: {err}", file=self.progress, flush=True)
                     shutil.rmtree(directory, ignore_errors=True)
         if not self.build:
             return None
-        with build_lock(self.dirs[i] / ".lock", stream=self.progress):
+        with build_lock(self.dirs[i] / ENTRY_LOCK, stream=self.progress):
             remove_temporaries(self.dirs[i])
             if not directory.is_dir():
                 train = self.text(i)["train"]

@@ -39,7 +39,7 @@ from transformer.data.mixing import MixedBatches, parse_mix
 from transformer.text import Vocabularies
 from transformer.text.bpe_dropout import BPEDropout
 from transformer.text.tokenizer import Tokenizer
-from transformer.training.config import DataConfig
+from transformer.run.config import DataConfig
 from transformer.training.data_cache import open_cache
 
 Pair = tuple[str, str]

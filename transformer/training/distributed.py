@@ -34,7 +34,9 @@ import torch
 import torch.distributed as dist
 
 from transformer.run_files import read_json
-from transformer.training.state import STATE_FILE, TrainerState, latest_checkpoint
+from transformer.run.checkpoints import latest_checkpoint
+from transformer.run.layout import TRAINER_STATE_FILE
+from transformer.training.state import TrainerState
 
 TIMEOUT_ENV = "TRANSFORMER_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 1800.0  # torch's own default: long enough for rank 0's validation while the others wait
@@ -183,7 +185,7 @@ def _saved_layout(checkpoint: Path | None) -> tuple[int, int] | None:
     if checkpoint is None:
         return None
     try:
-        layout = read_json(checkpoint / STATE_FILE)["trainer"]["extra"][LAYOUT_KEY]  # capped, nesting bounded
+        layout = read_json(checkpoint / TRAINER_STATE_FILE)["trainer"]["extra"][LAYOUT_KEY]  # capped, nesting bounded
         world, acc = int(layout["world_size"]), int(layout["accumulate"])
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -16,9 +16,7 @@ from typing import Iterator
 import torch
 from torch import Tensor, nn
 
-from transformer.training.checkpoint import unique_state_dict
-
-EMA_FILE = "ema.safetensors"
+from transformer.run.model import unique_state_dict
 
 
 class WeightAverage:

@@ -23,18 +23,15 @@ from transformer.config import ModelConfig, preset
 from transformer.model import RNNConfig
 from transformer.text import Vocabularies
 from transformer.run_files import read_json
-from transformer.training.checkpoint import (
-    CONFIG_FILE, WEIGHTS_FILE, CheckpointError, check_weights_header, expected_tensors, load_config,
-)
-from transformer.training.config import RunConfig
-from transformer.training.run_dir import RUN_CONFIG_FILE
-from transformer.training.state import STATE_FILE, latest_checkpoint
+from transformer.run.checkpoints import STEP_DIR, latest_checkpoint
+from transformer.run.config import RunConfig
+from transformer.run.layout import CHECKPOINTS_DIR, CONFIG_FILE, RUN_CONFIG_FILE, TRAINER_STATE_FILE, WEIGHTS_FILE
+from transformer.run.model import CheckpointError, check_weights_header, expected_tensors, load_config
 
 # Model settings a fine-tuning run may set anew: they change no weight, only how training regularises.
 RETUNABLE = ("dropout", "attention_dropout", "activation_dropout")
 # The ModelConfig fields a preset fixes (model.preset=base contradicts a run of d_model 256).
 PRESET_SIZES = ("d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers")
-_STEP_DIR = re.compile(r"^step-(\d{8,})$")
 _HUB_NAME = re.compile(r"^[A-Za-z0-9_-][\w.-]*/[\w.-]+$")  # org/name, as import-hf takes it
 
 
@@ -83,8 +80,8 @@ def open_source(path: str | Path, *, run_dir: str | Path | None = None) -> InitS
     if not path.is_dir():
         raise InitFromError(f"{where} is a file, not a run directory")
     checkpoint, step = None, None
-    match = _STEP_DIR.match(path.name)
-    if match and path.parent.name == "checkpoints":  # run/checkpoints/step-N: those weights, the run's tokenizer
+    match = STEP_DIR.match(path.name)
+    if match and path.parent.name == CHECKPOINTS_DIR:  # run/checkpoints/step-N: those weights, the run's tokenizer
         root, weights, checkpoint, step = path.parent.parent, path / WEIGHTS_FILE, path.name, int(match.group(1))
     else:
         root, weights = path, path / WEIGHTS_FILE
@@ -209,7 +206,7 @@ def _model_step(run_dir: Path, cfg: RunConfig | None) -> int | None:
     if checkpoint is None:
         return None
     try:
-        trainer = read_json(checkpoint / STATE_FILE)["trainer"]
+        trainer = read_json(checkpoint / TRAINER_STATE_FILE)["trainer"]
         newest, best = trainer["step"], trainer.get("best_step")
     except (OSError, ValueError, KeyError, TypeError):
         return None  # the step is a record we can do without

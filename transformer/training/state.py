@@ -2,7 +2,7 @@
 
 A checkpoint is a directory ``run_dir/checkpoints/step-XXXXXXXX/`` holding
 
-* ``model.safetensors``     model weights, tied tensors once (:func:`transformer.training.checkpoint.save_weights`);
+* ``model.safetensors``     model weights, tied tensors once (:func:`transformer.run.model.save_weights`);
 * ``optimizer.safetensors`` every tensor of ``optimizer.state_dict()["state"]`` as ``state.<idx>.<name>``
   (and tensor-valued param-group entries as ``param_groups.<i>.<key>``);
 * ``rng.safetensors``       torch CPU/CUDA generator states (byte tensors);
@@ -11,6 +11,8 @@ A checkpoint is a directory ``run_dir/checkpoints/step-XXXXXXXX/`` holding
 
 It is built in a ``.tmp-step-XXXXXXXX-<pid>`` directory, fsynced and renamed into place; only then
 does ``latest.json`` move to it, so a crash at any point leaves a complete checkpoint behind.
+Finding the checkpoints of a run (the complete ones, the latest) and reading their tensor files
+is the run directory's part: :mod:`transformer.run.checkpoints`.
 """
 
 from __future__ import annotations
@@ -28,27 +30,24 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LRScheduler
 
+from transformer.run.checkpoints import STEP_DIR, PathLike, list_checkpoints, read_latest, read_tensors
+from transformer.run.layout import (
+    CHECKPOINT_FILES, CHECKPOINTS_DIR, LATEST_FILE, OPTIMIZER_FILE, RNG_FILE, TRAINER_STATE_FILE, WEIGHTS_FILE,
+    checkpoint_name)
+from transformer.run.model import CheckpointError, load_weights, save_weights
 from transformer.run_files import RunFileError, read_json
-from transformer.training.checkpoint import CheckpointError, load_weights, save_weights
 
 try:
     import numpy as np
 except ImportError:  # numpy is optional
     np = None  # type: ignore[assignment]
 
-PathLike = str | os.PathLike[str]
 FORMAT_VERSION = 1
-MODEL_FILE, OPTIMIZER_FILE, RNG_FILE, STATE_FILE = (
-    "model.safetensors", "optimizer.safetensors", "rng.safetensors", "trainer_state.json")
-REQUIRED_FILES = (MODEL_FILE, OPTIMIZER_FILE, RNG_FILE, STATE_FILE)
-LATEST_FILE = "latest.json"
-_STEP_DIR = re.compile(r"^step-(\d{8,})$")
-_TMP = re.compile(r"^\.(?:tmp-.*|latest\.json\.tmp)-\d+$")  # work files; left behind by a killed save
+_TMP = re.compile(r"^\.(?:tmp-.*|%s\.tmp)-\d+$" % re.escape(LATEST_FILE))  # work files; left behind by a killed save
 _IN_FLIGHT: set[Path] = set()  # this process's work files being written now (others are stale, even at our pid)
 # Optimizer state entries that must have their parameter's shape (Adam, AdamW, SGD, RMSprop, ...).
 _PARAM_SHAPED = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "square_avg", "acc_delta", "sum"}
@@ -123,13 +122,13 @@ def save_checkpoint(
 
     ``rng`` defaults to :func:`capture_rng_state` now. ``tensor_files`` (file name -> tensors) are
     written into the checkpoint too (the moving average of the weights, say);
-    :func:`read_tensor_file` reads one back. Pruning keeps the newest ``keep_last``
+    :func:`transformer.run.checkpoints.read_tensor_file` reads one back. Pruning keeps the newest ``keep_last``
     checkpoints, the best one (``state.best_step``) and this one; stale ``.tmp-*`` directories
     of other processes are removed. Returns the checkpoint directory.
     """
     if keep_last < 1:
         raise ValueError(f"keep_last must be >= 1, got {keep_last}")
-    root = Path(run_dir) / "checkpoints"
+    root = Path(run_dir) / CHECKPOINTS_DIR
     root.mkdir(parents=True, exist_ok=True)
     rng = capture_rng_state() if rng is None else rng
     opt_tensors, opt_json = _split_optimizer(optimizer.state_dict())
@@ -148,26 +147,26 @@ def save_checkpoint(
     except (TypeError, ValueError) as err:
         raise TypeError(f"TrainerState (its extra dict too) must be JSON-serialisable: {err}") from None
 
-    name = f"step-{state.step:08d}"
+    name = checkpoint_name(state.step)
     final, tmp = root / name, root / f".tmp-{name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     _IN_FLIGHT.add(tmp)
     try:
         tmp.mkdir()
-        save_weights(model, tmp / MODEL_FILE, metadata={"step": str(state.step)})
-        _fsync(tmp / MODEL_FILE)
+        save_weights(model, tmp / WEIGHTS_FILE, metadata={"step": str(state.step)})
+        _fsync(tmp / WEIGHTS_FILE)
         _write_tensors(opt_tensors, tmp / OPTIMIZER_FILE)
         _write_tensors(rng_tensors, tmp / RNG_FILE)
         for file_name, tensors in (tensor_files or {}).items():
             _write_tensors(tensors, tmp / file_name)
-        _write_text(tmp / STATE_FILE, text)
+        _write_text(tmp / TRAINER_STATE_FILE, text)
         _fsync(tmp)
         _move_into_place(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         _IN_FLIGHT.discard(tmp)
     _write_latest(root, final)
-    best = set() if state.best_step is None else {f"step-{state.best_step:08d}"}
+    best = set() if state.best_step is None else {checkpoint_name(state.best_step)}
     _prune(root, keep=keep_last, protect={name} | best)
     return final
 
@@ -178,7 +177,7 @@ def _move_into_place(tmp: Path, final: Path) -> None:
     if not final.exists():
         os.replace(tmp, final)
     else:  # a non-empty directory cannot be replaced in one step: first make latest.json point elsewhere
-        if _read_latest(root) == final.name:
+        if read_latest(root) == final.name:
             others = [p for p in list_checkpoints(root.parent) if p.name != final.name]
             _write_latest(root, others[-1]) if others else (root / LATEST_FILE).unlink(missing_ok=True)
         old = root / f".tmp-old-{final.name}-{os.getpid()}"
@@ -219,7 +218,7 @@ def _split_optimizer(sd: dict[str, Any]) -> tuple[dict[str, Tensor], dict[str, A
 def _prune(root: Path, *, keep: int, protect: set[str]) -> None:
     """Delete checkpoints beyond the newest ``keep`` (except ``protect``) and stale work files."""
     checkpoints = list_checkpoints(root.parent)
-    keep_names = {p.name for p in checkpoints[-keep:]} | protect | {_read_latest(root)}
+    keep_names = {p.name for p in checkpoints[-keep:]} | protect | {read_latest(root)}
     for path in checkpoints:
         if path.name not in keep_names:  # renamed first, so a kill mid-delete leaves only a stale tmp dir
             doomed = root / f".tmp-del-{path.name}-{os.getpid()}"
@@ -231,7 +230,7 @@ def _prune(root: Path, *, keep: int, protect: set[str]) -> None:
 def remove_stale_work_files(run_dir: PathLike) -> None:
     """Delete the work files (``checkpoints/.tmp-*``) that saves killed mid-way left behind; those
     this process is writing now are kept. The trainer calls it holding the run directory's lock."""
-    root = Path(run_dir) / "checkpoints"
+    root = Path(run_dir) / CHECKPOINTS_DIR
     if root.is_dir():
         _remove_work_files(root)
 
@@ -242,60 +241,8 @@ def _remove_work_files(root: Path) -> None:
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
 
-# ---------------------------------------------------------------------------------------- finding
-def list_checkpoints(run_dir: PathLike) -> list[Path]:
-    """Complete ``step-*`` directories under ``run_dir/checkpoints``, oldest first."""
-    root = Path(run_dir) / "checkpoints"
-    if not root.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and _complete(p)]
-    return [p for _, p in sorted(found)]
-
-
-def recent_checkpoints(run_dir: PathLike) -> list[Path]:
-    """The newest checkpoints pruning keeps for being recent (``keep_last`` of them), oldest first.
-
-    A checkpoint kept only because it is the best (older than those) is left out, so averaging the
-    last N never mixes an old best model in. ``keep_last`` is read from the newest checkpoint;
-    checkpoints written before it was recorded give all of :func:`list_checkpoints`.
-    """
-    checkpoints = list_checkpoints(run_dir)
-    keep = _recorded_keep_last(checkpoints[-1]) if checkpoints else None
-    return checkpoints[-keep:] if keep else checkpoints
-
-
-def _recorded_keep_last(checkpoint: Path) -> int | None:
-    try:
-        keep = read_json(checkpoint / STATE_FILE).get("keep_last")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return keep if isinstance(keep, int) and not isinstance(keep, bool) and keep >= 1 else None
-
-
-def latest_checkpoint(run_dir: PathLike) -> Path | None:
-    """The checkpoint ``latest.json`` names; the newest complete one if that file is missing or bad."""
-    root = Path(run_dir) / "checkpoints"
-    name = _read_latest(root)
-    if name and _STEP_DIR.match(name) and _complete(root / name):
-        return root / name
-    checkpoints = list_checkpoints(run_dir)
-    return checkpoints[-1] if checkpoints else None
-
-
-def _complete(path: Path) -> bool:
-    return path.is_dir() and all((path / f).is_file() for f in REQUIRED_FILES)
-
-
-def _read_latest(root: Path) -> str | None:
-    try:
-        name = read_json(root / LATEST_FILE)["path"]
-        return name if isinstance(name, str) else None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
 def _write_latest(root: Path, checkpoint: Path) -> None:
-    step = int(_STEP_DIR.match(checkpoint.name).group(1))  # type: ignore[union-attr]
+    step = int(STEP_DIR.match(checkpoint.name).group(1))  # type: ignore[union-attr]
     tmp = root / f".{LATEST_FILE}.tmp-{os.getpid()}"
     _IN_FLIGHT.add(tmp)
     try:
@@ -321,20 +268,20 @@ def load_checkpoint(
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint directory not found: {path}")
-    for name in REQUIRED_FILES:
+    for name in CHECKPOINT_FILES:
         if not (path / name).is_file():
             raise CheckpointError(f"incomplete checkpoint {path}: {name} is missing")
-    doc = _read_state_file(path / STATE_FILE)
+    doc = _read_state_file(path / TRAINER_STATE_FILE)
     try:
         trainer = TrainerState(**doc["trainer"])
         trainer.validate()
     except (TypeError, ValueError) as err:
-        raise CheckpointError(f"{path / STATE_FILE}: bad 'trainer' entry: {err}") from None
-    rng_tensors = _read_tensors(path / RNG_FILE)
+        raise CheckpointError(f"{path / TRAINER_STATE_FILE}: bad 'trainer' entry: {err}") from None
+    rng_tensors = read_tensors(path / RNG_FILE)
     opt_sd = None if optimizer is None else _optimizer_state(path, doc["optimizer"], optimizer)
     if scheduler is not None and not isinstance(doc.get("scheduler"), dict):
-        raise CheckpointError(f"{path / STATE_FILE} holds no scheduler state, but a scheduler was given")
-    load_weights(model, path / MODEL_FILE)
+        raise CheckpointError(f"{path / TRAINER_STATE_FILE} holds no scheduler state, but a scheduler was given")
+    load_weights(model, path / WEIGHTS_FILE)
     if opt_sd is not None:
         try:
             optimizer.load_state_dict(opt_sd)  # type: ignore[union-attr]  # moves state to the params' device
@@ -344,7 +291,7 @@ def load_checkpoint(
         try:
             scheduler.load_state_dict(_from_json(doc["scheduler"]))
         except (ValueError, KeyError, TypeError) as err:
-            raise CheckpointError(f"{path / STATE_FILE}: scheduler state does not fit: {err}") from None
+            raise CheckpointError(f"{path / TRAINER_STATE_FILE}: scheduler state does not fit: {err}") from None
     if restore_rng:
         rng: dict[str, Any] = dict(doc.get("rng", {}))
         if "torch" in rng_tensors:
@@ -369,21 +316,6 @@ def _read_state_file(path: Path) -> dict[str, Any]:
     return doc
 
 
-def read_tensor_file(checkpoint: PathLike, name: str) -> dict[str, Tensor] | None:
-    """The tensors of ``name`` in a checkpoint directory (written through ``tensor_files``), or None
-    where the checkpoint has no such file. Raises CheckpointError for a truncated or corrupt one."""
-    path = Path(checkpoint) / name
-    return _read_tensors(path) if path.is_file() else None
-
-
-def _read_tensors(path: Path) -> dict[str, Tensor]:
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            return {name: f.get_tensor(name) for name in f.keys()}
-    except Exception as err:  # safetensors raises its own error types for truncated/corrupt headers
-        raise CheckpointError(f"{path} is not a readable safetensors file (truncated or corrupt?): {err}") from None
-
-
 def _optimizer_state(path: Path, saved: dict[str, Any], optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """Rebuild an optimizer state dict from the files, checking it against ``optimizer``'s groups."""
     current, groups = optimizer.param_groups, saved.get("param_groups")
@@ -391,7 +323,7 @@ def _optimizer_state(path: Path, saved: dict[str, Any], optimizer: torch.optim.O
     sizes = [len(g["params"]) for g in groups] if ok else None  # type: ignore[union-attr]
     if sizes != [len(g["params"]) for g in current]:
         raise CheckpointError(
-            f"{path / STATE_FILE}: optimizer param groups do not match: saved group sizes {sizes}, "
+            f"{path / TRAINER_STATE_FILE}: optimizer param groups do not match: saved group sizes {sizes}, "
             f"optimizer has {[len(g['params']) for g in current]}")
     params = [p for g in current for p in g["params"]]
     restored = []
@@ -399,7 +331,7 @@ def _optimizer_state(path: Path, saved: dict[str, Any], optimizer: torch.optim.O
         group = {k: v for k, v in now.items() if k != "params"} | old
         restored.append({k: tuple(v) if isinstance(now.get(k), tuple) else v for k, v in group.items()})
     state: dict[int, dict[str, Any]] = {int(i): _from_json(v) for i, v in saved.get("state_values", {}).items()}
-    for name, tensor in _read_tensors(path / OPTIMIZER_FILE).items():
+    for name, tensor in read_tensors(path / OPTIMIZER_FILE).items():
         kind, index, key = (name.split(".", 2) + ["", ""])[:3]
         if kind not in ("state", "param_groups") or not index.isdigit() or not key:
             raise CheckpointError(f"{path / OPTIMIZER_FILE}: unexpected tensor name {name!r}")

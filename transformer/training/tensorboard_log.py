@@ -27,9 +27,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from transformer.run.layout import TENSORBOARD_DIR
 from transformer.training.alignment_log import Alignment
-
-TENSORBOARD_DIR = "tensorboard"
 HINT = ("tensorboard is not installed, so this run writes no TensorBoard logs (metrics.jsonl as always): "
         "pip install 'transformer[tensorboard]', or set train.tensorboard=false")
 # metrics.jsonl record kind -> the keys logged as scalars, under "<kind>/<key>"

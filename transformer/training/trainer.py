@@ -17,11 +17,11 @@ checkpoint and continues exactly as if it had never stopped (same data order, sa
 A run directory that holds a different configuration is refused and left untouched.
 
 A run directory has one writer at a time: the trainer holds an exclusive OS lock on
-``run/.lock`` (:mod:`transformer.training.lock`) from before it reads the directory until the
+``run/.lock`` (:mod:`transformer.run.lock`) from before it reads the directory until the
 run ends, so a second training on the same directory is refused at once, naming the first; the
 lock dies with its process, so a killed run never blocks the next. Holding it, the trainer
 removes the work files that runs killed mid-write left behind. A read-only or full disk ends
-the run with :class:`~transformer.training.lock.RunStorageError`, one line naming the fix.
+the run with :class:`~transformer.run.lock.RunStorageError`, one line naming the fix.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from transformer.training.checkpoint import WEIGHTS_FILE, load_config, load_weights, save_weights
+from transformer.run.model import WEIGHTS_FILE, load_config, load_weights, save_weights
 from transformer.decoding import DecodeConfig
 from transformer.data import Batch, drop_words, make_batch
 from transformer.translate.evaluation import score
@@ -49,21 +49,23 @@ from transformer.cpu import accelerate_training
 from transformer.cpu.precision import resolve_precision, slow_bf16_warning
 from transformer.text import Vocabularies
 from transformer.training import distributed as D
-from transformer.training.config import RunConfig
+from transformer.run.config import RunConfig
 from transformer.training.data_setup import PreparedData, data_report, make_batches, prepare_data
 from transformer.training.finetune import freeze, model_config_for, open_source, provenance, refuse_itself
-from transformer.training.loss import LabelSmoothedCrossEntropy, symmetric_kl
-from transformer.training.progress import CURVE_FILE, METRICS_FILE, MetricsLog, Progress, plot_training_curve
+from transformer.model.loss import LabelSmoothedCrossEntropy, symmetric_kl
+from transformer.training.progress import Progress
 from transformer.training.schedule import build_optimizer, cooldown_factor, run_progress, scale_rates
 from transformer.training.alignment_log import AlignmentLog
 from transformer.training.tensorboard_log import TensorBoardLog
 from transformer.training.averaging import average_last
-from transformer.training.lock import RunLock, remove_stale_files, storage_errors
+from transformer.run.lock import RunLock, remove_stale_files, storage_errors
+from transformer.run.checkpoints import latest_checkpoint, read_tensor_file
 from transformer.training.state import (
-    CheckpointError, TrainerState, latest_checkpoint, load_checkpoint, read_tensor_file, remove_stale_work_files,
-    save_checkpoint)
-from transformer.training.ema import EMA_FILE, WeightAverage
-from transformer.training.run_dir import RUN_FILES, check_model_config, previous_run, write_run_files
+    CheckpointError, TrainerState, load_checkpoint, remove_stale_work_files, save_checkpoint)
+from transformer.training.ema import WeightAverage
+from transformer.run.directory import check_model_config, previous_run, write_run_files
+from transformer.run.layout import ATOMIC_FILES, CURVE_FILE, EMA_FILE, METRICS_FILE
+from transformer.run.metrics import MetricsLog, plot_training_curve
 from transformer.translate.translator import Translator
 
 SCALER_KEY = "grad_scaler"  # TrainerState.extra entry of fp16's loss scaler, so a resume keeps its scale
@@ -210,7 +212,7 @@ class Trainer:
             return
         with storage_errors(self.run_dir):
             self.lock.acquire()
-            remove_stale_files(self.run_dir, RUN_FILES)
+            remove_stale_files(self.run_dir, ATOMIC_FILES)
             remove_stale_work_files(self.run_dir)
 
     def close(self) -> None:

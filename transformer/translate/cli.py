@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterable
 
 from transformer.decoding import DecodeConfig
+from transformer.run.layout import RUN_CONFIG_FILE, WEIGHTS_FILE
 from transformer.translate.evaluation import score
 from transformer.translate.inputs import InputText, Line, Reporter, count_lines, read_lines
 from transformer.translate.stream import (
@@ -93,7 +94,7 @@ def translator_from_args(args: argparse.Namespace) -> Translator:
 def _settings(args: argparse.Namespace) -> dict:
     """What the output depends on, besides the input: --resume refuses to mix two runs' outputs."""
     run = Path(args.run_dir).resolve()
-    model = run / "model.safetensors"
+    model = run / WEIGHTS_FILE
     stat = model.stat() if model.is_file() else None
     return {"run_dir": str(run), "model": [stat.st_size, stat.st_mtime_ns] if stat else None,
             "segment": args.segment, "format": args.format, "src_lang": args.src_lang, "json": args.json,
@@ -396,9 +397,9 @@ def _test_set(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 
 def _run_data(run_dir: str):  # -> DataConfig | None
     """The run's data settings, or None when the directory holds no run configuration."""
-    from transformer.training.config import RunConfig
+    from transformer.run.config import RunConfig
 
-    run_config = Path(run_dir) / "run_config.json"
+    run_config = Path(run_dir) / RUN_CONFIG_FILE
     return RunConfig.read(run_config).data if run_config.exists() or run_config.is_symlink() else None
 
 

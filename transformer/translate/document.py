@@ -17,11 +17,28 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
+from transformer.decoding import Hypothesis
+from transformer.text import Vocabularies
 from transformer.translate.segment import fit_spans, segment_text
-from transformer.translate.translator import TranslationWarning, Translator
+from transformer.translate.warning import TranslationWarning
+
+
+class SentenceTranslator(Protocol):
+    """What translating a document needs of a translator: a
+    :class:`~transformer.translate.translator.Translator`, or anything that translates sentences
+    the same way (this module imports none, so the translator's ``translate_text`` can import it)."""
+
+    src_lang: str | None  # the language its sentences are cut by, when the caller names none
+    max_input_tokens: int  # the longest source it translates whole
+    vocab: Vocabularies
+
+    def translate_n_best(self, texts: Iterable[str]) -> list[list[Hypothesis]]: ...
+
+    def detokenize(self, hypothesis: Hypothesis) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -61,7 +78,7 @@ class TranslatedLine:
     n_best: list[tuple[str, float]]
 
 
-def translate_document(translator: Translator, text: str, *, lang: str | None = None) -> TranslatedDocument:
+def translate_document(translator: SentenceTranslator, text: str, *, lang: str | None = None) -> TranslatedDocument:
     """Translate ``text`` sentence by sentence, keeping its structure (see the module doc).
 
     ``lang``: the source language for sentence splitting (default: the translator's ``src_lang``).
@@ -76,7 +93,7 @@ def translate_document(translator: Translator, text: str, *, lang: str | None = 
     return TranslatedDocument(out, alignment)
 
 
-def translate_lines(translator: Translator, lines: Sequence[str], *, lang: str | None = None,
+def translate_lines(translator: SentenceTranslator, lines: Sequence[str], *, lang: str | None = None,
                     first_line: int = 1) -> list[TranslatedLine]:
     """Translate the lines of a file (or a chunk of one), all their sentences batched together.
 
@@ -123,7 +140,7 @@ def translate_lines(translator: Translator, lines: Sequence[str], *, lang: str |
 _LANGUAGE_CODE = re.compile(r"\s*(>>[^\s<>]+<<)\s*")
 
 
-def translate_sentences(translator: Translator, sentences: Sequence[str]) -> list[str]:
+def translate_sentences(translator: SentenceTranslator, sentences: Sequence[str]) -> list[str]:
     """The best translation of each sentence, all translated in one call; a sentence longer than
     the model's input limit is translated in pieces (a ``TranslationWarning`` names it): nothing
     is cut. What ``translate_html`` is given to translate a page's sentences."""
@@ -133,7 +150,8 @@ def translate_sentences(translator: Translator, sentences: Sequence[str]) -> lis
     return [h[0][0] if h else "" for h in _translate_sentences(translator, items)]
 
 
-def _translate_sentences(translator: Translator, items: list[tuple[str, str, str]]) -> list[list[tuple[str, float]]]:
+def _translate_sentences(translator: SentenceTranslator,
+                         items: list[tuple[str, str, str]]) -> list[list[tuple[str, float]]]:
     """``(sentence, where, prefix)`` items -> each sentence's ``(translation, score)`` hypotheses,
     best first ([] when it has nothing the model can read), all translated in one call.
 
@@ -175,7 +193,7 @@ def join_pieces(parts: Sequence[Sequence[tuple]]) -> list[tuple]:
     return alternatives
 
 
-def _count(translator: Translator, text: str) -> int:
+def _count(translator: SentenceTranslator, text: str) -> int:
     return len(translator.vocab.src.encode(text))
 
 
@@ -185,7 +203,7 @@ def _count(translator: Translator, text: str) -> int:
 BLOCK_CHARS_PER_TOKEN = 16
 
 
-def _fitting_spans(translator: Translator, sentence: str, prefix: str = "") -> list[tuple[int, int]]:
+def _fitting_spans(translator: SentenceTranslator, sentence: str, prefix: str = "") -> list[tuple[int, int]]:
     """Spans of ``sentence`` that each fit the model's input limit with ``prefix`` before them
     (one span if the sentence fits whole)."""
     count = (lambda piece: _count(translator, prefix + piece)) if prefix else (lambda piece: _count(translator, piece))

@@ -72,10 +72,9 @@ from __future__ import annotations
 import bisect
 import html as _html
 import re
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from transformer.translate.html_placement import render_sentence, sentence_events
+from transformer.translate.html_placement import _Atom, _Sentence, render_sentence, sentence_events
 from transformer.translate.html_tokens import Token, tokenize
 from transformer.translate.segment import split_sentences
 
@@ -110,31 +109,6 @@ _CHARREF = getattr(_html, "_charref", None) or re.compile(
 
 
 # --- Runs: the text of one block, with its inline tags ---------------------------------
-
-
-@dataclass
-class _Atom:
-    """Something inside a run that is not text: a tag, a comment, a kept element."""
-
-    kind: str  # open close point verbatim
-    offset: int  # where it is in the run's plain text (verbatim: where its text starts)
-    raw: str
-    name: str = ""
-    raw_start: int = 0
-    raw_end: int = 0
-    end: int = 0  # verbatim: where its text ends
-    text: str = ""  # verbatim: its text as the model sees it
-
-
-@dataclass
-class _Sentence:
-    run: "_Run"
-    start: int
-    end: int
-    text: str  # what the model sees
-    translate: bool
-    translation: str | None = None  # the markup that replaces it, None to keep it as written
-    events: list = field(default_factory=list)
 
 
 class _Run:

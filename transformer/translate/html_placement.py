@@ -10,7 +10,8 @@ code" and "Where inline tags go" paragraphs of ``html.py``'s module doc.
 
 Apart from ``html.py`` because it is a separate problem: ``html.py`` reads the page (where each
 construct is, what is text and what is kept); this only maps positions in a sentence to
-positions in its translation, and knows nothing of parsing.
+positions in its translation, and knows nothing of parsing. The pieces ``html.py`` hands over
+(a run's atoms, its sentences) are defined here, so this module needs nothing of ``html.py``.
 """
 
 from __future__ import annotations
@@ -20,10 +21,32 @@ import html as _html
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from transformer.translate.html import _Atom, _Sentence
+
+@dataclass
+class _Atom:
+    """Something inside a run that is not text: a tag, a comment, a kept element."""
+
+    kind: str  # open close point verbatim
+    offset: int  # where it is in the run's plain text (verbatim: where its text starts)
+    raw: str
+    name: str = ""
+    raw_start: int = 0
+    raw_end: int = 0
+    end: int = 0  # verbatim: where its text ends
+    text: str = ""  # verbatim: its text as the model sees it
+
+
+@dataclass
+class _Sentence:
+    run: Any  # the run of text it was cut from (html.py's _Run: its plain text and atoms)
+    start: int
+    end: int
+    text: str  # what the model sees
+    translate: bool
+    translation: str | None = None  # the markup that replaces it, None to keep it as written
+    events: list = field(default_factory=list)
 
 
 @dataclass

@@ -37,14 +37,16 @@ from typing import Iterable, Sequence
 import torch
 
 from transformer.cuda import decoding as cuda_decoding
-from transformer.run_files import MAX_JSON_BYTES, parse_json, read_text
-from transformer.training.checkpoint import CheckpointError, load_model
+from transformer.run.directory import run_languages
+from transformer.run.layout import CONFIG_FILE, WEIGHTS_FILE
+from transformer.run.model import CheckpointError, load_model
 from transformer.decoding import DecodeConfig, Hypothesis, decode
 from transformer.cpu import Swaps, available as cpu_kernels_available, prepare_for_decoding
 from transformer.cpu.swap import plain_copy
 from transformer.cpu.precision import slow_bf16_warning
 from transformer.model import RNNSeq2Seq, Transformer
 from transformer.text import Vocabularies
+from transformer.translate.warning import TranslationWarning
 
 DEFAULT_MAX_INPUT_TOKENS = 1024
 CPU_BATCH_TOKENS = 12000  # padded source tokens x beams per batch on a CPU (on CUDA: cuda_decoding.BATCH_TOKENS)
@@ -58,10 +60,6 @@ PADDING_TO_GROUP = 0.25
 GROUP_PADDING = 1.15
 GROUP_MIN_TOKENS = 256
 GROUP_MIN_SAVING = 2048
-
-
-class TranslationWarning(UserWarning):
-    """Input that was changed to be translatable (e.g. truncated)."""
 
 
 class Translator:
@@ -305,27 +303,10 @@ def load_translator(run_dir: str | os.PathLike[str], *, decoding: DecodeConfig |
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory not found: {run_dir}")
-    missing = [name for name in ("config.json", "model.safetensors") if not (run_dir / name).is_file()]
+    missing = [name for name in (CONFIG_FILE, WEIGHTS_FILE) if not (run_dir / name).is_file()]
     if missing:
         raise FileNotFoundError(f"{run_dir} is not a trained run directory: missing {', '.join(missing)}")
     if int8 and bf16:
         raise ValueError("int8 quantisation is for fp32 CPU inference: give --int8 or --bf16, not both")
     return Translator.from_run_dir(run_dir, decoding=decoding, bf16=bf16, quantize="int8" if int8 else None,
                                    device=decoding_device(device, int8=int8), **options)
-
-
-def run_languages(run_dir: str | os.PathLike[str]) -> tuple[str | None, str | None]:
-    """``(src_lang, tgt_lang)`` from a run's ``run_config.json``, or None where it does not say."""
-    path = Path(run_dir) / "run_config.json"
-    try:
-        text = read_text(path, limit=MAX_JSON_BYTES)  # a FIFO, a device or a huge file is refused here
-    except FileNotFoundError:
-        return None, None
-    try:
-        data = parse_json(text, where=str(path)).get("data", {})
-    except (ValueError, AttributeError):
-        return None, None
-    if not isinstance(data, dict):
-        return None, None
-    src, tgt = data.get("src_lang"), data.get("tgt_lang")
-    return (src if isinstance(src, str) else None), (tgt if isinstance(tgt, str) else None)

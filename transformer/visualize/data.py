@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from transformer.text.pieces import TokenAxis
 from transformer.visualize._io import write_text_atomic
 
 KINDS: tuple[str, ...] = ("encoder", "decoder", "cross")
@@ -58,50 +58,6 @@ AXES = {"encoder": ("source", "source"), "decoder": ("target_output", "target_in
 FORMAT, VERSION = "transformer-attention", 1
 DECIMALS = 4
 SINUSOIDAL_MAX_TOKENS = 1024  # sinusoids extend to any length; this keeps pictures and pages usable
-_WORD_MARK = "\u2581"
-_SPECIAL = re.compile(r"<(?:s|/s|pad|unk|0x[0-9A-Fa-f]{2})>")
-
-
-@dataclass(frozen=True)
-class TokenAxis:
-    """The tokens along one axis: display pieces (``▁`` removed) and whether each starts a word."""
-
-    pieces: tuple[str, ...]
-    word_start: tuple[bool, ...]
-
-    @classmethod
-    def from_pieces(cls, raw: list[str]) -> TokenAxis:
-        """From tokenizer pieces such as ``["▁chat", "s", "</s>"]``."""
-        pieces, starts = [], []
-        for p in raw:
-            start = p.startswith(_WORD_MARK) and len(p) > 1
-            pieces.append(p[1:] if start else p)
-            starts.append(start or p == _WORD_MARK)
-        return cls(tuple(pieces), tuple(starts))
-
-    @property
-    def labels(self) -> list[str]:
-        """Readable labels: a piece continuing a word gets a leading ``·`` (``étudi``, ``·ant``).
-
-        Specials and byte tokens (``<s>``, ``<0xE2>``) are shown as they are, and a lone ``▁``
-        piece as ``▁`` (the piece after it then starts the word).
-        """
-        labels, previous = [], ""
-        for piece, start in zip(self.pieces, self.word_start):
-            plain = start or previous == _WORD_MARK or _SPECIAL.fullmatch(piece)
-            labels.append(piece if plain else f"\u00b7{piece}")
-            previous = piece
-        return labels
-
-    def __len__(self) -> int:
-        return len(self.pieces)
-
-    def to_dict(self) -> dict[str, list]:
-        return {"pieces": list(self.pieces), "word_start": list(self.word_start)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, list]) -> TokenAxis:
-        return cls(tuple(d["pieces"]), tuple(bool(s) for s in d["word_start"]))
 
 
 @dataclass

@@ -38,11 +38,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from transformer.run.layout import ALIGNMENTS_FILE, RUN_CONFIG_FILE
 from transformer.visualize._io import writable_dir, writable_file, write_text_atomic
 from transformer.visualize.csp import inline_hashes, style_attribute_hashes
 from transformer.visualize.page import _resource, _script_json, grid_assets
 from transformer.visualize.report_curves import curve_series, curve_svgs, write_curve_pngs
-from transformer.visualize.run_records import ALIGNMENTS_FILE, RunRecords, read_run
+from transformer.visualize.run_records import RunRecords, read_run
 
 REPORT_FILE = "report.html"
 FORMAT, VERSION = "transformer-run-report", 1
@@ -207,7 +208,7 @@ def _config(records: RunRecords) -> str:
             blocks.append(f"<div><h3>{html.escape(section)}</h3>{_table(sorted(values.items()), f'config-{section}')}</div>")
     if records.model:
         blocks.append(f"<div><h3>the model built (config.json)</h3>{_table(sorted(records.model.items()), 'model')}</div>")
-    return (f'<p class="hint">From {html.escape(str(records.run_dir / "run_config.json"))}: every setting of the run, '
+    return (f'<p class="hint">From {html.escape(str(records.run_dir / RUN_CONFIG_FILE))}: every setting of the run, '
             'defaults included.</p><div class="tables">' + "".join(blocks) + "</div>")
 
 

@@ -7,7 +7,7 @@
   exact_match). Only complete lines count: a run still training may be writing the last one.
 * ``alignments.jsonl`` (runs made since the trainer records it): at each evaluation, the
   cross-attention of a few fixed validation sentences, teacher-forced on their references
-  (:mod:`transformer.training.alignment_log`)::
+  (:mod:`transformer.run.alignments`)::
 
       {"step": 600, "epoch": 2, "sentences": [{"index": 17, "src_tokens": [...], "tgt_tokens": [...],
        "layers": [[heads][tgt][src] weights rounded to 3 decimals, one per decoder layer]}]}
@@ -34,15 +34,12 @@ from typing import Any
 
 import numpy as np
 
-from transformer.training.progress import METRICS_FILE, MetricsLog
+from transformer.run.layout import ALIGNMENTS_FILE, CONFIG_FILE, LOCK_FILE, METRICS_FILE, RUN_CONFIG_FILE, TOKENIZER_FILES
+from transformer.run.metrics import MetricsLog
 
-# The names the trainer writes (transformer.training.trainer, transformer.training.alignment_log).
-RUN_CONFIG_FILE = "run_config.json"
-ALIGNMENTS_FILE = "alignments.jsonl"
-MODEL_CONFIG_FILE = "config.json"
 ALIGNMENT_SCALE = 1000  # alignments.jsonl holds 3 decimals: the page embeds them as integers in thousandths
 # JSON files of a run directory that are not summaries of it
-_NOT_SUMMARIES = {RUN_CONFIG_FILE, MODEL_CONFIG_FILE, "tokenizer.json", "tokenizer.src.json", "tokenizer.tgt.json"}
+_NOT_SUMMARIES = {RUN_CONFIG_FILE, CONFIG_FILE, *TOKENIZER_FILES}
 
 
 class RunRecordsError(ValueError):
@@ -89,7 +86,7 @@ def read_run(run_dir: str | os.PathLike[str]) -> RunRecords:
         every = config.get("train", {}).get("log_every", "train.log_every")
         raise RunRecordsError(f"{run_dir} has no metrics yet ({METRICS_FILE} holds no complete record); the trainer "
                               f"writes one every {every} steps: run the report again after the first")
-    model = _read_json(run_dir / MODEL_CONFIG_FILE)
+    model = _read_json(run_dir / CONFIG_FILE)
     timeline, notes = read_timeline(run_dir / ALIGNMENTS_FILE)
     return RunRecords(run_dir=run_dir, config=config, model=model if isinstance(model, dict) else None,
                       metrics=metrics, timeline=timeline, timeline_notes=notes,
@@ -208,7 +205,7 @@ def machine_facts(run_dir: Path, config: dict[str, Any], metrics: list[dict[str,
                    and isinstance(r.get("tokens_per_s"), (int, float)) and math.isfinite(r["tokens_per_s"]))
     if rates:
         facts.append(("throughput (median of the log records)", f"{rates[len(rates) // 2]:,.0f} target tokens/s"))
-    holder = _read_json(run_dir / ".lock")  # written by the trainer while it holds the run (training/lock.py)
+    holder = _read_json(run_dir / LOCK_FILE)  # written by the trainer while it holds the run (transformer.run.lock)
     if isinstance(holder, dict) and {"pid", "host", "started"} <= holder.keys():
         alive = _alive(holder)
         state = {True: "training now", False: "not running (the lock file of a run that was killed)",

@@ -1,4 +1,4 @@
-"""Saving and loading models: ``config.json`` + ``model.safetensors``, no pickle anywhere.
+"""A run's model: ``config.json`` + ``model.safetensors``, saved and loaded, no pickle anywhere.
 
 safetensors holds raw tensors and a JSON header only, so opening a model file can never run
 code. Tied weights (shared embeddings, tied output projection) are stored once and re-tied by
@@ -17,10 +17,9 @@ from safetensors.torch import save_file
 
 from transformer.config import ModelConfig
 from transformer.model import RNNConfig, RNNSeq2Seq, Transformer, build_model, config_from_dict
+from transformer.run.layout import CONFIG_FILE, WEIGHTS_FILE
 from transformer.run_files import FLOAT_DTYPES, RunFileError, read_json, read_safetensors_header
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 FORMAT_VERSION = "1"
 MAX_LAYERS = 1024  # per stack; a config asking for more is refused before any module is built
 

@@ -1,4 +1,4 @@
-"""The run directory's own files: which run it holds, and writing them.
+"""Which run a run directory holds: its languages, and the checks and writes of a training run.
 
 A run directory that already holds a run is resumed only with the same recipe; one that holds
 another run's settings, or a model no run trained, is refused with :class:`RunDirectoryError`
@@ -8,23 +8,16 @@ before anything in it is changed.
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
 from transformer.config import ModelConfig
 from transformer.model import RNNConfig, config_from_dict
-from transformer.run_files import read_json
+from transformer.run.config import RunConfig, setting_differences
+from transformer.run.layout import CONFIG_FILE, RUN_CONFIG_FILE, WEIGHTS_FILE
+from transformer.run_files import MAX_JSON_BYTES, parse_json, read_json, read_text
 from transformer.text import Vocabularies
-from transformer.text.tokenizer import JOINT_FILE, SRC_FILE, TGT_FILE
-from transformer.training.alignment_log import ALIGNMENTS_FILE
-from transformer.training.checkpoint import CONFIG_FILE, WEIGHTS_FILE
-from transformer.training.config import RunConfig, setting_differences
-from transformer.training.progress import CURVE_FILE, METRICS_FILE
-
-RUN_CONFIG_FILE = "run_config.json"
-# The files of a run directory written through a temporary file and a rename.
-RUN_FILES = (CONFIG_FILE, WEIGHTS_FILE, RUN_CONFIG_FILE, JOINT_FILE, SRC_FILE, TGT_FILE, METRICS_FILE, CURVE_FILE,
-             ALIGNMENTS_FILE)
 
 
 class RunDirectoryError(ValueError):
@@ -74,3 +67,20 @@ def write_run_files(run_dir: Path, cfg: RunConfig, vocab: Vocabularies, model_cf
     vocab.save(run_dir)
     model_cfg.to_json(run_dir / CONFIG_FILE)
     dataclasses.replace(cfg, initialized_from=initialized_from).save(run_dir / RUN_CONFIG_FILE)
+
+
+def run_languages(run_dir: str | os.PathLike[str]) -> tuple[str | None, str | None]:
+    """``(src_lang, tgt_lang)`` from a run's ``run_config.json``, or None where it does not say."""
+    path = Path(run_dir) / RUN_CONFIG_FILE
+    try:
+        text = read_text(path, limit=MAX_JSON_BYTES)  # a FIFO, a device or a huge file is refused here
+    except FileNotFoundError:
+        return None, None
+    try:
+        data = parse_json(text, where=str(path)).get("data", {})
+    except (ValueError, AttributeError):
+        return None, None
+    if not isinstance(data, dict):
+        return None, None
+    src, tgt = data.get("src_lang"), data.get("tgt_lang")
+    return (src if isinstance(src, str) else None), (tgt if isinstance(tgt, str) else None)

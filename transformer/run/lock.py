@@ -30,12 +30,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from transformer.run.layout import LOCK_FILE
+
 try:
     import fcntl
 except ImportError:  # not a POSIX system: no lock (the rest works as before)
     fcntl = None  # type: ignore[assignment]
-
-LOCK_FILE = ".lock"
 
 
 class RunLockedError(ValueError):
