@@ -11,10 +11,10 @@ weights of one trained run directory (``model.safetensors``) on each path:
   ``transformer.cpu.prepare_for_decoding(model, precision="fp32")``): linear layers from packed
   weights, a decoder layer's step in one call, attention for decoding steps, the best tokens of
   each row in one pass;
-* bf16: a bfloat16 copy of the weights (``Translator(bf16=True)``); by default only where the CPU
+* bf16: a bfloat16 copy of the weights (``Translator(precision="bf16")``); by default only where the CPU
   has bf16 matrix units (AVX-512 bf16 or AMX): elsewhere PyTorch emulates bf16 products, far
   slower than fp32, and the path runs only when asked for (``--paths bf16``);
-* int8: ``Translator(quantize="int8")`` (``transformer translate --int8``): int8 copies of the
+* int8: ``Translator(precision="int8")`` (``translate --precision int8``): int8 copies of the
   linear layers' weights (one scale per output feature; activations and sums in float32) in the
   engine's decoding kernels, at every batch size (``prepare_for_decoding(model,
   precision="int8")``); an error row where the kernels are off or cannot be built;
@@ -146,10 +146,8 @@ def main() -> None:
                 if path == "compile":
                     copied = compiled_model(copied, args.compile_backend)
                 return Translator(copied, vocab, decoding=beam)
-        if path == "bf16":
-            return Translator(copied, vocab, decoding=beam, bf16=True)
-        if path == "int8":
-            return Translator(copied, vocab, decoding=beam, quantize="int8")
+        if path in ("bf16", "int8"):
+            return Translator(copied, vocab, decoding=beam, precision=path)
         return Translator(copied, vocab, decoding=beam)  # kernels: fp32, prepared for the decoding kernels
 
     def translator(path: str) -> tuple[Translator, float]:

@@ -53,7 +53,8 @@ from transformer.run.config import DataConfig, RunConfig, TrainConfig
 from transformer.run.checkpoints import list_checkpoints
 from transformer.training.trainer import Trainer
 from transformer.translate.evaluation import score
-from transformer.translate.translator import Translator, decoding_device
+from transformer.precision import resolve_device
+from transformer.translate.translator import Translator
 
 BEAM = DecodeConfig(strategy="beam", beam_size=4, alpha=0.6)
 AVERAGE = 5  # checkpoints averaged into the scored model
@@ -85,7 +86,7 @@ def run_device(run_dir: Path) -> torch.device:
     """Where the run trained (its ``train.device``; ``auto`` is the GPU where there is one): it is
     scored there too."""
     name = json.loads((run_dir / "run_config.json").read_text())["train"]["device"]
-    return decoding_device(name)
+    return resolve_device(name)
 
 
 def decode_in_bf16(device: torch.device | str = "cpu") -> bool:
@@ -97,14 +98,15 @@ def load_scoring_translator(run_dir: Path, *, weights: Path | None = None,
                             decoding: DecodeConfig = BEAM) -> Translator:
     """The run's model (or ``weights`` loaded into it) prepared for decoding, on the run's device."""
     device = run_device(run_dir)
-    bf16 = decode_in_bf16(device)
-    translator = Translator.from_run_dir(run_dir, decoding=decoding, bf16=bf16, device=device)
+    precision = "bf16" if decode_in_bf16(device) else "fp32"
+    translator = Translator.from_run_dir(run_dir, decoding=decoding, precision=precision, device=device)
     if weights is not None:
         # the CPU engine packed the weights when the Translator prepared the model: give the model
         # back unprepared, load the other weights, and prepare it again
         translator.close()
         load_weights(translator.model, weights)
-        translator = Translator(translator.model, translator.vocab, decoding=decoding, bf16=bf16, device=device)
+        translator = Translator(translator.model, translator.vocab, decoding=decoding, precision=precision,
+                                device=device)
     return translator
 
 

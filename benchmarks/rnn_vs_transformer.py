@@ -80,7 +80,7 @@ def train_and_score(kind: str, args: argparse.Namespace, run_dir: Path) -> dict:
     test = trainer.data.test_text[: args.test_sentences or None]
     bf16 = fast_bf16("cpu")  # decode in bf16 only where the CPU multiplies bf16 in hardware
     translator = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="beam", beam_size=4, alpha=0.6),
-                                         bf16=bf16)
+                                         precision="bf16" if bf16 else "fp32")
     start = time.perf_counter()
     hyps = translator.translate([s for s, _ in test])
     decode_s = time.perf_counter() - start

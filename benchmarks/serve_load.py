@@ -170,7 +170,7 @@ def main() -> int:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="the server's --device (default: cpu)")
     parser.add_argument("--batch-wait-ms", type=float, default=5.0, help="the batching window (default: 5)")
     parser.add_argument("--beam-size", type=int, default=4, help="beam size of every request (default: 4)")
-    parser.add_argument("--int8", action="store_true", help="serve with --int8 (int8 weights)")
+    parser.add_argument("--int8", action="store_true", help="serve with --precision int8 (int8 weights)")
     parser.add_argument("--sentences", help="one source sentence per line (plain or .gz; default: built-in French)")
     parser.add_argument("--overload-queue", type=int, default=16, help="--max-queue of the overload check (default: 16)")
     parser.add_argument("--overload-requests", type=int, default=200,
@@ -188,7 +188,7 @@ def main() -> int:
 
         args.max_batch_size = cuda_decoding.SERVE_BATCH_SIZE if args.device == "cuda" else ServeLimits().max_batch_size
     common = ["--beam-size", str(args.beam_size), "--batch-wait-ms", str(args.batch_wait_ms), "--device", args.device,
-              *(["--int8"] * args.int8)]
+              *(["--precision", "int8"] * args.int8)]
     summary: dict = {"run_dir": str(Path(args.run_dir)), "clients": args.clients, "seconds": args.seconds,
                      "beam_size": args.beam_size, "int8": args.int8, "cpus": os.cpu_count(), "device": args.device,
                      "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "modes": {}}

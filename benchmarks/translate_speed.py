@@ -12,10 +12,10 @@ sentences of Multi30k ``test_2016_flickr`` are translated greedily and with beam
   with top-k; ``TRANSFORMER_FUSED_CPU=0`` runs PyTorch's operators instead). The model is loaded
   frozen, as ``Translator.from_run_dir`` (the CLI, the server) loads it, so the weights are
   packed for the kernels once, not in every call;
-* ours bf16: the same ``Translator`` with ``bf16=True`` (a bfloat16 copy of the model), only
+* ours bf16: the same ``Translator`` with ``precision="bf16"`` (a bfloat16 copy of the model), only
   where the CPU has bf16 matrix units (AVX-512 bf16 or AMX) or with ``--bf16``: elsewhere PyTorch
   emulates bf16 products, far slower than float32, and the contender is left out;
-* ours int8: ``Translator(quantize="int8")`` (``translate --int8``, the counterpart of
+* ours int8: ``Translator(precision="int8")`` (``translate --precision int8``, the counterpart of
   CTranslate2 int8): int8 copies of the linear layers' weights (one scale per output feature)
   multiplied by float32 activations in the engine's decoding kernels, at every batch size; left
   out where the kernels are off or cannot be built (``--int8 ''`` leaves it out anyway);
@@ -170,16 +170,17 @@ def build_contenders(engines: dict, vocab: Vocabularies, decoding: DecodeConfig,
 
     contenders = []
     device = torch.device(args.device)
-    int8 = [("ours int8", {"quantize": "int8"})] if args.int8 and device.type == "cpu" else []
-    for name, options in [("ours fp32", {}), ("ours bf16", {"bf16": True}), *int8]:
+    int8 = [("ours int8", "int8")] if args.int8 and device.type == "cpu" else []
+    for name, precision in [("ours fp32", "fp32"), ("ours bf16", "bf16"), *int8]:
         if "ours" not in engines:
             break
-        if options.get("bf16") and not args.bf16:  # left out where bf16 is emulated, unless --bf16 (main())
+        if precision == "bf16" and not args.bf16:  # left out where bf16 is emulated, unless --bf16 (main())
             continue
-        if options.get("quantize") and not cpu_kernels_available():
+        if precision == "int8" and not cpu_kernels_available():
             continue  # int8 runs in the engine's kernels only
         model = copy.deepcopy(engines["ours"])  # each translator prepares (packs) a model of its own
-        translator = Translator(model, vocab, decoding=decoding, max_tokens=args.max_tokens, device=device, **options)
+        translator = Translator(model, vocab, decoding=decoding, max_tokens=args.max_tokens, device=device,
+                                precision=precision)
         contenders.append(Contender(
             name, prepare=lambda texts: texts,
             run=lambda texts, tr=translator: tr.translate_n_best(texts),

@@ -151,6 +151,18 @@ def test_bf16_decoding_on_the_gpu_mostly_agrees_with_fp32(trained, sentences):
     assert all(bf16) and sum(a == b for a, b in zip(fp32, bf16)) >= 0.8 * len(sentences)
 
 
+def test_fp16_decoding_on_the_gpu_mostly_agrees_with_fp32(trained, sentences):
+    """``precision="fp16"``: a float16 copy of the weights, on a GPU only (transformer/precision.py)."""
+    fp32 = Translator.from_run_dir(trained, device="cuda").translate(sentences)
+    fp16 = Translator.from_run_dir(trained, device="cuda", precision="fp16")
+    assert all(p.dtype == torch.float16 for p in fp16.model.parameters())
+    got = fp16.translate(sentences)
+    assert all(got) and sum(a == b for a, b in zip(fp32, got)) >= 0.8 * len(sentences)
+    text = "".join(s + "\n" for s in sentences[:10])
+    done = cli("translate", str(trained), "--greedy", "--precision", "fp16", input=text)
+    assert done.returncode == 0 and len(done.stdout.splitlines()) == 10, done.stderr
+
+
 def cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "transformer.cli", *args], capture_output=True, text=True, **kwargs)
 

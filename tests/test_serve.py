@@ -307,7 +307,7 @@ def test_serve_int8_loads_an_int8_translator(run_dir, monkeypatch, capsys):
 
     monkeypatch.setattr(translator_module, "load_translator", loaded)
     assert main(["serve", str(run_dir), "--int8"]) == 2
-    assert seen["int8"] is True and "stopped before serving" in capsys.readouterr().err
+    assert seen["precision"] == "int8" and "stopped before serving" in capsys.readouterr().err
 
 
 def test_languages_come_from_the_run_config(run_dir, tmp_path):

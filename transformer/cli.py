@@ -34,6 +34,7 @@ from transformer.cpu.allocator import retain_freed_memory
 from transformer.config import PRESETS, preset
 from transformer.model.masks import padding_mask
 from transformer.model import Transformer
+from transformer.precision import WEIGHT_DTYPES, add_precision_option, precision_option
 from transformer.threads import default_threads
 from transformer.run.config import MAX_THREADS
 
@@ -97,7 +98,7 @@ def _register_info(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vocab", type=int, default=37000, help="shared vocabulary size (default: 37000, the paper's EN-DE BPE)")
     p.add_argument("--batch", type=int, default=8, help="sentences in the test batch (default: 8)")
     p.add_argument("--length", type=int, default=32, help="source and target length of the test batch (default: 32)")
-    p.add_argument("--bf16", action="store_true", help="run the forward pass under bfloat16 autocast")
+    add_precision_option(p, choices=("fp32", "bf16"), what="run the forward pass")
     p.set_defaults(handler=_info)
 
 
@@ -105,6 +106,7 @@ def _info(args: argparse.Namespace) -> int:
     for name in ("vocab", "batch", "length"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    precision = precision_option(args)
     cfg = preset(args.preset, src_vocab_size=args.vocab)
     torch.manual_seed(0)
     model = Transformer(cfg).eval()
@@ -126,8 +128,9 @@ def _info(args: argparse.Namespace) -> int:
     )
     tgt = src.flip(1)
     mask = padding_mask(src, pad_id=-1)
-    dtype = torch.bfloat16 if args.bf16 else torch.float32
-    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+    dtype = WEIGHT_DTYPES[precision]
+    model.to(dtype)  # the weights in that format, as the translator holds them
+    with torch.inference_mode():
         model(src, tgt, mask)  # warm-up
         start = time.perf_counter()
         logits = model(src, tgt, mask)

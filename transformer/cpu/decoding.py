@@ -37,7 +37,8 @@ from transformer.model.cache import KVCache, StaticKV
 from transformer.model.layers import DecoderLayer, FeedForward
 from transformer.model.transformer import Transformer
 
-PRECISIONS = ("fp32", "int8")
+# The precisions (transformer.precision) whose weights the kernels pack: as they are, or int8 copies.
+PACKED_PRECISIONS = ("fp32", "int8")
 # The decoding kernels as this module calls them (see decoding_ops.eager).
 _packed_linear = decoding_ops.eager(decoding_ops.packed_linear)
 _decode_attention = decoding_ops.eager(decoding_ops.decode_attention)
@@ -62,9 +63,11 @@ class PackedLinear(nn.Linear):
     engine_state = ("packed",)
     packed: tuple[Tensor, Tensor] | None = None  # (panels, scales), made by pack()
 
-    def pack(self, int8: bool) -> None:
-        """Pack the current weight (float32, or int8 with ``int8``); later products read the copy."""
-        self.packed = decoding_ops.pack(self.weight.detach(), int8) if self.weight.dtype == torch.float32 else None
+    def pack(self, precision: str) -> None:
+        """Pack the current weight as it is (``precision`` "fp32") or as int8 ("int8"); later products
+        read the copy. A weight that is not float32 is left to PyTorch's product."""
+        self.packed = (decoding_ops.pack(self.weight.detach(), precision == "int8")
+                       if self.weight.dtype == torch.float32 else None)
 
     def applies(self, x: Tensor) -> bool:
         return (self.packed is not None and _inference_time(x) and x.dim() >= 1
@@ -221,8 +224,8 @@ def prepare_for_decoding(model: nn.Module, *, precision: str = "fp32") -> Swaps:
     Returns the swaps (``.undo()`` restores the model's classes). Nothing is swapped where the
     kernels are unavailable; for "int8" that is an error (there is no int8 without them). A model
     prepared already is refused (its packed copies belong to whoever prepared it)."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision not in PACKED_PRECISIONS:
+        raise ValueError(f"precision must be one of {PACKED_PRECISIONS}, got {precision!r}")
     if any(isinstance(module, PackedLinear) for module in model.modules()):
         raise ValueError("this model is already prepared for decoding (e.g. held by another Translator): "
                          "undo those swaps (Translator.close()) first, or prepare a copy")
@@ -234,7 +237,7 @@ def prepare_for_decoding(model: nn.Module, *, precision: str = "fp32") -> Swaps:
     swaps = swap(model, DECODING_CLASSES)
     for module in model.modules():
         if isinstance(module, PackedLinear):
-            module.pack(int8=precision == "int8")
+            module.pack(precision)
     for module in model.modules():
         if isinstance(module, DecodingDecoderLayer):
             module.prepare()

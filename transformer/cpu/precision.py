@@ -5,6 +5,10 @@ matrices several times faster than float32: CUDA GPUs of compute capability 8.0 
 x86 CPUs with AVX-512 bf16 or AMX. Elsewhere PyTorch emulates bf16 products, and they are
 slower than float32 by orders of magnitude (docs/performance.md). ``train.precision=auto``
 (the default) therefore picks bf16 only where ``fast_bf16`` says the device has the units.
+
+``train.precision`` is the autocast a training runs under, its weights staying float32. The
+number format a trained model translates in (``--precision``, ``Translator(precision=...)``:
+fp32, bf16, int8 or fp16) is another value, resolved and checked in :mod:`transformer.precision`.
 """
 
 from __future__ import annotations

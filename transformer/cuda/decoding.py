@@ -13,6 +13,9 @@ the decoding loop. So on CUDA the ``Translator`` decodes
 * encoding each batch whole (the CPU's length-grouped encoding saves padded work that a GPU
   does in parallel anyway, at the price of more, smaller launches).
 
+The precision is the one value of :mod:`transformer.precision`: on a GPU ``fp32``, ``bf16`` or
+``fp16`` (a bfloat16 or float16 copy of the weights; ``int8`` is a CPU format and refused).
+
 The dynamic batcher of ``transformer serve`` merges up to ``SERVE_BATCH_SIZE`` sentences into one
 model call on a GPU (32 on a CPU). These numbers are chosen from the GPU's shape, not yet
 measured: ``benchmarks/translate_speed.py --device cuda`` measures them against ``generate()``

@@ -3,7 +3,7 @@
     import_hf(marian_dir, run_dir)                  # a MarianMTModel directory -> our run directory
     import_hf("Helsinki-NLP/opus-mt-fr-en", run_dir, revision=None)   # ... or a model on the Hugging Face Hub
     export_hf(run_dir, out)                         # -> a directory transformers loads as MarianMTModel
-    export_ctranslate2(run_dir, out, quantization=None)   # -> a CTranslate2 model directory
+    export_ctranslate2(run_dir, out, precision=None)   # -> a CTranslate2 model directory (fp32, bf16, int8, fp16)
     export_onnx(run_dir, out)                       # -> encoder.onnx + decoder_step.onnx (+ cache)
 
 The third-party packages are the optional ``interop`` extra; each function raises

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from transformer.precision import PRECISIONS
+
 FORMATS = ("hf", "ctranslate2", "onnx")
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
@@ -36,8 +38,13 @@ def register_interop_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--format", required=True, choices=FORMATS, dest="fmt")
     p.add_argument("out", metavar="OUT")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="the weights' number format, as translate --precision names it (--format ctranslate2; "
+                   "default: fp32, as trained): fp32, bf16, int8 and fp16 are CTranslate2's float32, bfloat16, "
+                   "int8 and float16")
     p.add_argument("--quantization", choices=QUANTIZATIONS,
-                   help="CTranslate2 weight type (default: float32, as trained)")
+                   help="CTranslate2's weight type by its own name, with the types --precision has no name for "
+                   "(int8_float16, int16...); --quantization int8 is the same as --precision int8")
     p.set_defaults(handler=_export)
 
 
@@ -56,12 +63,13 @@ def _import_hf(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from transformer.interop import export_ctranslate2, export_hf, export_onnx
 
-    if args.quantization and args.fmt != "ctranslate2":
-        raise ValueError("--quantization applies to --format ctranslate2 only")
+    for option in ("precision", "quantization"):
+        if getattr(args, option) and args.fmt != "ctranslate2":
+            raise ValueError(f"--{option} applies to --format ctranslate2 only")
     if args.fmt == "hf":
         out = export_hf(args.run_dir, args.out)
     elif args.fmt == "ctranslate2":
-        out = export_ctranslate2(args.run_dir, args.out, quantization=args.quantization)
+        out = export_ctranslate2(args.run_dir, args.out, precision=args.precision, quantization=args.quantization)
     else:
         out = export_onnx(args.run_dir, args.out)
     print(f"exported {args.run_dir} as {args.fmt} into {out}")

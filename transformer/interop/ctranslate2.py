@@ -23,6 +23,8 @@ from transformer.model.embeddings import sinusoidal_table
 from transformer.text import Vocabularies
 
 MIN_POSITIONS = 1024  # rows of the sinusoid table written out (at least; max_positions if larger)
+# CTranslate2's weight type for each precision (transformer.precision): the same number format
+CTRANSLATE2_TYPES = {"fp32": "float32", "bf16": "bfloat16", "int8": "int8", "fp16": "float16"}
 
 
 def _np(tensor) -> np.ndarray:
@@ -99,14 +101,28 @@ def _ffn(spec, layer) -> None:
     _norm(spec.layer_norm, layer.ffn_block.norm)
 
 
+def _weight_type(precision: str | None, quantization: str | None) -> str | None:
+    """CTranslate2's weight type of ``precision`` or ``quantization`` (None: as trained)."""
+    if precision is not None and precision not in CTRANSLATE2_TYPES:
+        raise ValueError(f"precision must be one of {tuple(CTRANSLATE2_TYPES)}, got {precision!r}")
+    types = {CTRANSLATE2_TYPES.get(precision), quantization} - {None}
+    if len(types) > 1:
+        raise ValueError(f"give one weight type: precision {precision} and quantization {quantization} disagree")
+    return types.pop() if types else None
+
+
 def export_ctranslate2(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], *,
-                       quantization: str | None = None) -> Path:
+                       precision: str | None = None, quantization: str | None = None) -> Path:
     """Write ``out``, a CTranslate2 model directory (``ctranslate2.Translator(out)``), plus our tokenizer file(s).
 
-    ``quantization``: CTranslate2's weight type, e.g. ``"int8"``, ``"float16"``; None keeps float32.
+    ``precision``: the weights' number format, ``fp32``, ``bf16``, ``int8`` or ``fp16``
+    (``CTRANSLATE2_TYPES``); ``quantization``: the same by CTranslate2's name of the weight type,
+    also the types without a precision of ours (``"int8_float16"``, ``"int16"``); None for both
+    keeps float32. ValueError where the two name different types.
     Feed it our tokenizer's pieces (``vocab.src.pieces(vocab.src.encode(text))``) and read back
     target pieces; with float32 weights greedy and beam outputs equal ours token for token.
     """
+    quantization = _weight_type(precision, quantization)
     model, vocab = load_run(run_dir)
     spec = build_spec(model, vocab)
     try:

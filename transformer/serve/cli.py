@@ -24,8 +24,8 @@ from pathlib import Path
 
 from transformer.serve.limits import ConnectionLimits, ServeLimits
 from transformer.cuda import decoding as cuda_decoding
-from transformer.translate.cli import DEVICE_HELP, DEVICES, INT8_HELP
-from transformer.translate.translator import decoding_device
+from transformer.precision import DEVICES, add_precision_option, precision_option, resolve_device
+from transformer.translate.cli import DEVICE_HELP
 
 _DEFAULTS = ServeLimits()
 _OPTIONS = {  # field -> (option, type, help)
@@ -81,8 +81,7 @@ def register_serve_command(subparsers: argparse._SubParsersAction) -> argparse.A
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
     p.add_argument("--beam-size", type=int, default=4, help="default beam size of requests (default: 4, the paper's)")
-    p.add_argument("--bf16", action="store_true", help="decode with a bfloat16 copy of the weights")
-    p.add_argument("--int8", action="store_true", help=INT8_HELP)
+    add_precision_option(p, what="decode")
     p.add_argument("--device", choices=DEVICES, default="auto", help=DEVICE_HELP)
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default: info)")
@@ -152,8 +151,9 @@ def run_serve(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in 0..65535, got {args.port}")
+    precision = precision_option(args)
     if args.max_batch_size is None:
-        on_gpu = decoding_device(args.device, int8=args.int8).type == "cuda"
+        on_gpu = resolve_device(args.device, precision=precision).type == "cuda"
         args.max_batch_size = cuda_decoding.SERVE_BATCH_SIZE if on_gpu else _DEFAULTS.max_batch_size
     limits = ServeLimits(**{name: getattr(args, name) for name in _OPTIONS})
     try:
@@ -175,7 +175,7 @@ def run_serve(args: argparse.Namespace) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     try:
         run_dir = Path(args.run_dir)
-        translator = load_translator(run_dir, bf16=args.bf16, int8=args.int8, device=args.device)
+        translator = load_translator(run_dir, precision=precision, device=args.device)
         translator = translator.with_decoding(beam_size=args.beam_size)
         src_lang, tgt_lang = translator.src_lang, translator.tgt_lang
         app = create_app(translator, limits, src_lang=src_lang, tgt_lang=tgt_lang)

@@ -47,6 +47,7 @@ from transformer.model import build_model
 from transformer import cuda
 from transformer.cpu import accelerate_training
 from transformer.cpu.precision import resolve_precision, slow_bf16_warning
+from transformer.precision import resolve_device
 from transformer.text import Vocabularies
 from transformer.training import distributed as D
 from transformer.run.config import RunConfig
@@ -92,14 +93,6 @@ class TrainResult:
     target_tokens: int = 0  # target tokens trained on, from the start of the run
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("train.device=cuda but no CUDA device is available; use train.device=cpu or auto")
-    return torch.device(name)
-
-
 class Trainer:
     """Trains a ``Transformer`` (or the recurrent baseline, ``model.architecture=rnn``) on a ``RunConfig``
     into a run directory."""
@@ -109,7 +102,7 @@ class Trainer:
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.tensorboard_hint = tensorboard_hint  # the notice when tensorboard is missing (the demo has no use for it)
         t = cfg.train
-        self.device = resolve_device(t.device)
+        self.device = resolve_device(t.device, setting="train.device")
         self.precision = resolve_precision(t.precision, self.device)  # "auto" resolved: fp32, bf16 or fp16
         if self.precision == "fp16" and self.device.type != "cuda":
             raise ValueError("train.precision=fp16 needs CUDA (loss scaling); use bf16 or fp32 on CPU")
@@ -511,8 +504,9 @@ class Trainer:
         n = min(self.cfg.train.eval_sentences, len(self.data.valid_text))
         if n:
             pairs = self.data.valid_text[:n]
+            # validation translates in bf16 where the run trains in it, else in fp32 (fp16 runs too)
             translator = Translator(self.model, self.vocab, decoding=DecodeConfig(strategy="greedy"), device=self.device,
-                                    bf16=self.precision == "bf16")
+                                    precision="bf16" if self.precision == "bf16" else "fp32")
             try:
                 hypotheses = translator.translate([s for s, _ in pairs])
             finally:

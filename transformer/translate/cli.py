@@ -30,14 +30,13 @@ from transformer.translate.inputs import InputText, Line, Reporter, count_lines,
 from transformer.translate.stream import (
     CHUNK_CHARS, PROGRESS_EVERY, Progress, encode_output, open_output, same_file, write_chunks,
 )
-from transformer.translate.translator import DEVICES, TranslationWarning, Translator, load_translator
+from transformer.precision import DEVICES, add_precision_option, precision_option
+from transformer.translate.translator import TranslationWarning, Translator, load_translator
+from transformer.translate.warning import TruncationWarning
 
 
-DEVICE_HELP = ("where to decode: auto (default) is the GPU where PyTorch sees one (the CPU with --int8, a CPU "
-               "format), else the CPU")
-INT8_HELP = ("decode with int8 copies of the linear layers' weights (one scale per output feature) in the "
-             "CPU engine's kernels, activations and sums in float32: a quarter of the weights' memory traffic "
-             "(Transformer models on CPU)")
+DEVICE_HELP = ("where to decode: auto (default) is the GPU where PyTorch sees one (the CPU with --precision int8, "
+               "a CPU format), else the CPU")
 DEFAULT_CHUNK_LINES = 2000
 DEFAULT_MAX_LINE_CHARS = 1_000_000
 
@@ -59,15 +58,14 @@ def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-k", type=int, default=0, help="sample from the k most likely tokens (0 = all)")
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold (default: 1.0 = off)")
     g.add_argument("--seed", type=int, default=None, help="sampling seed (same seed, same samples)")
-    g.add_argument("--bf16", action="store_true", help="decode with a bfloat16 copy of the weights (fast on CPUs with AVX-512 bf16 or AMX)")
-    g.add_argument("--int8", action="store_true", help=INT8_HELP)
+    add_precision_option(g, what="decode")
     g.add_argument("--batch-tokens", type=int, default=None,
                    help="padded source tokens x beams per batch (default: 12000 on a CPU, 160000 on a GPU)")
     g.add_argument("--device", choices=DEVICES, default="auto", help=DEVICE_HELP)
 
 
 DECODING_ARGUMENTS = ("beam", "greedy", "n_best", "alpha", "length_penalty", "max_len_b", "stopping", "sample",
-                      "temperature", "top_k", "top_p", "seed", "bf16", "int8", "batch_tokens", "device")
+                      "temperature", "top_k", "top_p", "seed", "batch_tokens", "device")
 
 
 def decode_config(args: argparse.Namespace) -> DecodeConfig:
@@ -87,8 +85,8 @@ def decode_config(args: argparse.Namespace) -> DecodeConfig:
 def translator_from_args(args: argparse.Namespace) -> Translator:
     if args.batch_tokens is not None and args.batch_tokens < 1:
         raise ValueError(f"--batch-tokens must be >= 1, got {args.batch_tokens}")
-    return load_translator(args.run_dir, decoding=decode_config(args), max_tokens=args.batch_tokens, bf16=args.bf16,
-                           int8=args.int8, device=args.device)
+    return load_translator(args.run_dir, decoding=decode_config(args), max_tokens=args.batch_tokens,
+                           precision=precision_option(args), device=args.device)
 
 
 def _settings(args: argparse.Namespace) -> dict:
@@ -99,6 +97,7 @@ def _settings(args: argparse.Namespace) -> dict:
     return {"run_dir": str(run), "model": [stat.st_size, stat.st_mtime_ns] if stat else None,
             "segment": args.segment, "format": args.format, "src_lang": args.src_lang, "json": args.json,
             "chunk_lines": args.chunk_lines, "max_line_chars": args.max_line_chars,
+            "precision": precision_option(args),  # one value, however it was spelled (--int8, --precision int8)
             **{name: getattr(args, name) for name in DECODING_ARGUMENTS}}
 
 
@@ -209,7 +208,9 @@ def _translate_chunk(translator: Translator, chunk: list[Line], args: argparse.N
             warnings.simplefilter("always", TranslationWarning)
             n_best = translator.translate_n_best([line.text for line in chunk])
         for w in caught:
-            message = re.sub(r"^sentence (\d+)", lambda m: f"line {chunk[int(m.group(1)) - 1].number}", str(w.message))
+            warning = w.message
+            message = warning.describe(f"line {chunk[warning.sentence - 1].number}") \
+                if isinstance(warning, TruncationWarning) else str(warning)
             reporter.warn("long-sentence", f"{_name(args)}: {message}")
         for line, hyps in zip(chunk, n_best):
             alternatives = [(_one_line(translator.detokenize(h)), h.score) for h in hyps]

@@ -7,14 +7,17 @@ translations in the input order.
 Bad input never loses the other sentences' translations: a sentence with no token the model
 can read (empty, whitespace only; with a tokenizer that appends ``</s>``, a text that is only
 ``</s>``) translates to "" and a sentence longer than ``max_input_tokens`` is cut to that
-length with a warning (``TranslationWarning``), keeping the ``</s>`` a source tokenizer appends.
+length with a warning (``TruncationWarning``, a ``TranslationWarning`` carrying which sentence and
+how it was cut), keeping the ``</s>`` a source tokenizer appends.
 ``translate_text`` cuts a text into sentences first, so nothing is cut there.
 
-``bf16=True`` translates with a bfloat16 copy of the model (weights and activations in bf16,
-log-probabilities and beam scores in float32): no weight is cast again during decoding.
-``quantize="int8"`` translates with int8 copies of the linear layers' weights (one scale per
-output feature) multiplied by float32 activations in the CPU engine's kernels: a quarter of the
-weights' memory traffic, sums in float32 (Transformer models on CPU).
+``precision`` (:mod:`transformer.precision`) is the number format it translates in: ``bf16``
+(``fp16`` on CUDA) with a bfloat16 (float16) copy of the model, weights and activations in that
+format, log-probabilities and beam scores in float32: no weight is cast again during decoding.
+``int8`` with int8 copies of the linear layers' weights (one scale per output feature)
+multiplied by float32 activations in the CPU engine's kernels: a quarter of the weights' memory
+traffic, sums in float32 (Transformer models on CPU). ``bf16=True`` and ``quantize="int8"`` are
+the older spellings of ``precision="bf16"`` and ``precision="int8"``.
 
 On CPU the translator prepares the model it holds for the engine's decoding kernels
 (``transformer.cpu.prepare_for_decoding``: its linear weights packed once, a decoder layer's step
@@ -41,16 +44,16 @@ from transformer.run.directory import run_languages
 from transformer.run.layout import CONFIG_FILE, WEIGHTS_FILE
 from transformer.run.model import CheckpointError, load_model
 from transformer.decoding import DecodeConfig, Hypothesis, decode
-from transformer.cpu import Swaps, available as cpu_kernels_available, prepare_for_decoding
+from transformer.cpu import Swaps, prepare_for_decoding
 from transformer.cpu.swap import plain_copy
 from transformer.cpu.precision import slow_bf16_warning
 from transformer.model import RNNSeq2Seq, Transformer
+from transformer.precision import WEIGHT_DTYPES, check_precision, from_quantize, precision_from, resolve_device
 from transformer.text import Vocabularies
-from transformer.translate.warning import TranslationWarning
+from transformer.translate.warning import TranslationWarning, TruncationWarning
 
 DEFAULT_MAX_INPUT_TOKENS = 1024
 CPU_BATCH_TOKENS = 12000  # padded source tokens x beams per batch on a CPU (on CUDA: cuda_decoding.BATCH_TOKENS)
-QUANTIZE = (None, "int8")
 # Encoding a right-padded batch on CPU: with more than this share of padding, sentences are encoded
 # in groups of similar length (the decoder still runs the whole batch); a group takes the next
 # longer sentence while its padded size stays within GROUP_PADDING x its real tokens, or while it
@@ -63,7 +66,11 @@ GROUP_MIN_SAVING = 2048
 
 
 class Translator:
-    """Translate sentences with a trained model (beam search with the paper's settings by default)."""
+    """Translate sentences with a trained model (beam search with the paper's settings by default).
+
+    ``precision``: ``fp32`` (the default), ``bf16``, ``int8`` (Transformer models on the CPU) or
+    ``fp16`` (on CUDA), checked by :func:`transformer.precision.check_precision`; ``bf16=True``
+    and ``quantize="int8"`` are its older spellings (giving two that disagree is refused)."""
 
     def __init__(
         self,
@@ -74,6 +81,7 @@ class Translator:
         device: str | torch.device = "cpu",
         max_tokens: int | None = None,
         max_input_tokens: int | None = None,
+        precision: str | None = None,
         bf16: bool = False,
         quantize: str | None = None,
         src_lang: str | None = None,
@@ -87,24 +95,20 @@ class Translator:
         self.device = torch.device(device)
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-        if quantize not in QUANTIZE:
-            raise ValueError(f"quantize must be one of {QUANTIZE}, got {quantize!r}")
-        if quantize and (self.device.type != "cpu" or bf16):
-            raise ValueError("int8 quantisation is for fp32 CPU inference: use device='cpu' and bf16=False")
-        if quantize and not isinstance(model, Transformer):
-            raise ValueError("quantize='int8' is for Transformer models (the recurrent baseline's layers do not "
-                             "run the CPU kernels)")
-        if quantize and not cpu_kernels_available():
-            raise ValueError("quantize='int8' needs the compiled CPU kernels (a C compiler, and "
-                             "TRANSFORMER_FUSED_CPU not 0)")
+        precision = precision_from({f"precision={precision!r}": precision,
+                                    f"quantize={quantize!r}": from_quantize(quantize),
+                                    "bf16=True": "bf16" if bf16 else None})
+        check_precision(precision, self.device, model=model, name=f"quantize={quantize!r}" if quantize else None)
         self.model = model.to(self.device).eval()
-        if bf16:
-            if warning := slow_bf16_warning(self.device):
-                warnings.warn(f"{warning}; translate in float32 (without bf16) on this device", stacklevel=2)
-            self.model = to_bf16(self.model)
+        if precision == "bf16" and (warning := slow_bf16_warning(self.device)):
+            warnings.warn(f"{warning}; translate in float32 (without bf16) on this device", stacklevel=2)
+        if WEIGHT_DTYPES[precision] != torch.float32:
+            self.model = low_precision_copy(self.model, WEIGHT_DTYPES[precision])
         self._swaps = Swaps()
         if self.device.type == "cpu" and isinstance(self.model, Transformer):
-            self._swaps = prepare_for_decoding(self.model, precision=quantize or "fp32")
+            # The kernels pack float32 weights (as they are, or int8 copies); a bf16 copy's they leave
+            # to PyTorch's operators.
+            self._swaps = prepare_for_decoding(self.model, precision="int8" if precision == "int8" else "fp32")
         self.vocab = vocab
         self.decoding = decoding or DecodeConfig()
         on_gpu = self.device.type == "cuda"
@@ -113,8 +117,13 @@ class Translator:
         learned = getattr(model.config, "positional", None) == "learned"  # the recurrent baseline has no positions
         limit = model.config.max_positions if learned else DEFAULT_MAX_INPUT_TOKENS
         self.max_input_tokens = min(max_input_tokens or limit, limit)
-        self.quantize = quantize
+        self.precision = precision
         self.src_lang, self.tgt_lang = src_lang, tgt_lang  # language codes, e.g. for sentence splitting
+
+    @property
+    def quantize(self) -> str | None:
+        """``"int8"`` where the translator holds int8 weights, else None (the older name of ``precision``)."""
+        return "int8" if self.precision == "int8" else None
 
     @classmethod
     def from_run_dir(cls, run_dir: str | os.PathLike[str], **kwargs) -> Translator:
@@ -179,7 +188,7 @@ class Translator:
         return results
 
     def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
-        """Source token ids, cut to ``max_input_tokens`` (with a ``TranslationWarning``); the
+        """Source token ids, cut to ``max_input_tokens`` (with a ``TruncationWarning``); the
         ``</s>`` a source tokenizer appends (Marian's) stays the last token of a cut sequence."""
         ids = self.vocab.src.encode_batch(list(texts))
         limit = self.max_input_tokens
@@ -187,11 +196,7 @@ class Translator:
         for i, seq in enumerate(ids):
             if len(seq) > limit:
                 keep_eos = appends_eos and limit > 1 and seq[-1] == self.vocab.src.eos_id
-                warnings.warn(
-                    f"sentence {i + 1} has {len(seq)} tokens; translating its first "
-                    + (f"{limit - 1} and the end-of-source token" if keep_eos else f"{limit}")
-                    + " (the model's input limit)", TranslationWarning, stacklevel=3,
-                )
+                warnings.warn(TruncationWarning(i + 1, len(seq), limit, keep_eos), stacklevel=3)
                 ids[i] = seq[: limit - 1] + seq[-1:] if keep_eos else seq[:limit]
         return ids
 
@@ -261,52 +266,46 @@ class Translator:
         return max(self.decoding.beam_size if self.decoding.strategy == "beam" else 1, self.decoding.n_best)
 
 
-def to_bf16(model: Transformer | RNNSeq2Seq) -> Transformer | RNNSeq2Seq:
-    """A bfloat16 copy of ``model`` for inference (``model`` itself is left as it is).
+def low_precision_copy(model: Transformer | RNNSeq2Seq, dtype: torch.dtype) -> Transformer | RNNSeq2Seq:
+    """A copy of ``model`` with its weights in ``dtype`` (bfloat16 or float16) for inference
+    (``model`` itself is left as it is; a model already in ``dtype`` is returned as it is).
 
     Unlike autocast, which keeps fp32 weights and casts every layer's input and weight on the
-    fly, the copy holds bf16 weights and the whole forward pass runs in bf16 without casts; the
-    decoders still compute log-probabilities and scores in float32.
+    fly, the copy holds low-precision weights and the whole forward pass runs in that format
+    without casts; the decoders still compute log-probabilities and scores in float32.
     """
-    if all(p.dtype == torch.bfloat16 for p in model.parameters()):
+    if all(p.dtype == dtype for p in model.parameters()):
         return model
-    return plain_copy(model).to(torch.bfloat16).eval()
+    return plain_copy(model).to(dtype).eval()
 
 
-DEVICES = ("auto", "cpu", "cuda")
+def to_bf16(model: Transformer | RNNSeq2Seq) -> Transformer | RNNSeq2Seq:
+    """A bfloat16 copy of ``model`` for inference (:func:`low_precision_copy`)."""
+    return low_precision_copy(model, torch.bfloat16)
 
 
 def decoding_device(name: str, *, int8: bool = False) -> torch.device:
-    """The device to decode on: ``auto`` is the GPU where PyTorch sees one (the CPU with ``int8``,
-    which is a CPU format), else the CPU. Raises ValueError for an unknown name, for ``cuda``
-    where there is no CUDA device, and for ``cuda`` with ``int8``."""
-    if name not in DEVICES:
-        raise ValueError(f"device must be one of {DEVICES}, got {name!r}")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() and not int8 else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device cuda: PyTorch sees no CUDA device here (this torch build or machine has none); "
-                         "use --device cpu or auto")
-    if name == "cuda" and int8:
-        raise ValueError("int8 quantisation is for fp32 CPU inference: use --device cpu (or auto) with --int8")
-    return torch.device(name)
+    """The older name of :func:`transformer.precision.resolve_device`, ``int8`` for ``precision="int8"``."""
+    return resolve_device(name, precision="int8" if int8 else "fp32")
 
 
-def load_translator(run_dir: str | os.PathLike[str], *, decoding: DecodeConfig | None = None, bf16: bool = False,
-                    int8: bool = False, device: str = "cpu", **options) -> Translator:
+def load_translator(run_dir: str | os.PathLike[str], *, decoding: DecodeConfig | None = None,
+                    precision: str | None = None, bf16: bool = False, int8: bool = False, device: str = "cpu",
+                    **options) -> Translator:
     """The translator of a trained run directory, as the CLI, the server and ``attend`` load it.
 
-    ``decoding`` defaults to the paper's beam search; ``bf16`` or ``int8`` (not both) pick the
-    precision; ``device`` is ``cpu``, ``cuda`` or ``auto`` (:func:`decoding_device`); other
-    ``options`` go to ``Translator``. Raises FileNotFoundError naming what is missing, ValueError
-    for settings that do not go together."""
+    ``decoding`` defaults to the paper's beam search; ``precision`` is ``fp32`` (default), ``bf16``,
+    ``int8`` or ``fp16`` (``bf16=True`` and ``int8=True`` its older spellings); ``device`` is
+    ``cpu``, ``cuda`` or ``auto`` (:func:`transformer.precision.resolve_device`: ``auto`` is the
+    CPU for int8); other ``options`` go to ``Translator``. Raises FileNotFoundError naming what is
+    missing, ValueError for settings that do not go together."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory not found: {run_dir}")
     missing = [name for name in (CONFIG_FILE, WEIGHTS_FILE) if not (run_dir / name).is_file()]
     if missing:
         raise FileNotFoundError(f"{run_dir} is not a trained run directory: missing {', '.join(missing)}")
-    if int8 and bf16:
-        raise ValueError("int8 quantisation is for fp32 CPU inference: give --int8 or --bf16, not both")
-    return Translator.from_run_dir(run_dir, decoding=decoding, bf16=bf16, quantize="int8" if int8 else None,
-                                   device=decoding_device(device, int8=int8), **options)
+    precision = precision_from({f"precision={precision!r}": precision, "int8=True": "int8" if int8 else None,
+                                "bf16=True": "bf16" if bf16 else None})
+    return Translator.from_run_dir(run_dir, decoding=decoding, precision=precision,
+                                   device=resolve_device(device, precision=precision), **options)
