@@ -67,7 +67,7 @@ FALLBACK_MEANINGS: dict[tuple[str, str], str] = {
 def _choices() -> dict[tuple[str, str], tuple[str, ...]]:
     """The allowed names of the text settings, from the constants the code validates them with."""
     from transformer import config as model_config
-    from transformer.cpu.precision import PRECISIONS
+    from transformer.cpu.precision import TRAIN_PRECISIONS
     from transformer.model import rnn_config
     from transformer.run import config as run_config
 
@@ -77,7 +77,7 @@ def _choices() -> dict[tuple[str, str], tuple[str, ...]]:
         ("ModelConfig", "sinusoid_layout"): model_config.SINUSOID_LAYOUTS,
         ("RNNConfig", "score"): tuple(rnn_config.RNN_SCORES),
         ("DataConfig", "corpus"): run_config.CORPORA,
-        ("TrainConfig", "precision"): PRECISIONS,
+        ("TrainConfig", "precision"): TRAIN_PRECISIONS,
         ("TrainConfig", "device"): run_config.DEVICES,
         ("TrainConfig", "schedule"): run_config.SCHEDULES,
         ("TrainConfig", "optimizer"): run_config.OPTIMIZERS,

@@ -22,7 +22,7 @@ from transformer import config_dict
 from transformer.config import PRESETS, ModelConfig, preset
 from transformer.config_dict import at_least, int_at_least, positive, positive_int, probability, valid
 from transformer.model.rnn_config import RNNConfig, rnn_preset
-from transformer.cpu.precision import PRECISIONS
+from transformer.cpu.precision import TRAIN_PRECISIONS
 from transformer.data.mixing import parse_mix
 from transformer.text.tokenizer import BYTE_TOKENS, SPECIAL_TOKENS
 from transformer.run_files import RunFileError, read_json
@@ -241,7 +241,7 @@ class RunConfig:
             raise ValueError(
                 f"train.average_last ({t.average_last}) must not exceed train.keep_last ({t.keep_last}): only the "
                 "newest train.keep_last checkpoints are kept to average; raise train.keep_last or lower train.average_last")
-        _choice("train.precision", t.precision, PRECISIONS)
+        _choice("train.precision", t.precision, TRAIN_PRECISIONS)
         _choice("train.device", t.device, DEVICES)
         _choice("train.schedule", t.schedule, SCHEDULES)
         _choice("train.optimizer", t.optimizer, OPTIMIZERS)
