@@ -1,4 +1,4 @@
-"""Reading the files of a run or model directory without trusting them.
+"""Reading the files of a run or model directory without trusting them, and writing files whole.
 
 A run directory may come from anyone (a download, a shared disk), so its small files are read
 only when they are regular files under a size cap: a ``config.json`` that is a link to
@@ -6,13 +6,20 @@ only when they are regular files under a size cap: a ``config.json`` that is a l
 JSON is parsed with its nesting bounded, and a safetensors file's header (tensor names, dtypes
 and shapes) is read without reading any tensor, so the sizes a config implies can be checked
 against the weights before anything is allocated. Every refusal is a :class:`RunFileError`
-(a ``ValueError``) whose one-line message names the file and the problem. Standard library only.
+(a ``ValueError``) whose one-line message names the file and the problem.
+
+Every file the package writes for others to read (a run's files, a tokenizer, a page, an output
+file, a cache entry) is written whole: into a work file beside it, then renamed onto it in one
+step (:func:`replacing`, :func:`write_atomic`), so a reader sees the old file or the new one,
+never half of one, and a crash leaves the old one. Standard library only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import stat
 import struct
 from contextlib import contextmanager
@@ -138,6 +145,57 @@ def _header_entry(path: Path, name: str, entry: Any, data_size: int) -> tuple[st
     if count * SAFETENSORS_DTYPES[dtype] != offsets[1] - offsets[0]:
         raise RunFileError(f"{bad} has shape {tuple(shape)} of {dtype} but {offsets[1] - offsets[0]:,} bytes")
     return dtype, tuple(shape)
+
+
+@contextmanager
+def replacing(path: str | os.PathLike[str], *, suffix: str = "", sync: bool = False) -> Iterator[Path]:
+    """A work path beside ``path`` for the block to write, renamed onto ``path`` when the block ends
+    and removed when it raises.
+
+    Args:
+        path: the file to replace (or create).
+        suffix: the work file's ending, for writers that choose a format by it (``.png``).
+        sync: flush the written file to the disk before the rename (a file that must survive a
+            power cut once it is in place: checkpoints, ``.resume`` files).
+
+    The work file is ``.NAME.tmp-PID-XXXXXXXX`` + ``suffix``, unique even among a process's
+    threads; one a killed process left behind in a run directory is removed by the next writer
+    (:func:`transformer.run.lock.remove_stale_files`).
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}{suffix}")
+    try:
+        yield tmp
+        if sync:
+            _fsync(tmp)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()  # only there when the block or the rename failed
+
+
+def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, sync: bool = False) -> Path:
+    """Write ``data`` (text as UTF-8) to ``path`` through :func:`replacing`; returns the path."""
+    with replacing(path, sync=sync) as tmp:
+        with open(tmp, "xb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+    return Path(path)
+
+
+def plain_permissions(path: str | os.PathLike[str]) -> None:
+    """Give ``path`` the permissions a plain ``open`` would have given it (0666 less the umask), for
+    a file another library created (safetensors writes 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _depth(value: Any) -> int:

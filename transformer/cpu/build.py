@@ -17,11 +17,12 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import threading
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from transformer.run_files import replacing
 
 if TYPE_CHECKING:
     import torch
@@ -101,13 +102,11 @@ def _build() -> Path:
     if target.exists():
         return target
     cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:  # build beside it, then rename: atomic
-        built = Path(tmp) / target.name
+    with replacing(target, suffix=".so") as built:  # built beside it, then renamed: atomic
         result = subprocess.run([compiler, *_FLAGS, *map(str, _SOURCES), "-o", str(built)], capture_output=True,
                                 text=True, timeout=120)
         if result.returncode != 0:
             raise OSError(f"{compiler} failed: {result.stderr.strip()[:500]}")
-        os.replace(built, target)
     return target
 
 

@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from transformer.run_files import RunFileError, parse_json, read_text
+from transformer.run_files import RunFileError, parse_json, read_text, write_atomic
 
 DECIMALS = 3  # the weights are rounded to this many decimals
 
@@ -64,7 +64,5 @@ def truncate_alignments(path: str | os.PathLike[str], step: int) -> set[int]:
     if not path.exists():
         return set()
     kept = [r for r in read_alignments(path) if r["step"] <= step]
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text("".join(_line(r) for r in kept), encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, "".join(_line(r) for r in kept))
     return {r["step"] for r in kept}

@@ -25,7 +25,7 @@ from transformer.model.rnn_config import RNNConfig, rnn_preset
 from transformer.cpu.precision import TRAIN_PRECISIONS
 from transformer.data.mixing import parse_mix
 from transformer.text.tokenizer import BYTE_TOKENS, SPECIAL_TOKENS
-from transformer.run_files import RunFileError, read_json
+from transformer.run_files import RunFileError, read_json, write_atomic
 
 SECTIONS = ("data", "model", "train")
 CORPORA = ("builtin", "files", "tsv", "multi30k", "tatoeba", "wmt14-en-de", "wmt14-en-fr")
@@ -366,10 +366,7 @@ class RunConfig:
         return RunConfig.from_dict(raw)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
 
     @staticmethod
     def _resolve(key: str) -> tuple[str, str]:

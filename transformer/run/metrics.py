@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from transformer.run_files import RunFileError, parse_json, read_text
+from transformer.run_files import RunFileError, parse_json, read_text, replacing, write_atomic
 
 
 class MetricsLog:
@@ -44,9 +44,7 @@ class MetricsLog:
     def truncate_after(self, step: int) -> None:
         """Drop records past ``step`` (work redone after resuming from a checkpoint at ``step``)."""
         kept = [r for r in self.read() if not _is_number(r.get("step", 0)) or r.get("step", 0) <= step]
-        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-        tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in kept), encoding="utf-8")
-        os.replace(tmp, self.path)
+        write_atomic(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
 
 
 def plot_training_curve(records: list[dict[str, Any]], path: str | os.PathLike[str]) -> None:
@@ -77,10 +75,11 @@ def plot_training_curve(records: list[dict[str, Any]], path: str | os.PathLike[s
         ax.legend(loc="upper right")
     ax.set_title("training curve")
     fig.tight_layout()
-    tmp = Path(path).with_name(f".{Path(path).name}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        with replacing(path, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=100)
+    finally:
+        plt.close(fig)
 
 
 def _is_number(value: Any) -> bool:

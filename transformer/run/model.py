@@ -18,7 +18,8 @@ from safetensors.torch import save_file
 from transformer.config import ModelConfig
 from transformer.model import RNNConfig, RNNSeq2Seq, Transformer, build_model, config_from_dict
 from transformer.run.layout import CONFIG_FILE, WEIGHTS_FILE
-from transformer.run_files import FLOAT_DTYPES, RunFileError, read_json, read_safetensors_header
+from transformer.run_files import (
+    FLOAT_DTYPES, RunFileError, plain_permissions, read_json, read_safetensors_header, replacing)
 
 FORMAT_VERSION = "1"
 MAX_LAYERS = 1024  # per stack; a config asking for more is refused before any module is built
@@ -46,16 +47,9 @@ def save_weights(model: torch.nn.Module, path: str | os.PathLike[str], *, metada
     path = Path(path)
     tensors = {name: t.detach().contiguous().cpu() for name, t in unique_state_dict(model).items()}
     meta = {"format": "pt", "transformer_format_version": FORMAT_VERSION, **(metadata or {})}
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with replacing(path) as tmp:
         save_file(tensors, str(tmp), metadata=meta)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # the permissions a plain open() would give
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+        plain_permissions(tmp)
 
 
 def tensor_shapes(model: torch.nn.Module, *, unique: bool = True) -> dict[str, tuple[tuple[int, ...], bool]]:

@@ -27,14 +27,13 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from transformer.run_files import MAX_TOKENIZER_BYTES, read_bytes
+from transformer.run_files import MAX_TOKENIZER_BYTES, read_bytes, write_atomic
 from transformer.text.tokenizer import (
     EOS,
     PAD,
     UNK,
     WORD_BOUNDARY,
     Tokenizer,
-    _atomic_write_text,
     read_tokenizer_json,
 )
 
@@ -126,7 +125,7 @@ class SentencePieceTokenizer(Tokenizer):
             "pad_token": self._tokens["pad"], "eos_token": self._tokens["eos"], "unk_token": self._tokens["unk"],
             "vocab": self._vocab, "spm_model": base64.b64encode(self._proto).decode("ascii"),
         }}
-        _atomic_write_text(path, json.dumps(data, ensure_ascii=False))
+        write_atomic(path, json.dumps(data, ensure_ascii=False))
 
     @property
     def model_proto(self) -> bytes:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import abc
 import json
 import os
-import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from typing import Any
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
-from transformer.run_files import MAX_TOKENIZER_BYTES, RunFileError, read_json
+from transformer.run_files import MAX_TOKENIZER_BYTES, RunFileError, read_json, write_atomic
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, BOS, EOS, UNK)
@@ -48,31 +47,6 @@ _MARK_BYTES = tuple(f"<0x{b:02X}>" for b in WORD_BOUNDARY.encode("utf-8"))  # a 
 JOINT_FILE = "tokenizer.json"
 SRC_FILE = "tokenizer.src.json"
 TGT_FILE = "tokenizer.tgt.json"
-
-
-def _atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same directory and ``os.replace``.
-
-    The file gets the mode a plain ``open(path, "w")`` gives (0666 less the umask: 0644 with the
-    usual 022), like the other run files; ``tempfile.mkstemp`` would make it 0600.
-    """
-    path = Path(path)
-    for _ in range(100):
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise FileExistsError(f"cannot create a temporary file beside {path}")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _check_texts(texts: Iterable[str], what: str) -> list[str]:
@@ -289,7 +263,7 @@ class BPETokenizer(Tokenizer):
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the tokenizer as JSON (the ``tokenizers`` format) to ``path`` atomically."""
-        _atomic_write_text(path, self._hf.to_str(pretty=True))
+        write_atomic(path, self._hf.to_str(pretty=True))
 
     @property
     def vocab_size(self) -> int:

@@ -48,6 +48,7 @@ from transformer.data.indexed import IndexedFormatError, IndexedPairs, open_inde
 from transformer.text import Vocabularies
 from transformer.text.tokenizer import BPETokenizer
 from transformer.run.config import DataConfig
+from transformer.run_files import write_atomic
 
 __all__ = ["DATA_CACHE_ENV", "CachedCorpus", "cache_root", "open_cache", "source_description", "source_key"]
 
@@ -213,9 +214,7 @@ class _Session:
 
 def _write_json(path: Path, obj: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-    tmp.write_text(json.dumps(obj, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(obj, ensure_ascii=False))
 
 
 def open_cache(sources: list[DataConfig], read_splits: ReadSplits, *, vocab: Vocabularies | None = None,

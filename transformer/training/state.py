@@ -39,7 +39,7 @@ from transformer.run.layout import (
     CHECKPOINT_FILES, CHECKPOINTS_DIR, LATEST_FILE, OPTIMIZER_FILE, RNG_FILE, TRAINER_STATE_FILE, WEIGHTS_FILE,
     checkpoint_name)
 from transformer.run.model import CheckpointError, load_weights, save_weights
-from transformer.run_files import RunFileError, read_json
+from transformer.run_files import RunFileError, plain_permissions, read_json, replacing
 
 try:
     import numpy as np
@@ -47,7 +47,7 @@ except ImportError:  # numpy is optional
     np = None  # type: ignore[assignment]
 
 FORMAT_VERSION = 1
-_TMP = re.compile(r"^\.(?:tmp-.*|%s\.tmp)-\d+$" % re.escape(LATEST_FILE))  # work files; left behind by a killed save
+_TMP = re.compile(r"^\.(?:tmp-.*|%s\.tmp-\d+.*)$" % re.escape(LATEST_FILE))  # work files; left behind by a killed save
 _IN_FLIGHT: set[Path] = set()  # this process's work files being written now (others are stale, even at our pid)
 # Optimizer state entries that must have their parameter's shape (Adam, AdamW, SGD, RMSprop, ...).
 _PARAM_SHAPED = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "square_avg", "acc_delta", "sum"}
@@ -243,13 +243,12 @@ def _remove_work_files(root: Path) -> None:
 
 def _write_latest(root: Path, checkpoint: Path) -> None:
     step = int(STEP_DIR.match(checkpoint.name).group(1))  # type: ignore[union-attr]
-    tmp = root / f".{LATEST_FILE}.tmp-{os.getpid()}"
-    _IN_FLIGHT.add(tmp)
+    tmp = None
     try:
-        _write_text(tmp, json.dumps({"step": step, "path": checkpoint.name}))
-        os.replace(tmp, root / LATEST_FILE)
+        with replacing(root / LATEST_FILE, sync=True) as tmp:
+            _IN_FLIGHT.add(tmp)
+            tmp.write_text(json.dumps({"step": step, "path": checkpoint.name}), encoding="utf-8")
     finally:
-        tmp.unlink(missing_ok=True)
         _IN_FLIGHT.discard(tmp)
     _fsync(root)
 
@@ -397,14 +396,7 @@ def _write_text(path: Path, text: str) -> None:
 
 def _write_tensors(tensors: dict[str, Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:
     """Write safetensors through a temporary name, fsync, ``os.replace`` into place."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with replacing(path, sync=True) as tmp:
         save_file({k: t.detach().contiguous().cpu() for k, t in tensors.items()}, str(tmp),
                   metadata={"format": "pt", **(metadata or {})})
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # safetensors creates 0600; give what a plain open() would
-        _fsync(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+        plain_permissions(tmp)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import time
@@ -25,6 +24,7 @@ from typing import Iterable
 
 from transformer.decoding import DecodeConfig
 from transformer.run.layout import RUN_CONFIG_FILE, WEIGHTS_FILE
+from transformer.run_files import write_atomic
 from transformer.translate.evaluation import score
 from transformer.translate.inputs import InputText, Line, Reporter, count_lines, read_lines
 from transformer.translate.stream import (
@@ -311,7 +311,7 @@ def _translate_html(args: argparse.Namespace) -> int:
         reporter.warn("long-sentence", f"{_name(args)}: {w.message}")
     output = "".join(t + ("\n" if args.sentences else "") for t in texts)
     if args.output:
-        _write_whole(args.output, encode_output(output))
+        write_atomic(args.output, encode_output(output))
     else:
         sys.stdout.write(output)
     reporter.summary()
@@ -362,7 +362,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
     hypotheses = translator.translate(sources)
     elapsed = time.perf_counter() - start
     if args.output:
-        _write_whole(args.output, "".join(h + "\n" for h in hypotheses).encode("utf-8"))
+        write_atomic(args.output, "".join(h + "\n" for h in hypotheses).encode("utf-8"))
     s = score(hypotheses, references)
     print(f"BLEU = {s.bleu:.2f}  {s.bleu_signature}")
     print(f"chrF = {s.chrf:.2f}  {s.chrf_signature}")
@@ -443,13 +443,3 @@ def _strategy(decoding: DecodeConfig) -> str:
     if decoding.strategy == "sample":
         return f"sampling, {decoding.n_best} per sentence" if decoding.n_best > 1 else "sampling"
     return "greedy"
-
-
-def _write_whole(path: str, data: bytes) -> None:
-    """Write a whole output file through a temporary file beside it and a rename: never half-written."""
-    tmp = Path(path).with_name(f".{Path(path).name}.tmp")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, TextIO
 
-from transformer.run_files import MAX_JSON_BYTES, parse_json, read_text
+from transformer.run_files import MAX_JSON_BYTES, parse_json, read_text, write_atomic
 from transformer.translate.inputs import Line
 
 
@@ -129,12 +129,7 @@ class FileSink:
         state = {**self.run, "lines": self.lines, "output_bytes": self.bytes, "input_offset": self.offset,
                  "output_sha256": self.hash.hexdigest()}
         state[CHECKSUM_KEY] = _checksum(state)
-        tmp = self.state_path.with_name(self.state_path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(state, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.state_path)
+        write_atomic(self.state_path, json.dumps(state, indent=1), sync=True)
 
 
 def _state_path(output: Path) -> Path:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import errno
 import os
-import tempfile
 from pathlib import Path
+
+from transformer.run_files import replacing
 
 
 def _unwritable(path: Path, err: OSError) -> OSError:
@@ -46,16 +47,11 @@ def writable_file(path: str | os.PathLike[str]) -> Path:
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` via a temporary file and ``os.replace``; returns the path."""
     path = writable_file(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as err:
-        raise _unwritable(path, err) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+    with replacing(path) as tmp:
+        try:
+            f = open(tmp, "x", encoding="utf-8")
+        except OSError as err:
+            raise _unwritable(path, err) from None
+        with f:
             f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path

@@ -21,6 +21,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 
+from transformer.run_files import replacing  # noqa: E402
+
 
 @dataclass(frozen=True)
 class Chart:
@@ -120,12 +122,10 @@ def write_curve_pngs(series: dict[str, dict[str, list[list[float]]]], directory:
     for name, lines in series.items():
         path = Path(directory) / f"curve-{name}.png"
         fig = curve_figure(_chart(name), lines)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
         try:
-            fig.savefig(tmp, dpi=110)
-            os.replace(tmp, path)
+            with replacing(path, suffix=".png") as tmp:
+                fig.savefig(tmp, dpi=110)
         finally:
             plt.close(fig)
-            tmp.unlink(missing_ok=True)
         written.append(path)
     return written
