@@ -12,9 +12,10 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from transformer import config_dict
+from transformer.run_files import write_atomic
 
 ACTIVATIONS = ("relu", "gelu", "silu")
 POSITIONAL = ("sinusoidal", "learned")
@@ -22,8 +23,54 @@ SINUSOID_LAYOUTS = ("interleaved", "concat")
 BOOL_FIELDS = ("norm_first", "scale_embeddings", "share_embeddings", "tie_output", "output_bias")
 
 
+class ConfigFile:
+    """The JSON round trip of a model's config, shared by :class:`ModelConfig` and the recurrent
+    baseline's ``RNNConfig``: a dict, JSON text, a ``config.json`` file."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        """Build from a dict; unknown keys are an error that lists the valid ones."""
+        return cls(**config_dict.check_keys(
+            data, config_dict.field_names(cls), mapping="a model config must be a JSON object", owner=cls.__name__,
+            required=("src_vocab_size", "tgt_vocab_size"), config="model config"))
+
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
+        """Serialise to JSON text; write it (atomically) to ``path`` when given."""
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+        if path is not None:
+            write_atomic(path, text)
+        return text
+
+    @classmethod
+    def from_json(cls, source: str | os.PathLike[str]) -> Self:
+        """Read from a JSON file path, or from JSON text.
+
+        Raises:
+            FileNotFoundError: ``source`` is a path to no file.
+            ValueError: the text is not JSON, or not a valid config (the message says why).
+        """
+        text = str(source)
+        if not text.lstrip().startswith("{"):
+            path = Path(source)
+            if not path.is_file():
+                raise FileNotFoundError(f"model config file not found: {path}")
+            text = path.read_text(encoding="utf-8")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"model config is not valid JSON: {err}") from None
+        return cls.from_dict(data)
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
 @dataclass
-class ModelConfig:
+class ModelConfig(ConfigFile):
     """Sizes and switches of an encoder-decoder Transformer (paper section 3, Table 3)."""
 
     src_vocab_size: int = field(metadata=config_dict.positive_int())
@@ -89,53 +136,10 @@ class ModelConfig:
                 "or set share_embeddings=False"
             )
 
-    # ----------------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        """Build from a dict; unknown keys are an error that lists the valid ones."""
-        return cls(**config_dict.check_keys(
-            data, config_dict.field_names(cls), mapping="a model config must be a JSON object", owner="ModelConfig",
-            required=("src_vocab_size", "tgt_vocab_size"), config="model config"))
-
-    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
-        """Serialise to JSON text; write it (atomically) to ``path`` when given."""
-        text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
-        if path is not None:
-            _atomic_write_text(Path(path), text)
-        return text
-
-    @classmethod
-    def from_json(cls, source: str | os.PathLike[str]) -> ModelConfig:
-        """Read from a JSON file path, or from JSON text."""
-        text = str(source)
-        if not text.lstrip().startswith("{"):
-            path = Path(source)
-            if not path.is_file():
-                raise FileNotFoundError(f"model config file not found: {path}")
-            text = path.read_text(encoding="utf-8")
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"model config is not valid JSON: {err}") from None
-        return cls.from_dict(data)
-
-    def replace(self, **changes: Any) -> ModelConfig:
-        """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)
-
 
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(f"ModelConfig.{name} must be one of {list(choices)}, got {value!r}")
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -7,14 +7,11 @@ field (see ``transformer.model.config_from_dict``).
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from transformer import config_dict
+from transformer.config import ConfigFile
 
 ARCHITECTURE = "rnn"
 # Score function names of the RNN decoder -> names in transformer.model.scores.build_score.
@@ -27,7 +24,7 @@ RNN_SCORES: dict[str, str] = {
 
 
 @dataclass
-class RNNConfig:
+class RNNConfig(ConfigFile):
     """Sizes and switches of the attentional LSTM encoder-decoder (Bahdanau et al. 2015; Luong et al. 2015).
 
     The encoder is a bidirectional LSTM of ``n_encoder_layers`` layers with ``hidden_size // 2``
@@ -90,39 +87,6 @@ class RNNConfig:
                 f"share_embeddings=True needs one shared vocabulary, but src_vocab_size={self.src_vocab_size} "
                 f"!= tgt_vocab_size={self.tgt_vocab_size}"
             )
-
-    # ----------------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RNNConfig:
-        """Build from a dict; unknown keys are an error that lists the valid ones."""
-        return cls(**config_dict.check_keys(
-            data, config_dict.field_names(cls), mapping="a model config must be a JSON object", owner="RNNConfig",
-            required=("src_vocab_size", "tgt_vocab_size"), config="model config"))
-
-    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
-        """Serialise to JSON text; write it (atomically) to ``path`` when given."""
-        text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
-        if path is not None:
-            path = Path(path)
-            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, path)
-        return text
-
-    @classmethod
-    def from_json(cls, source: str | os.PathLike[str]) -> RNNConfig:
-        """Read from a JSON file path, or from JSON text."""
-        text = str(source)
-        if not text.lstrip().startswith("{"):
-            text = Path(source).read_text(encoding="utf-8")
-        return cls.from_dict(json.loads(text))
-
-    def replace(self, **changes: Any) -> RNNConfig:
-        """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)
 
 
 # Sizes by preset name, matching the Transformer presets' roles: "tiny" for tests, "small" for CPU
