@@ -3,7 +3,7 @@
 One `base`-size encoder (preset base: d_model 512, 8 heads, d_ff 2048, 6 layers; random
 weights, seed 0, evaluation mode, ``torch.inference_mode``), batch 1, one source of L random
 token ids (no padding, so no mask), L = 512 ... 16,384, in fp32 and under bf16 autocast (bf16
-matrix products, as ``Translator(bf16=True)`` computes). bf16 runs by default only where the CPU
+matrix products, as ``Translator(precision="bf16")`` computes). bf16 runs by default only where the CPU
 has bf16 matrix units (AVX-512 bf16 or AMX); elsewhere PyTorch emulates bf16 products, far slower
 than fp32, and only fp32 runs unless asked for (``--precision fp32 bf16``). Two paths through
 the same weights:
