@@ -396,8 +396,8 @@ def main() -> None:
                         help="run 'ours bf16' even where the CPU has no bf16 matrix units (AVX-512 bf16 or AMX); "
                         "by default it runs only where it has them (elsewhere PyTorch emulates bf16, far slower)")
     parser.add_argument("--int8", default="int8", choices=("int8", ""),
-                        help="ours' int8 contender: int8 (default: Translator(precision='int8'), what translate --precision int8 "
-                             "runs) or '' for none")
+                        help="ours' int8 contender: int8 (default: Translator(precision='int8'), what translate "
+                             "--precision int8 runs) or '' for none")
     parser.add_argument("--quick", action="store_true", help="a check: 4 sentences, one round")
     args = parser.parse_args()
     retain_freed_memory()  # for every contender alike: they share this process (transformer/cpu/allocator.py)
