@@ -260,17 +260,7 @@ class Trainer:
         progress = Progress(total_steps=total, initial_step=st.step, log_every=t.log_every, stream=self.stream,
                             enabled=self.show_progress, time_limit=max(min(limits) - before, 0.0) if limits else None)
         self.progress = progress
-        progress.message(f"training {self.model.num_parameters():,} parameters on {len(self.data.train):,} pairs, "
-                         f"{len(self.batches)} batches/epoch"
-                         + (f" (BPE-dropout {self.cfg.data.bpe_dropout})" if self.cfg.data.bpe_dropout else "")
-                         + (f" (word dropout {t.word_dropout})" if t.word_dropout else "")
-                         + f", device {self.device}, {self.precision}"
-                         + (" (auto)" if t.precision == "auto" else "") + ", "
-                         + D.describe_layout(self.dist, self.accumulate, t.accumulate)
-                         + (f"; resumed at step {st.step}" if self.resumed_from else ""))
-        if self.precision == "bf16" and (warning := slow_bf16_warning(self.device)):
-            progress.message(f"warning: {warning}; use train.precision=fp32 or auto")
-        progress.message(data_report(self.data.stats))
+        self._announce(progress)
         self.board = TensorBoardLog.open(self.run_dir, enabled=t.tensorboard and self.dist.is_main, resume_step=st.step,
                                          say=progress.message if self.tensorboard_hint else lambda _: None)
         start = self.clock()
@@ -289,20 +279,9 @@ class Trainer:
                 self.window_loss += loss_sum
                 self.window_tokens += tokens
                 rate_tokens += tokens
-                if st.step % t.log_every == 0:  # the one read of the device's loss sum per window
-                    window_loss, window_tokens, rate_tokens = D.all_reduce_sum(
-                        [float(self.window_loss), self.window_tokens, rate_tokens], self.dist, self.device)
-                    self._check_finite()
-                    rate = rate_tokens / max(self.rate_clock() - window_start, 1e-9)
-                    record = dict(kind="train", step=st.step, epoch=st.epoch, loss=window_loss / window_tokens,
-                                  lr=lr, tokens_per_s=rate, grad_norm=float(self.grad_norm))
-                    if self.dist.is_main:
-                        self.metrics.write(record)
-                        self.board.scalars(record)
-                    progress.update(st.step, loss=record["loss"], lr=record["lr"], tokens_per_s=rate, epoch=st.epoch)
-                    self.window_loss.zero_()
-                    self.window_tokens = rate_tokens = 0.0
-                    window_start = self.rate_clock()
+                if st.step % t.log_every == 0:
+                    self._log(progress, lr=lr, rate_tokens=rate_tokens, window_start=window_start)
+                    rate_tokens, window_start = 0.0, self.rate_clock()
                 # rank 0's clock, so that every rank stops at the same step and cools down alike
                 st.seconds = D.broadcast_number(before + self.clock() - start, self.dist, self.device)
                 stop = self._run_over()
@@ -325,6 +304,44 @@ class Trainer:
         progress.close()
         return TrainResult(self.run_dir, st.step, st.epoch, self.clock() - start, last_valid, self.resumed_from,
                            st.target_tokens)
+
+    def _announce(self, progress: Progress) -> None:
+        """Say what is trained, on what, where and how, and what the data holds."""
+        t, st = self.cfg.train, self.state
+        progress.message(f"training {self.model.num_parameters():,} parameters on {len(self.data.train):,} pairs, "
+                         f"{len(self.batches)} batches/epoch"
+                         + (f" (BPE-dropout {self.cfg.data.bpe_dropout})" if self.cfg.data.bpe_dropout else "")
+                         + (f" (word dropout {t.word_dropout})" if t.word_dropout else "")
+                         + f", device {self.device}, {self.precision}"
+                         + (" (auto)" if t.precision == "auto" else "") + ", "
+                         + D.describe_layout(self.dist, self.accumulate, t.accumulate)
+                         + (f"; resumed at step {st.step}" if self.resumed_from else ""))
+        if self.precision == "bf16" and (warning := slow_bf16_warning(self.device)):
+            progress.message(f"warning: {warning}; use train.precision=fp32 or auto")
+        progress.message(data_report(self.data.stats))
+
+    def _log(self, progress: Progress, *, lr: float, rate_tokens: float, window_start: float) -> None:
+        """Close the logging window: its loss over all processes (the one read of the device's loss
+        sum per window), a ``train`` record in metrics.jsonl and TensorBoard, the progress line.
+
+        Args:
+            lr: the learning rate of the window's last step.
+            rate_tokens: the target tokens this call trained in the window (the rate's, not the loss's).
+            window_start: when the window's training began, on ``rate_clock``.
+        """
+        st = self.state
+        window_loss, window_tokens, rate_tokens = D.all_reduce_sum(
+            [float(self.window_loss), self.window_tokens, rate_tokens], self.dist, self.device)
+        self._check_finite()
+        rate = rate_tokens / max(self.rate_clock() - window_start, 1e-9)
+        record = dict(kind="train", step=st.step, epoch=st.epoch, loss=window_loss / window_tokens,
+                      lr=lr, tokens_per_s=rate, grad_norm=float(self.grad_norm))
+        if self.dist.is_main:
+            self.metrics.write(record)
+            self.board.scalars(record)
+        progress.update(st.step, loss=record["loss"], lr=record["lr"], tokens_per_s=rate, epoch=st.epoch)
+        self.window_loss.zero_()
+        self.window_tokens = 0.0
 
     def _run_over(self) -> bool:
         """Whether the run has reached ``train.max_steps`` or spent ``train.time_limit`` (over all
