@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from transformer.corpus.builtin import PLAIN_SHARE, builtin_splits, generate_pairs, split_of, written_form
+from transformer.corpus.builtin import WRITTEN_SHARE, builtin_splits, generate_pairs, split_of, written_form
 from transformer.corpus.grammar import realize
 from transformer.corpus.templates import FIRST_NAMES, sample_sentence
 
@@ -71,7 +71,7 @@ def test_text_format(pairs: list[tuple[str, str]]) -> None:
     plain_pairs = [plain(*pair) for pair in pairs]
     assert all(written_form(*p) == pair for p, pair in zip(plain_pairs, pairs))  # every pair is one of the two forms
     share = sum(p == pair for p, pair in zip(plain_pairs, pairs)) / len(pairs)
-    assert abs(share - PLAIN_SHARE) < 0.02, share
+    assert abs(share - (1 - WRITTEN_SHARE)) < 0.02, share
     for french, english in plain_pairs:
         assert _FRENCH_CHARACTERS.fullmatch(french), french
         assert _ENGLISH_CHARACTERS.fullmatch(english), english
@@ -81,6 +81,19 @@ def test_text_format(pairs: list[tuple[str, str]]) -> None:
         assert french.endswith(" ?") == english.endswith("?") == french.startswith("est-ce")
         assert not english.endswith(" ?")
         assert not re.search(r"\ba [aeiou]", english), english  # an apple
+
+
+def test_the_written_share_is_a_setting() -> None:
+    plain_only = generate_pairs(2_000, seed=0, written_share=0)
+    assert all(plain(*pair) == pair for pair in plain_only)
+    all_written = generate_pairs(2_000, seed=0, written_share=1)
+    assert all(plain(*pair) != pair for pair in all_written)
+    assert [plain(*pair) for pair in all_written] == plain_only  # the same sentences, written
+    assert builtin_splits(n_train=50, n_valid=5, n_test=5, written_share=0)["test"] == [
+        pair for pair in builtin_splits(n_train=50, n_valid=5, n_test=5, written_share=0)["test"] if plain(*pair) == pair]
+    for bad in (-0.1, 1.5, "half", True):
+        with pytest.raises(ValueError, match="written_share must be a number from 0 to 1"):
+            generate_pairs(10, written_share=bad)
 
 
 def test_the_written_form_is_what_people_type(pairs: list[tuple[str, str]]) -> None:

@@ -17,8 +17,8 @@ from transformer.training.finetune import InitFromError
 from transformer.training.schedule import constant_lr, inverse_sqrt_lr, lr_function, noam_lr
 from transformer.training.trainer import Trainer
 
-COMMON = ["data.builtin_valid=20", "data.builtin_test=20", "data.max_tokens=800", "train.precision=fp32",
-          "train.threads=1", "train.log_every=1", "train.eval_sentences=0", "train.eval_every=100"]
+COMMON = ["data.builtin_written=0", "data.builtin_valid=20", "data.builtin_test=20", "data.max_tokens=800",
+          "train.precision=fp32", "train.threads=1", "train.log_every=1", "train.eval_sentences=0", "train.eval_every=100"]
 BASE = COMMON + ["data.builtin_train=600", "data.vocab_size=400", "model.preset=tiny", "train.warmup=20",
                  "train.lr_scale=2", "train.max_steps=10"]
 

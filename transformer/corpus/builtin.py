@@ -11,8 +11,8 @@ No download needed: a grammar of a few hundred lemmas (:mod:`.lexicon`, :mod:`.m
         -> the animal did not cross the street because it was too tired
 
 Each sentence comes in one of two forms, chosen by a stable hash of its words, so that a model
-learns both what people type in a chat and what they write: about a third plain (lowercase, no
-final period, as above), the rest written (a capital first letter, capitalised first names and
+learns both what people type in a chat and what they write: by default about a third plain
+(lowercase, no final period, as above; ``written_share=0`` makes them all plain), the rest written (a capital first letter, capitalised first names and
 English "I", a final period, questions ending in " ?" or "?" in French): "Marie est allée au
 marché." -> "Marie went to the market.". Words are separated by single spaces. Every French
 sentence has exactly one English translation, so a small model can learn the mapping exactly. There are
@@ -56,17 +56,19 @@ SLIDE_EXAMPLES: list[tuple[str, str]] = [
 """Sentences the lectures quote; each is one the grammar itself generates."""
 
 
-def generate_pairs(n: int, *, seed: int = 0) -> list[tuple[str, str]]:
-    """``n`` distinct (french, english) pairs, the same ones for the same ``seed``.
+def generate_pairs(n: int, *, seed: int = 0, written_share: float | None = None) -> list[tuple[str, str]]:
+    """``n`` distinct (french, english) pairs, the same ones for the same ``seed``; a share
+    ``written_share`` of them written with capitals and punctuation (default :data:`WRITTEN_SHARE`).
 
-    Raises ``ValueError`` if ``n`` is not a positive integer.
+    Raises ``ValueError`` if ``n`` is not a positive integer or the share is not in [0, 1].
     """
     if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
         raise ValueError(f"n must be a positive integer, got {n!r}")
-    return list(itertools.islice(_distinct_pairs(seed), n))
+    return list(itertools.islice(_distinct_pairs(seed, _share(written_share)), n))
 
 
-def builtin_splits(*, n_train: int, n_valid: int, n_test: int, seed: int = 0) -> dict[str, list[tuple[str, str]]]:
+def builtin_splits(*, n_train: int, n_valid: int, n_test: int, seed: int = 0,
+                   written_share: float | None = None) -> dict[str, list[tuple[str, str]]]:
     """Train / validation / test pairs, split by :func:`split_of` (5% valid, 5% test).
 
     Pairs are distinct across and within splits, and no validation or test French sentence
@@ -80,7 +82,7 @@ def builtin_splits(*, n_train: int, n_valid: int, n_test: int, seed: int = 0) ->
             raise ValueError(f"n_{name} must be an integer >= {smallest}, got {size!r}")
     splits: dict[str, list[tuple[str, str]]] = {name: [] for name in sizes}
     missing = sum(sizes.values())
-    for pair in _distinct_pairs(seed):
+    for pair in _distinct_pairs(seed, _share(written_share)):
         name = split_of(pair[0])
         if len(splits[name]) < sizes[name]:
             splits[name].append(pair)
@@ -107,18 +109,26 @@ def split_of(french: str, *, valid_fraction: float = 0.05, test_fraction: float 
     return "train"
 
 
-PLAIN_SHARE = 0.35  # of sentences left lowercase without a final period
+WRITTEN_SHARE = 0.65  # of sentences written with capitals and punctuation; the others stay plain
 _NAMES = frozenset(first_name for first_name, _ in FIRST_NAMES)
 
 
-def written_form(french: str, english: str) -> tuple[str, str]:
-    """A plain pair as people write it, or left plain: the choice is a stable hash of the French.
+def _share(written_share: float | None) -> float:
+    share = WRITTEN_SHARE if written_share is None else written_share
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+        raise ValueError(f"written_share must be a number from 0 to 1, got {written_share!r}")
+    return float(share)
+
+
+def written_form(french: str, english: str, written_share: float = WRITTEN_SHARE) -> tuple[str, str]:
+    """A plain pair as people write it, or left plain: the choice is a stable hash of the French,
+    so a sentence written at one share is written at every larger share.
 
     Written: the first letter a capital, first names capitalised and English "i" as "I", a period
     after a statement; a French question keeps its " ?" or (one time in three) loses the space.
     """
     position = int.from_bytes(hashlib.blake2b(french.encode("utf-8"), digest_size=8, person=b"form").digest(), "big")
-    if position / 2**64 < PLAIN_SHARE:
+    if position / 2**64 < 1 - written_share:
         return french, english
     question = english.endswith("?")
     if not question:
@@ -131,13 +141,13 @@ def written_form(french: str, english: str) -> tuple[str, str]:
     return french[0].upper() + french[1:], english[0].upper() + english[1:]
 
 
-def _distinct_pairs(seed: int) -> Iterator[tuple[str, str]]:
+def _distinct_pairs(seed: int, written_share: float) -> Iterator[tuple[str, str]]:
     """An endless stream of pairs with distinct French sides, at most ``MAX_WORDS`` words each."""
     rng = random.Random(seed)
     seen: set[str] = set()
     misses = 0
     while True:
-        french, english = written_form(*realize(sample_sentence(rng)))
+        french, english = written_form(*realize(sample_sentence(rng)), written_share)
         if french in seen or len(french.split()) > MAX_WORDS or len(english.split()) > MAX_WORDS:
             misses += 1
             if misses > _MAX_MISSES:

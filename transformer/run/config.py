@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import yaml
 
 from transformer import config_dict
+from transformer.corpus.builtin import WRITTEN_SHARE
 from transformer.config import PRESETS, ModelConfig, preset
 from transformer.config_dict import at_least, int_at_least, positive, positive_int, probability, valid
 from transformer.model.rnn_config import RNNConfig, rnn_preset
@@ -73,6 +74,8 @@ class DataConfig:
     builtin_train: int = field(default=30000, metadata=positive_int())  # corpus=builtin: sentence pairs per split
     builtin_valid: int = field(default=500, metadata=positive_int())
     builtin_test: int = field(default=500, metadata=int_at_least(0))
+    # corpus=builtin: the share of sentences written with capitals and punctuation (the rest lowercase, no final period)
+    builtin_written: float = field(default=WRITTEN_SHARE, metadata=probability())
     src_lang: str = "fr"
     tgt_lang: str = "en"
     # BPE vocabulary (per side when joint_vocab is false)
@@ -150,7 +153,8 @@ class TrainConfig:
     # warning, where compiling fails)
     compile: bool = False
     # torch intra-op threads on CPU
-    threads: int | None = field(default=None, metadata=int_at_least(1, MAX_THREADS, none_means="torch's choice"))
+    threads: int | None = field(default=None, metadata=int_at_least(
+        1, MAX_THREADS, none_means="the command's default, the cores other processes leave idle (torch's own count in Python)"))
     seed: int = field(default=0, metadata=int_at_least(**SEED))
     log_every: int = field(default=50, metadata=positive_int())  # steps between progress lines / metric records
     # steps between validations; 0 = at the end of each epoch

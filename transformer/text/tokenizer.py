@@ -199,8 +199,11 @@ class BPETokenizer(Tokenizer):
     def train(cls, texts: Iterable[str], *, vocab_size: int, min_frequency: int = 2) -> BPETokenizer:
         """Learn BPE on ``texts``; the result has at most ``vocab_size`` ids (specials and bytes included).
 
-        Raises ValueError if ``vocab_size`` cannot hold the 4 specials, 256 byte tokens and the
-        characters of the training text, or if ``texts`` holds no non-blank string.
+        Where the training text has more characters than ``vocab_size`` leaves room for, the most
+        frequent ones make the alphabet and the others are written as byte tokens.
+
+        Raises ValueError if ``vocab_size`` cannot hold the 4 specials, the 256 byte tokens and one
+        character, or if ``texts`` holds no non-blank string.
         """
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
             raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
@@ -221,7 +224,8 @@ class BPETokenizer(Tokenizer):
         hf.decoder = decoders.Sequence(
             [decoders.Metaspace(replacement=WORD_BOUNDARY, prepend_scheme="always"), decoders.ByteFallback()])
         trainer = trainers.BpeTrainer(vocab_size=vocab_size - len(BYTE_TOKENS), min_frequency=min_frequency,
-                                      special_tokens=list(SPECIAL_TOKENS), show_progress=False)
+                                      special_tokens=list(SPECIAL_TOKENS), show_progress=False,
+                                      limit_alphabet=vocab_size - reserved)  # rarer characters: byte tokens
         hf.train_from_iterator(texts, trainer, length=len(texts))
 
         # Re-number: specials, then the 256 byte tokens, then alphabet and merges in learned order.

@@ -90,7 +90,8 @@ def _corpus_splits(cfg: DataConfig) -> tuple[dict[str, list[Pair]], dict[str, An
     stats: dict[str, Any] = {}
     if cfg.corpus == "builtin":
         splits = builtin_splits(
-            n_train=cfg.builtin_train, n_valid=cfg.builtin_valid, n_test=cfg.builtin_test, seed=cfg.seed
+            n_train=cfg.builtin_train, n_valid=cfg.builtin_valid, n_test=cfg.builtin_test, seed=cfg.seed,
+            written_share=cfg.builtin_written,
         )
         return splits, {"corpus": "builtin"}
     if cfg.corpus in REGISTRY:
