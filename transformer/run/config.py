@@ -152,9 +152,9 @@ class TrainConfig:
     # torch.compile the model's forward pass (CUDA only: the CUDA engine; falls back to eager, with a
     # warning, where compiling fails)
     compile: bool = False
-    # torch intra-op threads on CPU
-    threads: int | None = field(default=None, metadata=int_at_least(
-        1, MAX_THREADS, none_means="the command's default, the cores other processes leave idle (torch's own count in Python)"))
+    # torch intra-op threads on CPU (null: the cores other processes leave idle when a command starts; torch's
+    # own count for a Trainer made in Python)
+    threads: int | None = field(default=None, metadata=int_at_least(1, MAX_THREADS, none_means="the idle cores"))
     seed: int = field(default=0, metadata=int_at_least(**SEED))
     log_every: int = field(default=50, metadata=positive_int())  # steps between progress lines / metric records
     # steps between validations; 0 = at the end of each epoch
