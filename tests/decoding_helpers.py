@@ -40,3 +40,19 @@ def seq_log_prob(model, src, mask, tokens, *, ended: bool) -> float:
         lp = model(src, tgt, mask)[0].log_softmax(-1)  # (T, V)
     targets = tokens + ([EOS] if ended else [])
     return sum(float(lp[t, tok]) for t, tok in enumerate(targets))
+
+
+class CopiedMemoryModel:
+    """The model without ``supports_grouped_memory``: every beam gets its own copy of the memory."""
+
+    def __init__(self, model):
+        self.model, self.config = model, model.config
+
+    def encode(self, *args):
+        return self.model.encode(*args)
+
+    def new_cache(self, **kwargs):
+        return self.model.new_cache(**kwargs)
+
+    def decode(self, *args, **kwargs):
+        return self.model.decode(*args, **kwargs)

@@ -4,7 +4,7 @@ same stopping rules ("exact" with its early stop, "k_finished"), for several bea
 
 import pytest
 import torch
-from decoding_helpers import BOS, EOS, make_batch, make_model, row
+from decoding_helpers import BOS, EOS, CopiedMemoryModel, make_batch, make_model, row
 
 from transformer.decoding import beam_search
 
@@ -53,22 +53,6 @@ def reference_beam_search(model, src, mask, *, beam_size, n_best, kind, alpha, m
     return finished, t + 1
 
 
-class CopiedMemory:
-    """The model without ``supports_grouped_memory``: every beam reads its own copy of the memory."""
-
-    def __init__(self, model):
-        self.model, self.config = model, model.config
-
-    def encode(self, *args):
-        return self.model.encode(*args)
-
-    def new_cache(self, **kwargs):
-        return self.model.new_cache(**kwargs)
-
-    def decode(self, *args, **kwargs):
-        return self.model.decode(*args, **kwargs)
-
-
 CASES = [  # seed, </s> bias, beam size, n-best, length penalty, alpha, stopping, beams share memory, sync_every
     (0, 1.5, 1, 1, "gnmt", 0.6, "exact", True, 1),
     (1, 1.0, 2, 1, "gnmt", 0.6, "exact", True, 1),
@@ -88,7 +72,7 @@ def test_batched_beam_search_equals_the_plain_reference(seed, eos_bias, K, n_bes
     model = make_model(seed, eos_bias=eos_bias)  # float64; sentences end at different steps
     src, mask = make_batch(seed, lengths=(6, 2, 9, 4, 1))
     max_len_b = 5
-    batched = beam_search(model if shared else CopiedMemory(model), src, mask, bos_id=BOS, eos_id=EOS, beam_size=K,
+    batched = beam_search(model if shared else CopiedMemoryModel(model), src, mask, bos_id=BOS, eos_id=EOS, beam_size=K,
                           n_best=n_best, length_penalty=kind, alpha=alpha, max_len_b=max_len_b, stopping=stopping,
                           sync_every=sync_every)
     stopped_early = 0

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from decoding_helpers import BOS, EOS, V, make_batch, make_model, row, seq_log_prob
+from decoding_helpers import BOS, EOS, V, CopiedMemoryModel, make_batch, make_model, row, seq_log_prob
 
 from transformer.config import preset
 from transformer.decoding import DecodeConfig, beam_search, greedy_search, length_penalty_factor, sample
@@ -180,22 +180,6 @@ def test_batch_with_padding_equals_sentences_alone(dtype, tolerance, engine):
         (alone,) = beam_search(model, *row(src, mask, i), bos_id=BOS, eos_id=EOS, n_best=3, max_len_b=6)
         assert [h.tokens for h in hyps] == [h.tokens for h in alone]
         assert [h.score for h in hyps] == pytest.approx([h.score for h in alone], abs=tolerance)
-
-
-class CopiedMemoryModel:
-    """The model without ``supports_grouped_memory``: every beam gets its own copy of the memory."""
-
-    def __init__(self, model):
-        self.model, self.config = model, model.config
-
-    def encode(self, *args):
-        return self.model.encode(*args)
-
-    def new_cache(self, **kwargs):
-        return self.model.new_cache(**kwargs)
-
-    def decode(self, *args, **kwargs):
-        return self.model.decode(*args, **kwargs)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
