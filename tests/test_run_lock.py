@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from transformer import cli as transformer_cli
-from transformer.training import trainer as trainer_module
+from transformer.training import trainer_setup
 from transformer.run.config import RunConfig
 from transformer.run.lock import LOCK_FILE, RunLock, RunLockedError, RunStorageError, read_holder
 from transformer.run.checkpoints import latest_checkpoint, list_checkpoints
@@ -114,7 +114,7 @@ def test_a_second_training_on_the_same_directory_is_refused_and_the_first_finish
 
 def test_a_trainer_is_refused_at_once_naming_the_holder_and_touches_nothing(trained_run, monkeypatch):
     before = {p: p.stat().st_mtime_ns for p in trained_run.rglob("*")}
-    monkeypatch.setattr(trainer_module, "prepare_data", lambda *a, **k: pytest.fail("refused only after reading data"))
+    monkeypatch.setattr(trainer_setup, "prepare_data", lambda *a, **k: pytest.fail("refused only after reading data"))
     cfg = RunConfig().with_overrides(TINY + ["train.max_steps=4", "train.eval_every=2"])
     with held_by_another_process(trained_run) as holder:
         start = time.perf_counter()
