@@ -37,3 +37,23 @@ def engine(request, monkeypatch):
     yield prepare
     for swaps in reversed(undo):
         swaps.undo()
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory):
+    """The run ``transformer demo`` makes, trained once per test session with the demo's own settings
+    (900 steps; a few minutes on 2 cores): the model every example of README.md and docs/ is checked
+    against."""
+    import torch
+
+    from transformer.demo import run_demo
+    from transformer.threads import default_threads
+
+    run_dir = tmp_path_factory.mktemp("demo") / "demo"
+    before = torch.get_num_threads()
+    torch.set_num_threads(min(before, default_threads()))  # as `transformer demo` does
+    try:
+        summary = run_demo(run_dir, show_progress=False)
+    finally:
+        torch.set_num_threads(before)
+    return run_dir, summary

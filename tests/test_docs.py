@@ -7,7 +7,11 @@
   code block starting with ``transformer ``, ``python benchmarks/...`` or ``torchrun ... -m
   transformer.cli``) is parsed by the command's own argparse parser; ``train`` overrides are
   read by ``RunConfig``. The cheap ones (``translate``, ``attend``, ``info``, ``data list`` on
-  ``runs/demo``) are run, on a tiny random model in a scratch directory.
+  ``runs/demo``) are run in a scratch directory whose ``runs/demo`` is the model ``transformer
+  demo`` trains (trained once per session, ``demo_run`` in conftest.py).
+* Where a page shows what an example prints, the output is checked: in a ``console`` block the
+  lines after a ``$ transformer ...`` line are that command's standard output, exactly; in a
+  Python block ``EXPRESSION  # -> VALUE`` means ``EXPRESSION == VALUE``.
 * Python blocks compile; those that use ``runs/demo`` or the model API are run there too.
   YAML run configurations are read by ``RunConfig``.
 * Every configuration key of the generated reference has a default, a meaning and, for numbers,
@@ -37,7 +41,7 @@ DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 SHELL = {"bash", "sh", "shell", "console"}
 RUN_DIR = "runs/demo"
-EXECUTED = {"translate", "attend", "info", "data list"}  # run on the tiny model when they name RUN_DIR or none
+EXECUTED = {"translate", "attend", "info", "data list"}  # run on the demo model when they name RUN_DIR or none
 ON_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 sys.path.insert(0, str(DOCS / "_ext"))
@@ -157,24 +161,14 @@ def test_the_docs_show_commands_of_every_kind():
 
 
 # ---------------------------------------------------------------------------------------------
-# Commands and Python blocks run on a tiny model
+# Commands and Python blocks run on the demo model, and the outputs the pages show
 @pytest.fixture(scope="module")
-def sandbox(tmp_path_factory):
-    """A scratch directory holding ``runs/demo`` (a tiny random model with a BPE) and ``text.fr``."""
-    from transformer.config import preset
-    from transformer.corpus.builtin import generate_pairs
-    from transformer.model import Transformer
-    from transformer.text import Vocabularies
-    from transformer.run.model import save_model
-
+def sandbox(tmp_path_factory, demo_run):
+    """A scratch directory holding ``runs/demo`` (the demo's model, as ``transformer demo`` leaves it)
+    and ``text.fr``."""
     root = tmp_path_factory.mktemp("docs-sandbox")
-    run = root / RUN_DIR
-    vocab = Vocabularies.train(generate_pairs(300, seed=1), vocab_size=300)
-    torch.manual_seed(0)
-    save_model(Transformer(preset("tiny", src_vocab_size=vocab.src.vocab_size)), run)
-    vocab.save(run)
-    (run / "run_config.json").write_text(json.dumps({"data": {"src_lang": "fr", "tgt_lang": "en"}}))
-    (root / "text.fr").write_text("je suis étudiant\nle chat dort .\n", encoding="utf-8")
+    shutil.copytree(demo_run[0], root / RUN_DIR, ignore=shutil.ignore_patterns("checkpoints", "tensorboard"))
+    (root / "text.fr").write_text("Je suis étudiant. Le chat dort.\n\nNous allons manger.\n", encoding="utf-8")
     return root
 
 
@@ -199,13 +193,9 @@ CHEAP = list({_kind(c[0]): c for c in ALL_COMMANDS if _runs_here(c[0])}.values()
 
 
 @pytest.mark.parametrize("argv, where", CHEAP, ids=[w.split(": ", 1)[0] for _, w in CHEAP])
-def test_documented_command_runs_on_a_tiny_model(argv, where, sandbox, monkeypatch, capsys):
+def test_documented_command_runs_on_the_demo_model(argv, where, sandbox, monkeypatch, capsys):
     from transformer.cli import main
 
-    import transformer.decoding.common as common
-
-    limit = common.max_lengths  # a random model never ends a sentence: stop it after 6 tokens
-    monkeypatch.setattr(common, "max_lengths", lambda *args, **kwargs: limit(*args, **kwargs).clamp(max=6))
     monkeypatch.chdir(sandbox)
     for path in ("text.en",):  # outputs of an earlier command are not overwritten
         (sandbox / path).unlink(missing_ok=True)
@@ -229,14 +219,61 @@ RUNNABLE = [(t, w) for t, w in python_blocks()
 
 
 @pytest.mark.parametrize("text, where", RUNNABLE, ids=[w for _, w in RUNNABLE])
-def test_python_block_runs_on_a_tiny_model(text, where, sandbox, monkeypatch):
-    import transformer.decoding.common as common
-
-    limit = common.max_lengths
-    monkeypatch.setattr(common, "max_lengths", lambda *args, **kwargs: limit(*args, **kwargs).clamp(max=6))
+def test_python_block_runs_on_the_demo_model(text, where, sandbox, monkeypatch):
     monkeypatch.chdir(sandbox)
+    checks = []
+
+    def check(line: int, value, expected) -> None:
+        checks.append(line)
+        assert value == expected, f"{where} (line {line} of the block): the page says {expected!r}, it gives {value!r}"
+
     with contextlib.redirect_stdout(None):
-        exec(compile(text, where, "exec"), {"__name__": "__doc_example__"})
+        exec(compile(with_checks(text), where, "exec"), {"__name__": "__doc_example__", "__check__": check})
+    assert len(checks) == text.count("# -> ")
+
+
+def with_checks(text: str) -> str:
+    """``EXPRESSION  # -> VALUE`` lines of a Python block made into checks (same line numbers)."""
+    lines = []
+    for number, line in enumerate(text.splitlines(), 1):
+        match = re.match(r"^(\s*)(.+?)\s*# -> (.+)$", line)
+        lines.append(f"{match.group(1)}__check__({number}, ({match.group(2)}), ({match.group(3)}))" if match else line)
+    return "\n".join(lines)
+
+
+def shown_outputs(path: Path) -> list[tuple[list[str], list[str], str]]:
+    """``(argv, output lines, where)`` of each ``$ transformer ...`` line of a console block with its output."""
+    found = []
+    for language, text, line in code_blocks(path):
+        if language != "console":
+            continue
+        command, output, start = None, [], line
+        for number, row in enumerate([*text.splitlines(), "$ "], line):
+            if row.startswith("$ "):
+                if command and command[:1] == ["transformer"]:
+                    found.append((command, output, f"{path.relative_to(ROOT)}:{start}"))
+                command, output, start = shlex.split(row[2:], comments=True), [], number
+            else:
+                output.append(row)
+    return found
+
+
+SHOWN = [c for page in PAGES for c in shown_outputs(page)]
+
+
+def test_the_pages_show_outputs():
+    assert len(SHOWN) >= 3 and sum(text.count("# -> ") for text, _ in RUNNABLE) >= 5
+
+
+@pytest.mark.parametrize("argv, output, where", SHOWN, ids=[w for _, _, w in SHOWN])
+def test_documented_output_is_what_the_demo_model_prints(argv, output, where, sandbox, monkeypatch, capsys):
+    from transformer.cli import main
+
+    monkeypatch.chdir(sandbox)
+    status = main(argv[1:])
+    out = capsys.readouterr()
+    assert status == 0, f"{where}: exit {status}\n{out.err[-2000:]}"
+    assert out.out.rstrip("\n").splitlines() == output, f"{where}: the page shows\n{output}\nthe command prints\n{out.out}"
 
 
 def yaml_blocks() -> list[tuple[str, str]]:
