@@ -47,10 +47,11 @@ def test_dropout_spells_the_same_text_in_more_pieces(corpus):
     changed = 0
     for (src, tgt), (src0, tgt0) in zip(out, examples):
         assert vocab.src.decode(src) == vocab.src.decode(src0) and vocab.tgt.decode(tgt) == vocab.tgt.decode(tgt0)
-        assert len(src) >= len(src0) and len(tgt) >= len(tgt0)
         assert max(src + tgt) < vocab.src.vocab_size and min(src + tgt) > 3  # no specials, no out-of-range ids
         changed += (src, tgt) != (src0, tgt0)
     assert 0.2 * len(examples) < changed < len(examples)
+    # longer on the whole; a sentence may come out shorter (a skipped merge can let later merges join more)
+    assert sum(len(s) + len(t) for s, t in out) > 1.02 * sum(len(s) + len(t) for s, t in examples)
     assert sampler.sample([5, 1], np.random.default_rng(7)) == sampler.sample([5, 1], np.random.default_rng(7))
     again = BPEDropout(examples, vocab.src, vocab.tgt, p=0.1, seed=0)  # the same seed draws the same segmentations
     assert again.sample(range(len(examples)), np.random.default_rng(1)) == out
