@@ -278,7 +278,7 @@ def test_bf16_translator_decodes_with_a_bf16_copy(run_dir, engine):
     assert all(p.dtype == torch.bfloat16 for p in bf16.model.parameters())
     assert all(p.dtype == torch.float32 for p in fp32.model.parameters())  # the original is untouched
     assert not any(getattr(m, "packed", None) for m in bf16.model.modules())  # the kernels are float32: none
-    sentences = [f for f, _ in generate_pairs(10, seed=3)]
+    sentences = [f for f, _ in generate_pairs(10, seed=4)]
     hyps = bf16.translate_n_best(sentences)
     assert all(len(h) == 1 and h[0].score <= 0 and isinstance(h[0].score, float) for h in hyps)
     agree = sum(a == b for a, b in zip(bf16.translate(sentences), fp32.translate(sentences)))
