@@ -309,8 +309,9 @@ def _demo(args: argparse.Namespace) -> int:
     for src, hyp in summary["translations"].items():
         print(f"  {src}  ->  {hyp}")
     print(f"attention pictures: {summary['attention_page']}")
+    threads = f"{summary['threads']} thread" + ("s" if summary["threads"] != 1 else "")
     print(f"trained {summary['train_steps']} of {summary['steps_planned']} steps in {summary['train_seconds']:.0f} s "
-          f"({summary['threads']} threads); total {summary['wall_seconds']:.0f} s; run directory {summary['run_dir']}")
+          f"({threads}); total {summary['wall_seconds']:.0f} s; run directory {summary['run_dir']}")
     if not summary["complete"]:
         print(f"NOT FINISHED: training stopped at {summary['stopped_by']} after {summary['train_steps']} of "
               f"{summary['steps_planned']} steps, so the scores and translations above are those of a model still "
