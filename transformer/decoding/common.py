@@ -58,6 +58,7 @@ class Hypothesis:
     score: float
     log_prob: float | None = None
     attention: Tensor | None = field(default=None, compare=False, repr=False)
+    confidence: float | None = field(default=None, compare=False)  # P(adequate): transformer.translate.confidence
 
     def __post_init__(self) -> None:
         if self.log_prob is None:

@@ -13,6 +13,8 @@ directory::
                                        transformer.run.metrics
       alignments.jsonl                 cross-attention snapshots of a few validation sentences:
                                        transformer.run.alignments
+      confidence.json                  the calibration of translation confidences (``transformer
+                                       calibrate``): transformer.translate.confidence
       tensorboard/                     TensorBoard's event files (train.tensorboard)
       checkpoints/step-XXXXXXXX/       model.safetensors, optimizer.safetensors, rng.safetensors,
                                        trainer_state.json (and ema.safetensors with train.ema)
@@ -34,6 +36,7 @@ RUN_CONFIG_FILE = "run_config.json"
 METRICS_FILE = "metrics.jsonl"
 CURVE_FILE = "training_curve.png"
 ALIGNMENTS_FILE = "alignments.jsonl"
+CONFIDENCE_FILE = "confidence.json"  # the calibration of translation confidences (transformer calibrate)
 TENSORBOARD_DIR = "tensorboard"
 LOCK_FILE = ".lock"
 TOKENIZER_FILES = (JOINT_FILE, SRC_FILE, TGT_FILE)  # named by the tokenizer's own module
@@ -51,7 +54,7 @@ CHECKPOINT_FILES = (WEIGHTS_FILE, OPTIMIZER_FILE, RNG_FILE, TRAINER_STATE_FILE)
 # The files of a run directory that are written through a temporary file and a rename (a process
 # killed in between leaves a work file behind, which the next writer removes).
 ATOMIC_FILES = (CONFIG_FILE, WEIGHTS_FILE, RUN_CONFIG_FILE, *TOKENIZER_FILES, METRICS_FILE, CURVE_FILE,
-                ALIGNMENTS_FILE)
+                ALIGNMENTS_FILE, CONFIDENCE_FILE)
 # Every name above: what the package writes into a run directory, spelled nowhere else.
 NAMES = (*ATOMIC_FILES, TENSORBOARD_DIR, LOCK_FILE, CHECKPOINTS_DIR, LATEST_FILE, OPTIMIZER_FILE, RNG_FILE,
          TRAINER_STATE_FILE, EMA_FILE)
