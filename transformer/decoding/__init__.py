@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from transformer.decoding.beam import beam_search
+from transformer.decoding.constraints import Constraints
 from transformer.decoding.common import (
     CACHE_CAPACITY,
     LENGTH_PENALTIES,
@@ -195,19 +196,26 @@ def sample(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eo
 
 @inference
 def decode(model: Transformer, src: Tensor, src_mask: Tensor, cfg: DecodeConfig, *, bos_id: int,
-           eos_id: int, memory: Tensor | None = None, sync_every: int = 1) -> list[list[Hypothesis]]:
+           eos_id: int, memory: Tensor | None = None, sync_every: int = 1,
+           constraints: Constraints | None = None) -> list[list[Hypothesis]]:
     """Decode a batch with ``cfg``: per sentence a best-first list of hypotheses (1 for greedy).
 
     ``memory``: the encoder's output for ``src`` when the caller computed it (e.g. in groups of
     similar length); else it is computed here. ``sync_every``: how often finished sentences leave
-    the batch (see ``beam_search``; the device's choice, not the results')."""
+    the batch (see ``beam_search``; the device's choice, not the results'). ``constraints``: per
+    sentence, token sequences its output must contain (beam search only: greedy search and
+    sampling choose one token at a time and cannot keep a place for a constraint, so they
+    refuse any)."""
+    if constraints is not None and any(constraints) and cfg.strategy != "beam":
+        raise ValueError(f"terminology constraints need beam search; {cfg.strategy} decoding cannot enforce them "
+                         "(use beam search, e.g. --beam 4)")
     lengths = dict(max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b, memory=memory, sync_every=sync_every)
     if cfg.strategy == "greedy":
         results = [[h] for h in greedy_search(model, src, src_mask, bos_id=bos_id, eos_id=eos_id, **lengths)]
     elif cfg.strategy == "beam":
         results = beam_search(model, src, src_mask, bos_id=bos_id, eos_id=eos_id, beam_size=cfg.beam_size,
                               n_best=cfg.n_best, length_penalty=cfg.length_penalty, alpha=cfg.alpha,
-                              stopping=cfg.stopping, **lengths)
+                              stopping=cfg.stopping, constraints=constraints, **lengths)
     else:
         results = sample(model, src, src_mask, bos_id=bos_id, eos_id=eos_id, temperature=cfg.temperature,
                          top_k=cfg.top_k, top_p=cfg.top_p, n=cfg.n_best, seed=cfg.seed, **lengths)

@@ -31,6 +31,7 @@ from transformer.decoding.common import (
     output_limits,
     score_dtype,
 )
+from transformer.decoding.constraints import ConstraintSet, Constraints, check_constraints, unmet_constraints
 from transformer.model import Transformer
 from transformer.model.cache import DecoderCache
 
@@ -39,7 +40,8 @@ from transformer.model.cache import DecoderCache
 def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eos_id: int,
                 beam_size: int = 4, n_best: int = 1, length_penalty: str = "gnmt", alpha: float = 0.6,
                 max_len_a: float = 1.0, max_len_b: int = 50, stopping: str = "exact",
-                memory: Tensor | None = None, sync_every: int = 1, _early_stop: bool = True) -> list[list[Hypothesis]]:
+                memory: Tensor | None = None, sync_every: int = 1, constraints: Constraints | None = None,
+                _early_stop: bool = True) -> list[list[Hypothesis]]:
     """Beam search over all sentences and beams at once (paper 6.1: beam 4, alpha 0.6).
 
     Hypotheses are ranked by ``score = log P(Y) / lp(|Y|)``, ``|Y|`` the number of predicted
@@ -68,6 +70,12 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
             check reads a value back from the device (on a GPU the host waits there for every
             queued step); between checks finished sentences run on with their results frozen,
             so the results are the same.
+        constraints: per sentence, token-id sequences its output must contain (lexically
+            constrained beam search, ``transformer.decoding.constraints``); a sentence with none
+            is searched as without. A sentence with constraints finishes only hypotheses that
+            contain them all, and stops once ``beam_size`` such hypotheses have finished (or by
+            the exact bound, or at its length limit, where the constraints its hypotheses miss
+            are listed in ``Hypothesis.unmet``).
         _early_stop: False runs every sentence to its maximum length under "exact" stopping (the
             tests check that stopping early changes nothing).
 
@@ -80,6 +88,9 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
     if not isinstance(sync_every, int) or sync_every < 1:
         raise ValueError(f"sync_every must be an integer >= 1, got {sync_every!r}")
     K, device, B = beam_size, src.device, src.shape[0]
+    if constraints is not None:
+        constraints = check_constraints(constraints, B, eos_id=eos_id)
+    bound = ConstraintSet(constraints, device) if constraints is not None and any(constraints) else None
     memory = model.encode(src, src_mask) if memory is None else memory  # (B, S, E)
     max_len = output_limits(model, src_mask, max_len_a, max_len_b)  # (B,)
     T = int(max_len.max())
@@ -95,7 +106,12 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
             sentences = _Sentences.start(max_len, lp, n_best, T, dtype=dtype, eos_id=eos_id)
             results = _Finished.empty(B, n_best, T, dtype=dtype, eos_id=eos_id, device=device)  # by input index
         n = sentences.input_index.numel()
-        scores, tokens, parents = _best_extensions(model, logits, sentences.scores, 2 * K)  # (n, 2K)
+        if bound is None:
+            scores, tokens, parents = _best_extensions(model, logits, sentences.scores, 2 * K)  # (n, 2K)
+            shortfall = None
+        else:  # in bank round-robin order, with each candidate's constraint state
+            scores, tokens, parents, states, shortfall = bound.extensions(model, logits, sentences.scores, 2 * K,
+                                                                          eos_id)
         ends = tokens == eos_id
         at_limit = t + 1 >= sentences.max_len  # (n,)
         # Only the K best extensions may finish (at the maximum length all K do, cut there); one
@@ -109,17 +125,24 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
         # bookkeeping runs every step (with nothing finishing, it changes nothing).
         if device.type != "cpu" or bool(finishing.any()):
             prefixes = rows.tokens.index_select(0, parents[:, :K].flatten()).view(n, K, T)
-            sentences.finish(scores[:, :K], tokens[:, :K], prefixes, finishing, t, lp[t + 1])
+            sentences.finish(scores[:, :K], tokens[:, :K], prefixes, finishing, t, lp[t + 1],
+                             None if shortfall is None else shortfall[:, :K])
         # The K best extensions that did not end with </s> stay open, best first.
         order = (ends.long() * ends.shape[1] + rank[: ends.shape[1]]).argsort(dim=1)[:, :K]  # (n, K)
         sentences.scores = scores.gather(1, order)
         parents, next_tokens = parents.gather(1, order).flatten(), tokens.gather(1, order).flatten()  # (N,)
+        if bound is not None:
+            picked = (order + (torch.arange(n, device=device) * ends.shape[1]).unsqueeze(1)).flatten()
+            bound.follow(states.select(picked))
         done = at_limit
-        if stopping == "k_finished":
+        if stopping == "k_finished" or bound is not None:
             sentences.n_finished = sentences.n_finished + finishing.sum(dim=1)
+        if stopping == "k_finished":
             done = done | (sentences.n_finished >= K)
         elif _early_stop:
             done = done | sentences.cannot_improve()
+        if bound is not None:  # a constrained sentence also stops once K hypotheses meeting its constraints finished
+            done = done | (bound.constrained & (sentences.n_finished >= K))
         sentences.closed = sentences.closed | done if sync_every > 1 else done
         kept = None
         if ((t + 1) % sync_every == 0 or t + 1 == T) and bool(sentences.closed.any()):  # the check: a host sync
@@ -129,9 +152,16 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
             if kept.numel() == 0:
                 break
             sentences = sentences.rows(kept)
+            if bound is not None:
+                bound.rows(kept, K)
             parents, next_tokens = parents.view(n, K)[kept].flatten(), next_tokens.view(n, K)[kept].flatten()
         rows.follow(parents, next_tokens, t, kept)
-    return results.to_hypotheses(eos_id)
+    found = results.to_hypotheses(eos_id)
+    if bound is not None:
+        for hyps, wanted in zip(found, constraints):
+            for h in hyps:
+                h.unmet = unmet_constraints(h.tokens, wanted)
+    return found
 
 
 def _best_extensions(model: Transformer, logits: Tensor, beam_scores: Tensor,
@@ -161,14 +191,22 @@ def _best_extensions(model: Transformer, logits: Tensor, beam_scores: Tensor,
     return scores, tokens, parents
 
 
+EMPTY = 1 << 30  # the shortfall of an empty place among the finished: after every hypothesis
+
+
 @dataclass
 class _Finished:
-    """Finished hypotheses, ``m`` per sentence, best first (an empty place scores ``-inf``)."""
+    """Finished hypotheses, ``m`` per sentence, best first (an empty place scores ``-inf``).
+
+    With constraints, ``shortfall`` counts the constraint tokens a hypothesis lacks (only one
+    cut at the length limit lacks any; an empty place lacks ``EMPTY``), and hypotheses are
+    ranked by it first, then by score."""
 
     score: Tensor  # (n, m) log-prob / lp(length), what hypotheses are ranked by
     log_prob: Tensor  # (n, m) the model's log-probability of the tokens
     length: Tensor  # (n, m) predicted tokens, </s> included
     tokens: Tensor  # (n, m, T) </s> after the end
+    shortfall: Tensor | None = None  # (n, m) constraint tokens missing; None without constraints
 
     @classmethod
     def empty(cls, n: int, m: int, T: int, *, dtype: torch.dtype, eos_id: int, device: torch.device) -> _Finished:
@@ -177,13 +215,19 @@ class _Finished:
                    torch.zeros(n, m, dtype=torch.long, device=device),
                    torch.full((n, m, T), eos_id, dtype=torch.long, device=device))
 
-    def _fields(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        return self.score, self.log_prob, self.length, self.tokens
+    def _fields(self) -> tuple[Tensor, ...]:
+        fields = self.score, self.log_prob, self.length, self.tokens
+        return fields if self.shortfall is None else (*fields, self.shortfall)
 
     def best(self, new: _Finished, m: int) -> _Finished:
         """The ``m`` best of these and ``new`` per sentence; on equal scores these (found earlier) first."""
+        if self.shortfall is None and new.shortfall is not None:
+            self.shortfall = torch.where(self.score == -math.inf, EMPTY, 0)
         both = [torch.cat([kept, added], dim=1) for kept, added in zip(self._fields(), new._fields())]
-        order = both[0].sort(dim=1, descending=True, stable=True).indices[:, :m]  # (n, m)
+        order = both[0].sort(dim=1, descending=True, stable=True).indices  # (n, 2m)
+        if self.shortfall is not None:  # fewest missing constraint tokens first, then the best score
+            order = order.gather(1, both[4].gather(1, order).sort(dim=1, stable=True).indices)
+        order = order[:, :m]
         return _Finished(*(x.gather(1, order if x.dim() == 2 else order.unsqueeze(2).expand(-1, -1, x.shape[2]))
                            for x in both))
 
@@ -225,7 +269,7 @@ class _Sentences:
                    closed=torch.zeros(B, dtype=torch.bool, device=device))
 
     def finish(self, scores: Tensor, tokens: Tensor, prefixes: Tensor, finishing: Tensor, t: int,
-               lp: Tensor) -> None:
+               lp: Tensor, shortfall: Tensor | None = None) -> None:
         """Add the extensions ``finishing`` of step ``t`` to the finished hypotheses, each sentence
         keeping its best.
 
@@ -236,11 +280,14 @@ class _Sentences:
             finishing: ``(n, K)`` bool, the extensions that finish.
             t: the step.
             lp: ``lp(t + 1)``, the length penalty of a hypothesis finishing at this step.
+            shortfall: ``(n, K)``, the constraint tokens each extension lacks (None without
+                constraints).
         """
         prefixes[:, :, t] = tokens
         n, K = scores.shape
         new = _Finished(score=(scores / lp).masked_fill(~finishing, -math.inf), log_prob=scores,
-                        length=torch.full((n, K), t + 1, dtype=torch.long, device=scores.device), tokens=prefixes)
+                        length=torch.full((n, K), t + 1, dtype=torch.long, device=scores.device), tokens=prefixes,
+                        shortfall=None if shortfall is None else shortfall.masked_fill(~finishing, EMPTY))
         self.finished = self.finished.best(new, self.finished.score.shape[1])
 
     def cannot_improve(self) -> Tensor:
@@ -249,9 +296,10 @@ class _Sentences:
         A continuation of an open beam with log-probability ``s`` has a log-probability ``<= s <= 0``
         and a length ``<= max_len``, and lp never decreases (alpha >= 0), so its score is at most
         ``s / lp(max_len)``. Once the worst of the n-best finished reaches that bound for the best
-        open beam, no continuation can replace it (on equal scores the earlier hypothesis stays).
+        open beam (the first, except with constraints, whose beams are in bank order), no
+        continuation can replace it (on equal scores the earlier hypothesis stays).
         """
-        return self.finished.score[:, -1] >= self.scores[:, 0] / self.lp_max
+        return self.finished.score[:, -1] >= self.scores.max(dim=1).values / self.lp_max
 
     def rows(self, index: Tensor) -> _Sentences:
         """The sentences ``index``."""

@@ -51,7 +51,9 @@ class Hypothesis:
     length-normalised log-probability for beam search, the plain log-probability otherwise).
     ``log_prob``: the model's total log-probability of the tokens, including ``</s>`` when the
     sequence ended with it (defaults to ``score``). ``attention``: ``(L, H, T, S_real)``
-    encoder-decoder attention when requested (``T = len(tokens) + 1``).
+    encoder-decoder attention when requested (``T = len(tokens) + 1``). ``unmet``: with
+    constraints, the indices of those the tokens do not contain (a sentence that reached its
+    length limit first).
     """
 
     tokens: list[int]
@@ -59,6 +61,7 @@ class Hypothesis:
     log_prob: float | None = None
     attention: Tensor | None = field(default=None, compare=False, repr=False)
     confidence: float | None = field(default=None, compare=False)  # P(adequate): transformer.translate.confidence
+    unmet: tuple[int, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         if self.log_prob is None:

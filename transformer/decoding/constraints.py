@@ -1,0 +1,227 @@
+"""Lexical constraints for beam search: outputs that must contain given token sequences.
+
+A glossary says "translate *Auftrag* as *purchase order*"; the decoder then has to produce the
+tokens of "purchase order" somewhere in the output. This is lexically constrained beam search
+with dynamic beam allocation (Post & Vilar 2018), vectorised over sentences and beams the way
+Hu et al. (2019) describe:
+
+* **State.** Each beam knows which of its sentence's constraints it has met and how far it is
+  into the one it is producing (``cur``, ``j``: the constraint and the tokens of it produced so
+  far). A token that continues that constraint advances it; any other token abandons it (the
+  progress is unwound) and, where it is the first token of an unmet constraint, starts that one
+  (the first such constraint in the sentence's order). A one-token constraint is met at once.
+* **Candidates.** Each beam's best ``w`` tokens, plus the token continuing its constraint in
+  progress and the first token of each constraint it has not met, whatever their probability:
+  without them a constraint the model finds unlikely would never enter the beam.
+* **Banks.** A candidate's bank is the number of constraint tokens it has produced (met
+  constraints' tokens plus the progress). The beam is shared among the banks round-robin: the
+  best candidate of each bank (the highest bank first), then the second best of each, and so
+  on. So hypotheses that met more constraints keep places beside the best-scoring ones that
+  met fewer, and the beam never fills with either.
+* **Finishing.** ``</s>`` is allowed only for a beam that has met all its constraints. A
+  sentence that reaches its length limit first keeps its best hypotheses as they are; the
+  constraints they miss are reported (``Hypothesis.unmet``), never silently dropped.
+
+Choosing the best ``2K`` candidates of a sentence in that round-robin order leaves the rest of
+beam search as it is: the first ``K`` that end with ``</s>`` finish and the first ``K`` others
+stay open. A sentence without constraints has one bank, where the round-robin order is the
+score order, so its results are those of the unconstrained search.
+
+Letters: n sentences, k beams each, N = n x k rows, M constraints per sentence (padded),
+L tokens per constraint (padded), P candidates per row, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from transformer.decoding.common import best_tokens
+
+Constraints = Sequence[Sequence[Sequence[int]]]  # per sentence, per constraint, its token ids
+
+
+def check_constraints(constraints: Constraints, batch_size: int, *, eos_id: int) -> list[list[list[int]]]:
+    """The constraints as lists, checked: one entry per sentence, each constraint a non-empty
+    sequence of token ids without ``</s>`` (ValueError naming the sentence otherwise)."""
+    if isinstance(constraints, (str, bytes)) or len(constraints) != batch_size:
+        raise ValueError(f"constraints must hold one list per sentence ({batch_size}), "
+                         f"got {len(constraints) if not isinstance(constraints, (str, bytes)) else 'a string'}")
+    checked = []
+    for b, sentence in enumerate(constraints):
+        rows = []
+        for c, tokens in enumerate(sentence):
+            tokens = [int(t) for t in tokens]
+            if not tokens:
+                raise ValueError(f"sentence {b}: constraint {c} is empty")
+            if eos_id in tokens:
+                raise ValueError(f"sentence {b}: constraint {c} contains </s> (id {eos_id})")
+            if min(tokens) < 0:
+                raise ValueError(f"sentence {b}: constraint {c} has a negative token id")
+            rows.append(tokens)
+        checked.append(rows)
+    return checked
+
+
+def unmet_constraints(tokens: Sequence[int], constraints: Sequence[Sequence[int]]) -> tuple[int, ...]:
+    """The indices of the ``constraints`` whose tokens do not occur, contiguous, in ``tokens``."""
+    text = list(tokens)
+    missing = []
+    for c, need in enumerate(constraints):
+        need = list(need)
+        if not any(text[i : i + len(need)] == need for i in range(len(text) - len(need) + 1)):
+            missing.append(c)
+    return tuple(missing)
+
+
+@dataclass
+class RowStates:
+    """Each row's progress through its sentence's constraints."""
+
+    met: Tensor  # (N, M) bool; a padding constraint counts as met
+    cur: Tensor  # (N,) the constraint in progress (meaningful where j > 0)
+    j: Tensor  # (N,) its tokens produced so far; 0 = none in progress
+
+    def select(self, index: Tensor) -> RowStates:
+        return RowStates(self.met[index], self.cur[index], self.j[index])
+
+
+class ConstraintSet:
+    """The constraints of the sentences still in a batch, and the progress of their beams.
+
+    Built from per-sentence lists of token-id sequences; ``extensions`` replaces the
+    unconstrained search's choice of a step's candidates, ``follow`` keeps the rows' states in
+    step with the beams.
+    """
+
+    def __init__(self, constraints: list[list[list[int]]], device: torch.device) -> None:
+        n = len(constraints)
+        M = max((len(c) for c in constraints), default=0)
+        L = max((len(t) for c in constraints for t in c), default=1)
+        self.tokens = torch.full((n, max(M, 1), L), -1, dtype=torch.long)  # (n, M, L); -1 = padding
+        self.length = torch.zeros(n, max(M, 1), dtype=torch.long)  # (n, M); 0 = no constraint
+        for b, sentence in enumerate(constraints):
+            for c, tokens in enumerate(sentence):
+                self.tokens[b, c, : len(tokens)] = torch.tensor(tokens)
+                self.length[b, c] = len(tokens)
+        self.tokens, self.length = self.tokens.to(device), self.length.to(device)
+        self.total = self.length.sum(dim=1)  # (n,) constraint tokens a finished hypothesis holds
+        self.constrained = self.total > 0  # (n,)
+        self.states = RowStates(met=self.length == 0, cur=torch.zeros(n, dtype=torch.long, device=device),
+                                j=torch.zeros(n, dtype=torch.long, device=device))
+
+    def rows(self, index: Tensor, beams: int) -> None:
+        """Keep the sentences ``index`` (of the current ones, each with ``beams`` rows)."""
+        self.tokens, self.length = self.tokens[index], self.length[index]
+        self.total, self.constrained = self.total[index], self.constrained[index]
+        rows = (index.unsqueeze(1) * beams + torch.arange(beams, device=index.device)).flatten()
+        self.states = self.states.select(rows)
+
+    def extensions(self, model, logits: Tensor, beam_scores: Tensor, count: int,
+                   eos_id: int) -> tuple[Tensor, Tensor, Tensor, RowStates, Tensor]:
+        """Each sentence's ``count`` best one-token extensions of its beams, in bank round-robin
+        order (module doc).
+
+        Args:
+            model: the model (its ``best_tokens`` where it has one).
+            logits: ``(N, V)``, the beams' next-token logits.
+            beam_scores: ``(n, k)``, the beams' log-probabilities.
+            count: candidates kept per sentence.
+            eos_id: the id of ``</s>``.
+
+        Returns:
+            ``(scores, tokens, parents, states, shortfall)``, each ``(n, count)`` (``states`` per
+            candidate): the extended beams' log-probabilities (``-inf`` for a place no candidate
+            filled), their tokens, the row each extends, their constraint states, and the
+            constraint tokens each still lacks.
+        """
+        n, k = beam_scores.shape
+        N, V = logits.shape
+        device = logits.device
+        sentence = torch.arange(n, device=device).repeat_interleave(k)  # (N,) each row's sentence
+        w = min(count, V)
+        top_scores, top_ids = best_tokens(model, logits, w)  # (N, w)
+        extra_ids = self._forced_tokens(sentence)  # (N, 1 + M), -1 where none
+        # The forced tokens' log-probabilities, from the full distribution (they need not be in the top w).
+        wide = logits.to(top_scores.dtype)  # float32 (float64 for a float64 model), as the top tokens'
+        extra_scores = wide.gather(1, extra_ids.clamp(min=0)) - wide.logsumexp(dim=-1, keepdim=True)
+        # A forced token already among the row's top w, or forced twice, is the same candidate: drop the copy.
+        seen = (extra_ids.unsqueeze(2) == top_ids.unsqueeze(1)).any(dim=2)  # (N, 1 + M)
+        earlier = extra_ids.unsqueeze(2) == extra_ids.unsqueeze(1)  # (N, E, E)
+        seen |= torch.tril(earlier, diagonal=-1).any(dim=2)
+        extra_scores = extra_scores.masked_fill(seen | (extra_ids < 0), -torch.inf)
+        ids = torch.cat([top_ids, extra_ids.clamp(min=0)], dim=1)  # (N, P)
+        scores = beam_scores.reshape(N, 1) + torch.cat([top_scores, extra_scores], dim=1)  # (N, P)
+        states, bank = self._advance(sentence, ids)  # per candidate, (N, P)
+        total = self.total[sentence].unsqueeze(1)  # (N, 1)
+        scores = scores.masked_fill((ids == eos_id) & (bank < total), -torch.inf)  # </s> only with all met
+        P = ids.shape[1]
+        scores, ids, bank = scores.view(n, k * P), ids.view(n, k * P), bank.view(n, k * P)
+        chosen = _round_robin(scores, bank, self.total, count)  # (n, count)
+        parents = chosen // P + (torch.arange(n, device=device) * k).unsqueeze(1)
+        flat = (parents * P + chosen % P).flatten()  # candidate index in (N * P)
+        picked = RowStates(states.met.reshape(N * P, -1)[flat], states.cur.reshape(-1)[flat],
+                           states.j.reshape(-1)[flat])
+        shortfall = self.total.unsqueeze(1) - bank.gather(1, chosen)
+        return scores.gather(1, chosen), ids.gather(1, chosen), parents, picked, shortfall
+
+    def follow(self, states: RowStates) -> None:
+        """The new rows' states (one per open beam, sentence by sentence)."""
+        self.states = states
+
+    def _forced_tokens(self, sentence: Tensor) -> Tensor:
+        """``(N, 1 + M)``: each row's next token of the constraint in progress, then the first
+        token of each constraint it has not met; -1 where there is none."""
+        s = self.states
+        table = self.tokens[sentence]  # (N, M, L)
+        step = s.j.clamp(max=table.shape[2] - 1)
+        next_token = table[torch.arange(len(sentence), device=sentence.device), s.cur, step]  # (N,)
+        next_token = torch.where(s.j > 0, next_token, -1)
+        first = table[:, :, 0].masked_fill(s.met, -1)  # (N, M)
+        return torch.cat([next_token.unsqueeze(1), first], dim=1)
+
+    def _advance(self, sentence: Tensor, ids: Tensor) -> tuple[RowStates, Tensor]:
+        """The state after each candidate token ``ids (N, P)`` of each row, and its bank."""
+        s = self.states
+        table, length = self.tokens[sentence], self.length[sentence]  # (N, M, L), (N, M)
+        N, P = ids.shape
+        rows = torch.arange(N, device=ids.device)
+        step = s.j.clamp(max=table.shape[2] - 1)
+        continuing = (s.j > 0).unsqueeze(1) & (ids == table[rows, s.cur, step].unsqueeze(1))  # (N, P)
+        cur_length = length[rows, s.cur].unsqueeze(1)  # (N, 1)
+        completes = continuing & (s.j.unsqueeze(1) + 1 == cur_length)
+        # Not continuing: the token may start the first unmet constraint that begins with it.
+        starts = (ids.unsqueeze(2) == table[:, :, 0].unsqueeze(1)) & ~s.met.unsqueeze(1)  # (N, P, M)
+        starts &= ~continuing.unsqueeze(2)
+        has_start = starts.any(dim=2)
+        first = starts.to(torch.uint8).argmax(dim=2)  # (N, P)
+        start_length = length.gather(1, first)  # (N, P)
+        met_now = torch.where(completes, s.cur.unsqueeze(1), torch.where(has_start & (start_length == 1), first, -1))
+        constraint = torch.arange(length.shape[1], device=ids.device)
+        met = s.met.unsqueeze(1) | (constraint == met_now.unsqueeze(2))  # (N, P, M); -1 meets none
+        j = torch.where(continuing & ~completes, s.j.unsqueeze(1) + 1,
+                        torch.where(has_start & (start_length > 1), 1, 0))
+        cur = torch.where(continuing, s.cur.unsqueeze(1), first)
+        bank = (met * length.unsqueeze(1)).sum(dim=2) + j  # (N, P)
+        return RowStates(met, cur, j), bank
+
+
+def _round_robin(scores: Tensor, bank: Tensor, total: Tensor, count: int) -> Tensor:
+    """The positions of each sentence's ``count`` candidates in bank round-robin order: every
+    bank's best (the highest bank first), then every bank's second best, ... ``(n, count)``.
+
+    Candidates scoring ``-inf`` come last. Within a bank, equal scores keep the candidates' order.
+    """
+    n, C = scores.shape
+    index = torch.arange(C, device=scores.device)
+    same_bank = bank.unsqueeze(2) == bank.unsqueeze(1)  # (n, C, C)
+    better = (scores.unsqueeze(1) > scores.unsqueeze(2)) | (
+        (scores.unsqueeze(1) == scores.unsqueeze(2)) & (index.view(1, 1, C) < index.view(1, C, 1)))
+    rank = (same_bank & better).sum(dim=2)  # (n, C): candidates of its bank ahead of it
+    width = int(total.max()) + 1 if total.numel() else 1
+    key = rank * width + (total.unsqueeze(1) - bank)
+    key = key.masked_fill(scores == -torch.inf, torch.iinfo(torch.long).max)
+    return key.sort(dim=1, stable=True).indices[:, :count]
