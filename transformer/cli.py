@@ -54,7 +54,7 @@ class UsageError(Exception):
 
 
 # The commands that compute with torch; each takes --threads.
-THREADED_COMMANDS = ("demo", "train", "translate", "evaluate", "serve", "attend", "info")
+THREADED_COMMANDS = ("demo", "train", "translate", "evaluate", "calibrate", "serve", "attend", "info")
 THREADS_HELP = (f"CPU threads for PyTorch and the CPU engine's kernels, 1 to {MAX_THREADS} (default: the cores "
                 "other processes leave idle when the command starts, at least 1; OMP_NUM_THREADS, where set, "
                 "decides instead). Beside a busy process fewer threads are much faster: see docs/performance.md, "
@@ -386,6 +386,20 @@ def _register_translate(sub: argparse._SubParsersAction) -> None:
     register_evaluate_command(sub)
 
 
+def _register_calibrate(sub: argparse._SubParsersAction) -> None:
+    from transformer.translate.calibrate import register_calibrate_command
+
+    register_calibrate_command(sub, _validation_pairs)
+
+
+def _validation_pairs(data):  # DataConfig -> list[tuple[str, str]]
+    """A run's validation pairs, read from its data settings as its training read them (``calibrate``:
+    reading them is training's, which the commands below this module do not import)."""
+    from transformer.training.data_setup import load_text_splits
+
+    return load_text_splits(data)[0].get("valid", [])
+
+
 def _register_attend(sub: argparse._SubParsersAction) -> None:
     from transformer.visualize.cli import register_attend_command
 
@@ -417,7 +431,7 @@ def _register_report(sub: argparse._SubParsersAction) -> None:
 
 
 _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _register_demo, _register_train, _register_translate, _register_attend, _register_report, _register_average,
+    _register_demo, _register_train, _register_translate, _register_calibrate, _register_attend, _register_report, _register_average,
     _register_data, _register_serve, _register_info, _register_interop,
 ]
 

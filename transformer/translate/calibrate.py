@@ -1,0 +1,193 @@
+"""``transformer calibrate``: fit a run's translation confidence on held-out sentences.
+
+The run's model translates the sentences (its validation set by default, or ``--src/--ref``),
+each translation is scored against its reference with sentence-level chrF, and a logistic
+regression from the translation's features to "chrF >= 50" is fitted
+(:mod:`transformer.translate.confidence`) and written to ``RUN_DIR/confidence.json``.
+
+How a run's validation pairs are read belongs to training (``transformer.training.data_setup``),
+which this layer does not import: the command line hands the reader in when it registers the
+command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from transformer.run.config import DataConfig, RunConfig
+from transformer.run.layout import RUN_CONFIG_FILE, WEIGHTS_FILE
+from transformer.run.lock import RunLock, storage_errors
+from transformer.translate.cli import add_decoding_arguments, translator_from_args
+from transformer.translate.confidence import (
+    ADEQUATE_CHRF, DEFAULT_FEATURES, Calibration, figures, file_sha256, fit_calibration, hypothesis_features,
+    sentence_chrf,
+)
+from transformer.translate.inputs import read_lines
+from transformer.translate.stream import Progress
+from transformer.translate.translator import Translator
+
+Pair = tuple[str, str]
+ValidationPairs = Callable[[DataConfig], list[Pair]]
+MIN_SENTENCES = 50  # fewer translations say little about a calibration
+MIN_EACH = 5  # translations needed on each side of the threshold
+BATCH = 64  # sentences translated (and measured) at a time: the progress bar's step
+
+
+def register_calibrate_command(sub: argparse._SubParsersAction, validation_pairs: ValidationPairs) -> None:
+    """Add ``calibrate``; ``validation_pairs(data)`` reads the validation pairs of a run's data settings."""
+    p = sub.add_parser(
+        "calibrate",
+        help="fit the confidence of a run's translations on its validation data (writes RUN_DIR/confidence.json)",
+        description="Translate held-out sentences with the run's model, score each translation with sentence-level "
+        f"chrF against its reference, and fit the probability that a translation reaches chrF {ADEQUATE_CHRF:g} "
+        "from what the model knows about it (its length-normalised log-probability, its least probable token, how "
+        "its attention covers the source, its length against the source's): a logistic regression, written to "
+        "RUN_DIR/confidence.json. The sentences: the run's validation set (read as training read it, from the "
+        "run's data settings; --from DIR for a local copy of a registry corpus), or --src FILE --ref FILE. Prints "
+        "what it fitted and how well it does on those sentences: the expected calibration error and the Spearman "
+        "correlation of the confidence with chrF (and of the raw mean log-probability, for comparison). Decode "
+        "with the settings you will translate with: a calibration holds for them.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--src", help="source sentences, one per line (plain or gzip), instead of the validation set")
+    p.add_argument("--ref", help="their reference translations, one per line (plain or gzip)")
+    p.add_argument("--from", dest="data_dir", metavar="DIR",
+                   help="local copy of registry corpora (e.g. ../shared/data) for the run's validation set, in place "
+                   "of the run's data.data_dir")
+    p.add_argument("--sentences", type=int, metavar="N", help="use the first N sentences only (default: all; at "
+                   f"least {MIN_SENTENCES})")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (shown only on a terminal)")
+    p.add_argument("--json", action="store_true", help="print the fitted calibration as one JSON object on the last "
+                   "line")
+    add_decoding_arguments(p)
+    p.set_defaults(handler=lambda args: calibrate_command(args, validation_pairs))
+
+
+def calibrate_command(args: argparse.Namespace, validation_pairs: ValidationPairs) -> int:
+    if args.n_best != 1:
+        raise ValueError("--n-best is for translate: a calibration is fitted on the best translation of each sentence")
+    if args.sentences is not None and args.sentences < 1:
+        raise ValueError(f"--sentences must be >= 1, got {args.sentences}")
+    run_dir = Path(args.run_dir)
+    if not (run_dir / WEIGHTS_FILE).is_file():
+        raise FileNotFoundError(f"{run_dir} is not a trained run directory: no {WEIGHTS_FILE}")
+    pairs, where = _pairs(args, validation_pairs)
+    if args.sentences:
+        pairs = pairs[: args.sentences]
+    if len(pairs) < MIN_SENTENCES:
+        raise ValueError(f"{where} has {len(pairs)} sentence pairs: too few to fit a calibration (at least "
+                         f"{MIN_SENTENCES})")
+    with storage_errors(run_dir), RunLock(run_dir, command="calibrate"):  # no training or averaging meanwhile
+        translator = translator_from_args(args)
+        show = not args.no_progress and sys.stderr.isatty()
+        translations, features = translate_and_measure(translator, [s for s, _ in pairs], progress=show)
+        kept = [i for i, t in enumerate(translations) if t is not None]  # sentences with no token are left out
+        chrf = sentence_chrf([translations[i] for i in kept], [pairs[i][1] for i in kept])
+        adequate = chrf >= ADEQUATE_CHRF
+        if min(adequate.sum(), (~adequate).sum()) < MIN_EACH:
+            raise ValueError(f"{int(adequate.sum())} of {len(kept)} translations of {where} reach chrF "
+                             f"{ADEQUATE_CHRF:g}: at least {MIN_EACH} on each side are needed to fit a calibration")
+        fitted_on = {"data": where, "sentences": len(kept), "decoding": _decoding(translator),
+                     "precision": translator.precision}
+        calibration = fit_calibration(features[kept], adequate, names=DEFAULT_FEATURES,
+                                      model_sha256=file_sha256(run_dir / WEIGHTS_FILE), fitted_on=fitted_on)
+        found = figures(calibration.predict(features[kept]), chrf, features[kept])
+        calibration = dataclasses.replace(calibration, figures=found)
+        path = calibration.save(run_dir)
+    _report(calibration, path)
+    if args.json:
+        print(json.dumps(calibration.to_json()))
+    return 0
+
+
+def _pairs(args: argparse.Namespace, validation_pairs: ValidationPairs) -> tuple[list[Pair], str]:
+    """The sentence pairs to calibrate on, and what they are (for messages and the file)."""
+    if args.src or args.ref:
+        if not (args.src and args.ref):
+            raise ValueError("give both --src FILE and --ref FILE")
+        if args.data_dir:
+            raise ValueError("--from DIR is for the run's validation set; it does not go with --src/--ref")
+        sources, references = read_lines(args.src), read_lines(args.ref)
+        if len(sources) != len(references):
+            raise ValueError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
+        return list(zip(sources, references)), args.src
+    run_config = Path(args.run_dir) / RUN_CONFIG_FILE
+    if not (run_config.exists() or run_config.is_symlink()):
+        raise ValueError(f"{args.run_dir} has no {RUN_CONFIG_FILE} to find its validation set in: give --src FILE "
+                         "--ref FILE")
+    data = RunConfig.read(run_config).data
+    if args.data_dir:
+        data = dataclasses.replace(data, data_dir=args.data_dir)
+    pairs = validation_pairs(data)
+    where = f"the run's validation set ({data.corpus} {data.src_lang}-{data.tgt_lang})"
+    if not pairs:
+        raise ValueError(f"{where} is empty: give --src FILE --ref FILE")
+    return list(pairs), where
+
+
+def translate_and_measure(translator: Translator, sources: Sequence[str], *, progress: bool = False,
+                          batch: int = BATCH) -> tuple[list[str | None], np.ndarray]:
+    """The best translation of each source (None for a source with no token to translate) and its
+    :data:`~transformer.translate.confidence.FEATURES` (``(N, F)``, a row of nan for None)."""
+    from transformer.translate.confidence import FEATURES
+
+    texts: list[str | None] = []
+    rows = np.full((len(sources), len(FEATURES)), np.nan)
+    bar = Progress(len(sources), 0, enabled=progress)
+    try:
+        for start in range(0, len(sources), batch):
+            part = list(sources[start : start + batch])
+            n_best = translator.translate_n_best(part)
+            with warnings.catch_warnings():  # a cut sentence was reported by translate_n_best already
+                warnings.simplefilter("ignore")
+                src_ids = translator.encode_sources(part)
+            done = [i for i, hyps in enumerate(n_best) if hyps]
+            texts.extend(translator.detokenize(hyps[0]) if hyps else None for hyps in n_best)
+            if done:
+                src, mask = _padded([src_ids[i] for i in done], translator.vocab.src.pad_id, translator.device)
+                rows[[start + i for i in done]] = hypothesis_features(
+                    translator.model, src, mask, [[n_best[i][0]] for i in done],
+                    bos_id=translator.vocab.tgt.bos_id, eos_id=translator.vocab.tgt.eos_id)
+            bar.update(len(part), len(part))
+    finally:
+        bar.close()
+    return texts, rows
+
+
+def _decoding(translator: Translator) -> str:
+    """The decoding a calibration was fitted with, in words (it holds for those settings)."""
+    d = translator.decoding
+    how = {"beam": f"beam {d.beam_size}, alpha {d.alpha:g}", "greedy": "greedy", "sample": "sampling"}[d.strategy]
+    return how if translator.precision == "fp32" else f"{how}, {translator.precision}"
+
+
+def _padded(seqs: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    src = torch.full((len(seqs), max(len(s) for s in seqs)), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(src, dtype=torch.bool)
+    for row, s in enumerate(seqs):
+        src[row, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[row, : len(s)] = True
+    return src.to(device), mask.to(device)
+
+
+def _report(calibration: Calibration, path: Path) -> None:
+    f, on = calibration.figures, calibration.fitted_on
+    print(f"fitted on {on['sentences']} sentences of {on['data']} ({on['decoding']}):")
+    print(f"  P(chrF >= {calibration.threshold:g}) = sigmoid({calibration.bias:+.3f} + sum of weight x (feature - mean) "
+          "/ scale)")
+    print(f"  {'feature':<22} {'weight':>8} {'mean':>8} {'scale':>8}")
+    for name, w, m, sd in zip(calibration.features, calibration.weights, calibration.mean, calibration.scale):
+        print(f"  {name:<22} {w:>+8.3f} {m:>8.3f} {sd:>8.3f}")
+    print(f"on those sentences: ECE {f['ece']:.3f} ({f['ece_bins']} bins), Spearman with chrF {f['spearman_chrf']:.3f} "
+          f"(mean log-probability alone: {f['spearman_chrf_mean_log_prob']:.3f}); {f['adequate_share']:.1%} reach "
+          f"chrF {calibration.threshold:g}, mean confidence {f['mean_confidence']:.1%}")
+    print(f"wrote {path}")
