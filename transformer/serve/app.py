@@ -9,8 +9,9 @@ Endpoints (the OpenAPI schema is served at ``/openapi.json``; the Swagger and Re
 switched off because they load their scripts from a CDN):
 
 * ``POST /v1/translate``: one text or a list, each of any number of sentences, lines and
-  paragraphs (or HTML pages, ``format: "html"``); ``beam_size``, ``n_best``, ``max_length``;
-  returns the translations in the texts' structure with scores, the sentence alignment
+  paragraphs (or HTML pages, ``format: "html"``); ``beam_size``, ``n_best``, ``max_length``,
+  ``alternatives``; returns the translations in the texts' structure with scores (and distinct
+  alternatives when asked for: :mod:`transformer.translate.alternatives`), the sentence alignment
   (:mod:`transformer.serve.documents`), warnings (a sentence over ``max_input_tokens`` is
   translated in pieces) and the timing of the model calls (the sentences of concurrent requests
   are batched together, see :mod:`transformer.serve.batching`).

@@ -12,6 +12,10 @@ other requests' sentences; the pieces of a sentence are joined back into its tra
 text's structure (:meth:`Document.rebuild_with_spans`): line breaks, blank lines, indentation and
 the spacing between sentences are kept, exactly as ``translate_document`` does.
 
+A request's ``alternatives`` (distinct translations of a text besides its translation) are built
+from all its sentences' hypotheses by :func:`transformer.translate.alternatives.combine`, each
+sentence's k-th distinct translation put in the text's structure.
+
 HTML pages (``format: "html"``) go through :mod:`transformer.translate.html`: their sentences are
 the text of the page (tags removed, entities decoded), split and translated the same way, and the
 page is rebuilt around the translations with its markup kept. A sentence of a page is not one
@@ -31,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from transformer.translate.alternatives import combine
 from transformer.translate.document import fitting_spans, join_pieces
 from transformer.translate.html import html_sentences, translate_html
 from transformer.translate.segment import Document, segment_text
@@ -206,8 +211,14 @@ def _translation(source: str, alternatives: list[tuple[str, float, float]], sent
             "sentences": sentences, "warnings": warnings}
 
 
+def _alternatives(hyps: Sequence[Sequence[Hyp]], count: int, build: Callable[[list[str]], str]) -> list[str]:
+    """Up to ``count`` distinct translations of a text other than its best, from all its
+    sentences' hypotheses (:func:`transformer.translate.alternatives.combine`)."""
+    return combine([[h[0] for h in sentence] for sentence in hyps], count + 1, build)[1:]
+
+
 def assemble(document: Document, hyps: Sequence[Sequence[Hyp]], pieces: Sequence[Sequence[tuple[int, int]]],
-             warnings: list[dict[str, Any]], n_best: int) -> dict[str, Any]:
+             warnings: list[dict[str, Any]], n_best: int, alternatives: int = 0) -> dict[str, Any]:
     """The ``Translation`` of one text from its sentences' hypotheses (best first), the pieces
     each sentence was translated in, and the warnings about the text.
 
@@ -215,42 +226,55 @@ def assemble(document: Document, hyps: Sequence[Sequence[Hyp]], pieces: Sequence
     entry of ``n_best`` puts every sentence's k-th hypothesis (its last when it has fewer) in the
     same structure: its ``log_prob`` is the sum over the sentences (they are translated
     independently), its ``score`` the mean of theirs. A one-sentence text gets exactly that
-    sentence's hypotheses, as before paragraphs were segmented."""
-    alternatives, spans = [], []
+    sentence's hypotheses, as before paragraphs were segmented. Only the first ``n_best``
+    hypotheses of a sentence are reported; with ``alternatives`` > 0 all of them give the
+    text's ``alternatives``: up to that many distinct translations other than ``translation``
+    (absent from the dict when ``alternatives`` is 0)."""
+    extra = {"alternatives": _alternatives(hyps, alternatives, document.rebuild)} if alternatives else {}
+    hyps = [h[:max(1, n_best)] for h in hyps]
+    ranked, spans = [], []
     for k in range(max(1, n_best)):
         chosen = [_kth(h, k) for h in hyps]
         text, targets = document.rebuild_with_spans([c[0] for c in chosen])  # empty ones stay empty
         spans.append(targets)
-        alternatives.append((text, sum(c[1] for c in chosen) / len(chosen), sum(c[2] for c in chosen)))
+        ranked.append((text, sum(c[1] for c in chosen) / len(chosen), sum(c[2] for c in chosen)))
     sentences = [{"source_span": [segment.start, segment.end], "target_span": list(target), "line": segment.line + 1,
                   "text": None, "pieces": len(cuts), "score": _kth(h, 0)[1], "n_best": _hypotheses(h)}
                  for segment, target, h, cuts in zip(document.segments, spans[0], hyps, pieces)]
-    return _translation(document.text, alternatives, sentences, warnings)
+    return _translation(document.text, ranked, sentences, warnings) | extra
+
+
+def _page_with(page: str, found: Sequence[str], translations: list[str], lang: str | None) -> str:
+    """``page`` rebuilt around ``translations`` of the sentences ``found`` in its text, markup kept."""
+    def given(asked: list[str]) -> list[str]:
+        if list(asked) != list(found):  # the page is parsed the same way each time
+            raise RuntimeError("the page's sentences changed between counting and translating")
+        return translations
+
+    return translate_html(page, given, lang=lang) if found else page
 
 
 def assemble_html(page: str, found: Sequence[str], hyps: Sequence[Sequence[Hyp]],
                   pieces: Sequence[Sequence[tuple[int, int]]], warnings: list[dict[str, Any]], n_best: int,
-                  lang: str | None) -> dict[str, Any]:
+                  lang: str | None, alternatives: int = 0) -> dict[str, Any]:
     """The ``Translation`` of one HTML page whose text's sentences are ``found``: the k-th entry
     of ``n_best`` is the page rebuilt around every sentence's k-th hypothesis
     (:func:`transformer.translate.html.translate_html`, markup kept), scored as in
     :func:`assemble`; a page without text comes back as it is (score 0). A page's sentence is
     not one span of its markup (tags and entities interrupt it, and the tags are placed anew in
-    the translation): its alignment entry gives its ``text`` as the model read it, no spans."""
-    alternatives = []
+    the translation): its alignment entry gives its ``text`` as the model read it, no spans.
+    ``alternatives``: as in :func:`assemble`, each a page rebuilt (a page without text has none)."""
+    extra = {}
+    if alternatives:
+        extra["alternatives"] = _alternatives(hyps, alternatives, lambda chosen: _page_with(page, found, chosen, lang))
+    hyps = [h[:max(1, n_best)] for h in hyps]
+    ranked = []
     for k in range(max(1, n_best) if found else 1):  # a page without text has one translation: itself
         chosen = [_kth(h, k) for h in hyps]
-        translations = [c[0] for c in chosen]
-
-        def given(asked: list[str]) -> list[str]:
-            if list(asked) != list(found):  # the page is parsed the same way each time
-                raise RuntimeError("the page's sentences changed between counting and translating")
-            return translations
-
-        text = translate_html(page, given, lang=lang) if found else page
-        alternatives.append((text, sum(c[1] for c in chosen) / len(chosen) if chosen else 0.0,
+        text = _page_with(page, found, [c[0] for c in chosen], lang)
+        ranked.append((text, sum(c[1] for c in chosen) / len(chosen) if chosen else 0.0,
                              sum(c[2] for c in chosen)))
     sentences = [{"source_span": None, "target_span": None, "line": None, "text": sentence, "pieces": len(cuts),
                   "score": _kth(h, 0)[1], "n_best": _hypotheses(h)}
                  for sentence, h, cuts in zip(found, hyps, pieces)]
-    return _translation(page, alternatives, sentences, warnings)
+    return _translation(page, ranked, sentences, warnings) | extra

@@ -13,17 +13,22 @@ a single-direction model can:
   is translated sentence by sentence in its structure, through the same dynamic batcher and
   limits as ``/v1/translate``. Blank texts in a list come back as they are. ``source`` may be
   ``auto``: it is taken as the model's source language (nothing is detected, and no
-  ``detectedLanguage`` is returned).
+  ``detectedLanguage`` is returned). ``alternatives`` (an integer, 0 by default, at most
+  ``max_alternatives``) adds ``"alternatives"``: up to that many distinct translations of each
+  text besides ``translatedText`` (a list of lists when ``q`` is a list; ``[]`` for a blank
+  text), from the beam's hypotheses (:mod:`transformer.translate.alternatives`: at most
+  ``beam_size - 1``, fewer where the beam has fewer distinct texts), for html too.
 * ``GET /languages``: ``[{"code", "name", "targets"}]``: the model's source language with its
   target, and the target language (with no targets of its own, as LibreTranslate lists a
   language it only translates into).
 
 ``/detect`` is not offered: the model serves one source language and detects nothing. Nor are
-``/translate_file``, ``/frontend/settings``, ``alternatives`` or API keys.
+``/translate_file``, ``/frontend/settings`` or API keys.
 
 Errors have LibreTranslate's shape, ``{"error": message}``: 400 for a missing or bad parameter
 (a language the model does not serve, a format other than text or html, a text too long, too
-many texts or sentences, a control character), 413 for a body over ``max_body_bytes``, 503 when
+many texts or sentences, a control character, ``alternatives`` not an integer, negative or over
+``max_alternatives``), 413 for a body over ``max_body_bytes``, 503 when
 overloaded or timed out. A sentence over ``max_input_tokens`` is translated in pieces, as on
 ``/v1/translate``; LibreTranslate's answer has no place for the warning ``/v1/translate`` gives.
 """
@@ -31,6 +36,7 @@ overloaded or timed out. A sentence over ``max_input_tokens`` is translated in p
 from __future__ import annotations
 
 import json
+import re
 from email.parser import BytesParser
 from email.policy import HTTP
 from typing import Any
@@ -167,6 +173,29 @@ def _texts(params: dict[str, Any], limits: ServeLimits) -> tuple[list[str], bool
     return texts, batch
 
 
+# An integer as a form (or a JSON string) gives it; longer ones are over any limit.
+_INTEGER = re.compile(r"\s*[+-]?\d{1,9}\s*")
+_DIGITS = re.compile(r"\s*[+-]?\d+\s*")
+
+
+def _alternatives(params: dict[str, Any], limits: ServeLimits) -> int:
+    """``alternatives``: how many distinct translations besides the translation are asked for (0: none)."""
+    value = params.get("alternatives")
+    if value is None or value == "":
+        return 0
+    if isinstance(value, str) and _DIGITS.fullmatch(value):
+        if not _INTEGER.fullmatch(value):
+            raise BadRequest(f"Invalid request: alternatives parameter must be <= {limits.max_alternatives}")
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest("Invalid request: alternatives parameter is not an integer")
+    if value < 0:
+        raise BadRequest(f"Invalid request: alternatives parameter must be >= 0, got {value}")
+    if value > limits.max_alternatives:
+        raise BadRequest(f"Invalid request: alternatives parameter must be <= {limits.max_alternatives}, got {value}")
+    return value
+
+
 def _check_language(given: str, served: str | None, what: str, src_lang: str | None, tgt_lang: str | None) -> None:
     if served is not None and given.lower() != served.lower():
         raise BadRequest(f"{given} is not supported as the {what} language: this server translates "
@@ -198,20 +227,26 @@ def router(service: TranslationService) -> APIRouter:
             if source.lower() != "auto":
                 _check_language(source, src_lang, "source", src_lang, tgt_lang)
             _check_language(target, tgt_lang, "target", src_lang, tgt_lang)
+            count = _alternatives(params, limits)
             out = list(texts)
+            others: list[list[str]] = [[] for _ in texts]
             todo = [i for i, t in enumerate(texts) if t.strip()]  # blank texts come back as they are
             names = [f"q[{i}]" if batch else "q" for i in todo]
             if todo:
                 translate = service.translate_pages if text_format == "html" else service.translate_texts
-                results, _ = await translate([texts[i] for i in todo], names=names)
+                results, _ = await translate([texts[i] for i in todo], names=names, alternatives=count)
                 for i, result in zip(todo, results):
                     out[i] = result["translation"]
+                    others[i] = result.get("alternatives", [])
         except BadRequest as err:
             return plain_error_json(400, str(err))
         except Unprocessable as err:
             return plain_error_json(400, f"Invalid request: {err}")
         except (Overloaded, TimedOut) as err:
             return plain_error_json(503, str(err), headers={"Retry-After": "1"})
-        return JSONResponse({"translatedText": out if batch else out[0]})
+        answer: dict[str, Any] = {"translatedText": out if batch else out[0]}
+        if count:
+            answer["alternatives"] = others if batch else others[0]
+        return JSONResponse(answer)
 
     return routes

@@ -28,6 +28,9 @@ class ServeLimits:
     max_output_tokens: the largest ``max_length`` a request may ask for (422 beyond). Without
         ``max_length`` a sentence gets the paper's input length + 50 tokens.
     max_beam_size: the largest beam (and n-best) a request may ask for (422 beyond).
+    max_alternatives: the most ``alternatives`` a request may ask for (422 on /v1/translate, 400 on
+        LibreTranslate's /translate beyond; 0 turns them off). A text has at most ``beam_size - 1``
+        alternatives whatever the request asks (:mod:`transformer.translate.alternatives`).
     max_batch_size: sentences of one or more requests merged into one model call by the dynamic
         batcher (1 = no merging); a request with more runs in calls of its own of up to
         max(max_batch_size, max_texts) sentences, interleaved with other requests.
@@ -44,6 +47,7 @@ class ServeLimits:
     max_input_tokens: int = 256
     max_output_tokens: int = 256
     max_beam_size: int = 16
+    max_alternatives: int = 15
     max_batch_size: int = 32
     batch_wait_ms: float = 5.0
     max_queue: int = 1024
@@ -54,7 +58,7 @@ class ServeLimits:
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValueError(f"{f.name} must be a finite number, got {value!r}")
-            minimum = 0 if f.name in ("batch_wait_ms", "timeout_s") else 1
+            minimum = 0 if f.name in ("batch_wait_ms", "timeout_s", "max_alternatives") else 1
             if value < minimum or (f.name == "timeout_s" and value <= 0):
                 raise ValueError(f"{f.name} must be {'> 0' if f.name == 'timeout_s' else f'>= {minimum}'}, got {value!r}")
 

@@ -67,7 +67,9 @@ def translate_router(service: TranslationService, TranslateRequest: type[BaseMod
     (:func:`transformer.serve.schemas.request_models`)."""
     router = APIRouter()
 
-    @router.post("/v1/translate", response_model=TranslateResponse, responses=_responses(400, 413, 422, 503),
+    # Fields left unset (alternatives not asked for) stay out of the answer.
+    @router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_unset=True,
+                 responses=_responses(400, 413, 422, 503),
                  summary="Translate one text or a list of texts (paragraphs, or HTML pages), with the sentence "
                          "alignment")
     async def translate(body: TranslateRequest) -> TranslateResponse:  # type: ignore[valid-type]
@@ -75,7 +77,7 @@ def translate_router(service: TranslationService, TranslateRequest: type[BaseMod
         texts = [body.text] if isinstance(body.text, str) else list(body.text)
         settings = DecodingSettings(body.beam_size, body.n_best, body.max_length)
         run = service.translate_pages if body.format == "html" else service.translate_texts
-        translations, info = await run(texts, settings)
+        translations, info = await run(texts, settings, alternatives=body.alternatives)
         return TranslateResponse(translations=translations, decoding=service.decoding(settings),
                                  timing=_timing(start, info))
 

@@ -97,6 +97,12 @@ class Translation(BaseModel):
     sentences: list[SentenceTranslation] = Field(description="the sentence alignment, in text order")
     warnings: list[TextWarning] = Field(description="one per sentence translated in pieces (over "
                                         "max_input_tokens); empty when every sentence fit")
+    alternatives: list[str] = Field(default_factory=list, description="only when the request asks for "
+                                    "alternatives: up to that many distinct translations of the text other than "
+                                    "translation, best first (from the beam's hypotheses, deduplicated after "
+                                    "detokenisation: at most beam_size - 1, fewer where the beam has fewer "
+                                    "distinct texts); for several sentences the k-th puts each sentence's k-th "
+                                    "distinct translation (its last when it has fewer) in the text's structure")
 
 
 class Timing(BaseModel):
@@ -187,6 +193,10 @@ def request_models(limits: ServeLimits, default_beam: int) -> RequestModels:
         beam_size=(beam, default_beam),
         n_best=(Annotated[int, Field(ge=1, le=limits.max_beam_size, description="hypotheses per sentence")], 1),
         max_length=(max_length, None),
+        alternatives=(Annotated[int, Field(ge=0, le=limits.max_alternatives,
+                                           description="up to this many distinct translations of each text "
+                                           "besides translation, in its alternatives (at most beam_size - 1; "
+                                           "0: none, and no alternatives field)")], 0),
         format=(Literal["text", "html"], Field("text", description="text: plain text; html: each text is an "
                                                "HTML page (or fragment) whose text is translated and whose markup "
                                                "is kept (tags, attributes, entities; script, style, code and pre "

@@ -148,13 +148,17 @@ class TranslationService:
         return documents, inputs
 
     async def translate_texts(self, texts: list[str], settings: DecodingSettings | None = None, *,
-                              names: list[str] | None = None) -> tuple[list[dict[str, Any]], BatchInfo]:
+                              names: list[str] | None = None,
+                              alternatives: int = 0) -> tuple[list[dict[str, Any]], BatchInfo]:
         """Each text translated sentence by sentence in its structure.
 
         Args:
             texts: the texts, each of any number of sentences, lines and paragraphs.
             settings: the decoding (default :attr:`default`).
             names: how error messages name each text (default "text", "text i").
+            alternatives: up to this many distinct translations of each text besides its
+                translation (:mod:`transformer.translate.alternatives`: at most
+                ``beam_size - 1``); 0: none, and no ``alternatives`` key.
 
         Returns:
             The ``Translation`` dict of each text (:func:`transformer.serve.documents.assemble`)
@@ -162,13 +166,21 @@ class TranslationService:
         """
         settings = settings or self.default
         documents, inputs = await self._segment(texts, names)
-        results, info = await self.batcher.translate(settings, inputs.texts)
+        results, info = await self.batcher.translate(self._searched(settings, alternatives), inputs.texts)
         counts = [len(d.segments) for d in documents]
         hyps, pieces = per_text(counts, inputs.hypotheses(results)), per_text(counts, inputs.spans)
-        return [assemble(*parts, settings.n_best) for parts in zip(documents, hyps, pieces, inputs.warnings)], info
+        return [assemble(*parts, settings.n_best, alternatives)
+                for parts in zip(documents, hyps, pieces, inputs.warnings)], info
+
+    @staticmethod
+    def _searched(settings: DecodingSettings, alternatives: int) -> DecodingSettings:
+        """The decoding that gives ``alternatives``: every hypothesis the beam keeps (its best is
+        the same; the answer's ``n_best`` keeps the request's count)."""
+        return replace(settings, n_best=settings.beam_size) if alternatives else settings
 
     async def translate_pages(self, pages: list[str], settings: DecodingSettings | None = None, *,
-                              names: list[str] | None = None) -> tuple[list[dict[str, Any]], BatchInfo]:
+                              names: list[str] | None = None,
+                              alternatives: int = 0) -> tuple[list[dict[str, Any]], BatchInfo]:
         """Each HTML page's text translated, its markup kept; the pages' sentences are counted and
         checked first, then translated as one request through the batcher.
 
@@ -185,12 +197,12 @@ class TranslationService:
         results, info = [], BatchInfo(queue_ms=0.0, compute_ms=0.0, batch_size=0, batch_requests=0, model_calls=0)
         if inputs.texts:  # a page may have no text to translate
             self.batcher.check_capacity(len(inputs.texts))
-            results, info = await self.batcher.translate(settings, inputs.texts)
+            results, info = await self.batcher.translate(self._searched(settings, alternatives), inputs.texts)
         counts = [len(f) for f in found]
         hyps, pieces = per_text(counts, inputs.hypotheses(results)), per_text(counts, inputs.spans)
 
         def rebuild() -> list[dict[str, Any]]:  # parsing the pages again: off the event loop
-            return [assemble_html(*parts, settings.n_best, self.segment_lang)
+            return [assemble_html(*parts, settings.n_best, self.segment_lang, alternatives)
                     for parts in zip(pages, found, hyps, pieces, inputs.warnings)]
 
         return await _off_the_loop(rebuild), info
