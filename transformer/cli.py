@@ -431,8 +431,8 @@ def _register_report(sub: argparse._SubParsersAction) -> None:
 
 
 _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _register_demo, _register_train, _register_translate, _register_calibrate, _register_attend, _register_report, _register_average,
-    _register_data, _register_serve, _register_info, _register_interop,
+    _register_demo, _register_train, _register_translate, _register_calibrate, _register_attend, _register_report,
+    _register_average, _register_data, _register_serve, _register_info, _register_interop,
 ]
 
 

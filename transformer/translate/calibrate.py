@@ -182,12 +182,17 @@ def _padded(seqs: list[list[int]], pad_id: int, device: torch.device) -> tuple[t
 def _report(calibration: Calibration, path: Path) -> None:
     f, on = calibration.figures, calibration.fitted_on
     print(f"fitted on {on['sentences']} sentences of {on['data']} ({on['decoding']}):")
-    print(f"  P(chrF >= {calibration.threshold:g}) = sigmoid({calibration.bias:+.3f} + sum of weight x (feature - mean) "
-          "/ scale)")
+    print(f"  P(chrF >= {calibration.threshold:g}) = sigmoid({calibration.bias:+.3f} + sum of weight x "
+          "(feature - mean) / scale)")
     print(f"  {'feature':<22} {'weight':>8} {'mean':>8} {'scale':>8}")
     for name, w, m, sd in zip(calibration.features, calibration.weights, calibration.mean, calibration.scale):
         print(f"  {name:<22} {w:>+8.3f} {m:>8.3f} {sd:>8.3f}")
-    print(f"on those sentences: ECE {f['ece']:.3f} ({f['ece_bins']} bins), Spearman with chrF {f['spearman_chrf']:.3f} "
-          f"(mean log-probability alone: {f['spearman_chrf_mean_log_prob']:.3f}); {f['adequate_share']:.1%} reach "
-          f"chrF {calibration.threshold:g}, mean confidence {f['mean_confidence']:.1%}")
+    print(f"on those sentences: ECE {f['ece']:.3f} ({f['ece_bins']} bins), Spearman with chrF "
+          f"{_figure(f['spearman_chrf'])} (mean log-probability alone: {_figure(f['spearman_chrf_mean_log_prob'])}); "
+          f"{f['adequate_share']:.1%} reach chrF {calibration.threshold:g}, mean confidence {f['mean_confidence']:.1%}")
     print(f"wrote {path}")
+
+
+def _figure(value: float | None) -> str:
+    """A correlation, or "undefined" (a constant side has no ranks to correlate)."""
+    return "undefined" if value is None else f"{value:.3f}"

@@ -41,6 +41,7 @@ of its batch (padding is masked; the output layer runs over a bounded number of 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -192,7 +193,7 @@ class Calibration:
     def predict(self, features: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
         """The probabilities ``(N,)`` in [0, 1] for ``(N, len(FEATURES))`` features (the columns of
         :data:`FEATURES`, as :func:`hypothesis_features` gives them)."""
-        x = np.asarray(features, dtype=np.float64).reshape(-1, len(FEATURES))
+        x = _feature_matrix(features)
         columns = x[:, [FEATURES.index(name) for name in self.features]]
         z = (columns - np.asarray(self.mean)) / np.asarray(self.scale)
         return _sigmoid(self.bias + z @ np.asarray(self.weights))
@@ -248,8 +249,6 @@ class Calibration:
 
     def save(self, run_dir: str | os.PathLike[str]) -> Path:
         """Write ``run_dir/confidence.json`` whole (a work file renamed onto it); returns its path."""
-        import json
-
         return write_atomic(Path(run_dir) / CONFIDENCE_FILE, json.dumps(self.to_json(), indent=2) + "\n")
 
 
@@ -291,6 +290,13 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _feature_matrix(features: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
+    x = np.asarray(features, dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] != len(FEATURES):
+        raise ValueError(f"features must be (N, {len(FEATURES)}), one column per FEATURES, got shape {x.shape}")
+    return x
+
+
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * x))  # exact sigmoid, without overflow for large |x|
 
@@ -319,7 +325,7 @@ def fit_calibration(features: np.ndarray, adequate: np.ndarray, *, names: Sequen
     Returns:
         the :class:`Calibration` maximising the penalised likelihood (Newton's method, float64).
     """
-    x = np.asarray(features, dtype=np.float64).reshape(-1, len(FEATURES))
+    x = _feature_matrix(features)
     y = np.asarray(adequate, dtype=np.float64).reshape(-1)
     if len(x) != len(y):
         raise ValueError(f"{len(x)} feature rows but {len(y)} labels")
@@ -393,8 +399,13 @@ def figures(confidence: np.ndarray, chrf: np.ndarray, features: np.ndarray, *,
     chrf = np.asarray(chrf, dtype=np.float64)
     adequate = chrf >= threshold
     baseline = np.asarray(features)[:, FEATURES.index("mean_log_prob")]
-    return {"sentences": int(len(chrf)), "adequate_share": round(float(adequate.mean()), 4),
-            "mean_confidence": round(float(np.mean(confidence)), 4),
-            "ece": round(expected_calibration_error(confidence, adequate), 4), "ece_bins": ECE_BINS,
-            "spearman_chrf": round(spearman(confidence, chrf), 4),
-            "spearman_chrf_mean_log_prob": round(spearman(baseline, chrf), 4)}
+    return {"sentences": int(len(chrf)), "adequate_share": _rounded(adequate.mean()),
+            "mean_confidence": _rounded(np.mean(confidence)),
+            "ece": _rounded(expected_calibration_error(confidence, adequate)), "ece_bins": ECE_BINS,
+            "spearman_chrf": _rounded(spearman(confidence, chrf)),
+            "spearman_chrf_mean_log_prob": _rounded(spearman(baseline, chrf))}
+
+
+def _rounded(value: float) -> float | None:
+    """A figure for the file: 4 decimals, None where undefined (JSON has no nan)."""
+    return round(float(value), 4) if math.isfinite(value) else None
