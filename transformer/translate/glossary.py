@@ -1,0 +1,343 @@
+"""Glossaries (terminology): source terms paired with the target text a translation must use, read
+from a file, and found in source sentences.
+
+The file
+    UTF-8 (a byte-order mark at its start is allowed), one ``source<TAB>target`` pair per line.
+    Blank lines and lines whose first non-blank character is ``#`` are skipped (so a source term
+    cannot start with ``#``). The whitespace around each column is stripped, and CRLF line ends
+    work. A line with another number of tab-separated columns, an empty source or target, bytes
+    that are not UTF-8, or a source term already given with a different target is refused with a
+    ``GlossaryError`` naming the file and the line (``terms.tsv:7: ...``). The same pair given
+    twice is kept once. A glossary with no terms is allowed and changes nothing.
+
+Matching the source side
+    Source terms are found in the sentence case-insensitively: both are compared after NFKC
+    normalisation and then Unicode case folding (``unicodedata.normalize("NFKC", s).casefold()``),
+    so "auftrag", "AUFTRAG" and "Auftrag" are one term, "STRASSE" matches "Straße" and "ﬁle"
+    matches "file"; accents count ("Café" does not match "Cafe"). Two lines whose source terms
+    fold alike are one entry: with the same target it is kept once (the first line), with another
+    it is refused.
+
+    Terms match whole words: the character before a match and the character after it must not be
+    word characters, that is letters, digits and other numbers, combining marks (Unicode
+    categories L, N and M) and the underscore. "Auftrag" matches in "Der Auftrag.", "(Auftrag)",
+    "Auftrag-Nummer" and "Auftrag's", and not inside "Aufträge", "Auftraggeber", "Großauftrag"
+    or "Auftrag_2". Punctuation inside a term is matched as written ("e-mail" does not match
+    "e - mail"). Where a source term has whitespace between its words ("New York"), any run of
+    whitespace matches it ("New  York", "New\\nYork"); where it has none, the sentence must have
+    none either. Scripts written without spaces between words (Chinese, Japanese kana, Thai, Lao,
+    Khmer, Myanmar) have no word ends to find, so their letters do not count as word characters:
+    "北京" matches in "我爱北京天安门" (a character is never parted from its combining marks).
+
+    Where matches overlap in a sentence, the longest wins (most characters of the folded source
+    term, its words joined by single spaces), and of two as long, the leftmost; a match that
+    overlaps a chosen one is dropped. ``Glossary.matches`` returns each chosen term once, in the
+    order of its first occurrence, and of two terms with the same target only the first.
+
+The target side is not matched but enforced: the translation must contain it exactly as written.
+
+Sentences are matched through an index keyed by each term's first token (folded), so a sentence
+costs a dictionary look-up per token whatever the size of the glossary.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Mapping
+
+UTF8_BOM = b"\xef\xbb\xbf"
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+class GlossaryError(ValueError):
+    """A glossary that cannot be used, with a one-line message naming the file and the line
+    (``terms.tsv:7: ...``), or for pairs given in code, the pair (``glossary: pair 3: ...``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    """One glossary entry.
+
+    Args:
+        source: the source term as written in the glossary (its surrounding whitespace stripped).
+        target: the target term as written: the translation must contain exactly this text.
+        line: its line in the glossary file, from 1 (None for pairs given in code).
+    """
+
+    source: str
+    target: str
+    line: int | None = None
+
+
+def fold(text: str) -> str:
+    """The form both a term's source side and a sentence are compared in: NFKC, then case folded."""
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+# Scripts written without spaces between words: Thai, Lao, Myanmar, Khmer, the kana, and the
+# Han ideographs (with the iteration marks) of the basic plane and of planes 2 and 3.
+_UNSPACED = ("\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u19e0-\u19ff\ua9e0-\ua9ff\uaa60-\uaa7f"
+             "\u3005-\u3007\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+             "\U00020000-\U0003ffff")
+
+
+@functools.cache
+def _patterns() -> tuple[re.Pattern, re.Pattern]:
+    """The token pattern and the pattern of one word character (as the module docstring says).
+
+    A token is a character of an unspaced script with its combining marks, a run of other word
+    characters, or any other single non-space character. Python's ``\\w`` holds letters, digits and
+    the underscore but not the combining marks that Devanagari, Bengali or Tamil need inside words
+    (a vowel sign is a mark), so they are added; Unicode puts marks in planes 0, 1 and 14 only.
+    """
+    category = unicodedata.category
+    marks = [c for plane in (range(0, 0x20000), range(0xE0000, 0xF0000))
+             for c in plane if category(chr(c))[0] == "M"]
+    ranges, start = [], marks[0]
+    for previous, c in zip(marks, marks[1:] + [-1]):
+        if c != previous + 1:
+            ranges.append(chr(start) + (f"-{chr(previous)}" if previous > start else ""))
+            start = c
+    marks_class = f"[{''.join(ranges)}]"
+    word = rf"(?:[^\W{_UNSPACED}]|{marks_class})"
+    return re.compile(rf"[{_UNSPACED}]{marks_class}*|{word}+|\S"), re.compile(word)
+
+
+def _canonical(text: str) -> str:
+    """``text`` folded, with each run of whitespace made one space and none at the ends: a source
+    term's key, and the sentence it is looked for in, so that any whitespace matches its spaces."""
+    return " ".join(fold(text).split())
+
+
+class Glossary:
+    """Terms found in source sentences (see the module docstring for the rules).
+
+    Build one with ``Glossary.load(path)`` or ``Glossary.from_pairs(pairs)``.
+
+    Args:
+        terms: the terms, whose sources are checked and deduplicated by the file's rules.
+        name: the glossary's name in messages (the file's path as given).
+    """
+
+    def __init__(self, terms: Iterable[Term] = (), *, name: str = "glossary") -> None:
+        self.name = name
+        self._terms: list[Term] = []
+        self._keys: list[str] = []  # each term's source, as sentences are matched (_canonical)
+        # The first token of each key -> its terms' positions, longest key first. Plain ints keep
+        # a large glossary to few objects for the garbage collector to go through.
+        self._index: dict[str, list[int]] = {}
+        first_token = _patterns()[0].match
+        by_key: dict[str, int] = {}
+        for term in terms:
+            key = _canonical(term.source)
+            if key in by_key:
+                first = self._terms[by_key[key]]
+                if first.target != term.target:
+                    raise GlossaryError(self._conflict(first, term))
+                continue  # the same pair again
+            by_key[key] = len(self._terms)
+            self._index.setdefault(first_token(key).group(), []).append(len(self._terms))
+            self._terms.append(term)
+            self._keys.append(key)
+        for positions in self._index.values():
+            if len(positions) > 1:
+                positions.sort(key=lambda i: -len(self._keys[i]))  # stable: of two as long, the first given
+
+    def _where(self, term: Term) -> str:
+        """Where a message about ``term`` points: ``terms.tsv:7``, or the glossary's name."""
+        return f"{self.name}:{term.line}" if term.line is not None else self.name
+
+    def _conflict(self, first: Term, term: Term) -> str:
+        """The message for two targets of one source: ``term``'s line, naming ``first``'s."""
+        written = "" if first.source == term.source else f"written {first.source!r}"
+        if term.line is None:
+            return (f"{self.name}: the source term {term.source!r} has two targets: {first.target!r}"
+                    f"{f' ({written})' if written else ''} and {term.target!r}")
+        return (f"{self.name}:{term.line}: the source term {term.source!r} has two targets: {first.target!r} "
+                f"(line {first.line}{', ' + written if written else ''}) and {term.target!r} (line {term.line})")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Glossary":
+        """Read a glossary file (the format is in the module docstring).
+
+        Args:
+            path: the TSV file.
+
+        Returns:
+            The glossary, named by ``path`` as given.
+
+        Raises:
+            GlossaryError: the file cannot be read, or a line breaks a rule (the message names it).
+        """
+        name = os.fspath(path)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise GlossaryError(f"{name}: no such glossary file") from None
+        except IsADirectoryError:
+            raise GlossaryError(f"{name}: is a directory, not a glossary file") from None
+        except OSError as error:
+            raise GlossaryError(f"{name}: cannot read the glossary file: {error.strerror or error}") from None
+        return cls(_read_lines(data, name), name=name)
+
+    @classmethod
+    def from_pairs(cls, pairs: Iterable[tuple[str, str]] | Mapping[str, str], *,
+                   name: str = "glossary") -> "Glossary":
+        """A glossary from ``(source, target)`` pairs or a dict, under the file's rules (the
+        whitespace around each side stripped, neither empty, no tab or line break inside).
+
+        Args:
+            pairs: an iterable of ``(source, target)`` pairs, or a mapping from source to target.
+            name: the glossary's name in messages.
+
+        Returns:
+            The glossary; its terms' ``line`` is None.
+
+        Raises:
+            GlossaryError: a pair breaks a rule (the message names it by its place, from 1).
+            TypeError: ``pairs`` is a string.
+        """
+        if isinstance(pairs, (str, bytes)):
+            raise TypeError("from_pairs takes (source, target) pairs or a dict, not a string")
+        items = pairs.items() if isinstance(pairs, Mapping) else pairs
+        return cls(_checked_pairs(items, name), name=name)
+
+    @property
+    def terms(self) -> tuple[Term, ...]:
+        """The terms in the order given, each source (folded) once."""
+        return tuple(self._terms)
+
+    def __len__(self) -> int:
+        return len(self._terms)
+
+    def __bool__(self) -> bool:
+        return bool(self._terms)
+
+    def __iter__(self) -> Iterator[Term]:
+        return iter(self._terms)
+
+    def __repr__(self) -> str:
+        return f"Glossary({self.name!r}, {len(self)} terms)"
+
+    def matches(self, sentence: str) -> list[Term]:
+        """The terms whose source side occurs in ``sentence``.
+
+        Args:
+            sentence: a source sentence, as given to the translator.
+
+        Returns:
+            The matched terms (of overlapping matches the longest, then the leftmost), each once,
+            in the order of first occurrence, and of terms with the same target only the first.
+        """
+        terms, targets = [], set()
+        for term in self._find(sentence):
+            if term.target not in targets:
+                targets.add(term.target)
+                terms.append(term)
+        return terms
+
+    def _find(self, sentence: str) -> list[Term]:
+        """The chosen matches' terms in the order they occur (repeats included)."""
+        if not self._index:
+            return []
+        text = _canonical(sentence)
+        tokens, word = _patterns()
+        is_word = word.match
+        found = []  # (size, start, end, position of the term)
+        for token in tokens.finditer(text):
+            for i in self._index.get(token.group(), ()):
+                key = self._keys[i]
+                start = token.start()
+                end = start + len(key)
+                # A word token has no word character before it (word runs are maximal), but a
+                # term may start or end in punctuation (".NET" in "ASP.NET", "C++" in "C++x").
+                if text.startswith(key, start) and not (
+                        (start > 0 and is_word(text, start - 1)) or (end < len(text) and is_word(text, end))):
+                    found.append((len(key), start, end, i))
+        if len(found) > 1:
+            found.sort(key=lambda match: (-match[0], match[1]))
+            chosen: list[tuple[int, int, int, int]] = []
+            for match in found:
+                if all(match[2] <= other[1] or other[2] <= match[1] for other in chosen):
+                    chosen.append(match)
+            found = sorted(chosen, key=lambda match: match[1])
+        return [self._terms[match[3]] for match in found]
+
+    def check_lengths(self, count: Callable[[str], int], limit: int, *, what: str = "the output limit") -> None:
+        """Refuse a glossary with a target term longer than ``limit`` tokens, which no translation
+        within the limit could contain.
+
+        Args:
+            count: the number of target tokens of a text.
+            limit: the most tokens a target term may have.
+            what: the limit's name in the message.
+
+        Raises:
+            GlossaryError: naming the first such term's line.
+        """
+        for term in self._terms:
+            n = count(term.target)
+            if n > limit:
+                of = "" if term.line is not None else f" (source {term.source!r})"
+                raise GlossaryError(
+                    f"{self._where(term)}: the target term {term.target!r}{of} is {n} tokens, longer than {what} ({limit})")
+
+
+def _read_lines(data: bytes, name: str) -> Iterator[Term]:
+    """The terms of a glossary file's bytes."""
+    if data.startswith(UTF8_BOM):
+        data = data[len(UTF8_BOM):]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        hint = (" (it starts with a UTF-16 byte-order mark: convert it with iconv -f UTF-16 -t UTF-8)"
+                if data.startswith(UTF16_BOMS) else "")
+        raise GlossaryError(f"{name}:{line}: not valid UTF-8{hint}") from None
+    for number, line in enumerate(text.split("\n"), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        columns = line.split("\t")
+        if len(columns) != 2:
+            raise GlossaryError(
+                f"{name}:{number}: expected 2 tab-separated columns (source, target), found {len(columns)}")
+        source, target = columns[0].strip(), columns[1].strip()
+        if not (source and target):
+            _check_sides(source, target, f"{name}:{number}")
+        yield Term(source, target, number)
+
+
+def _checked_pairs(items: Iterable, name: str) -> Iterator[Term]:
+    """The terms of ``(source, target)`` pairs given in code (a message names a pair by its place)."""
+    for number, pair in enumerate(items, 1):
+        where = f"{name}: pair {number}"
+        if isinstance(pair, (str, bytes)) or not isinstance(pair, Iterable):
+            raise GlossaryError(f"{where}: expected a (source, target) pair, got {pair!r}")
+        pair = tuple(pair)
+        if len(pair) != 2:
+            raise GlossaryError(f"{where}: expected a (source, target) pair, got {len(pair)} items")
+        for side, value in zip(("source", "target"), pair):
+            if not isinstance(value, str):
+                raise GlossaryError(f"{where}: the {side} term is a {type(value).__name__}, not a string")
+            if _BREAKS.search(value):
+                raise GlossaryError(f"{where}: the {side} term {value!r} holds a tab or a line break")
+        source, target = (value.strip() for value in pair)
+        _check_sides(source, target, where)
+        yield Term(source, target, None)
+
+
+# What a glossary file's line cannot hold inside a term: its column separator and line ends.
+_BREAKS = re.compile("[\t\n\r]")
+
+
+def _check_sides(source: str, target: str, where: str) -> None:
+    """Refuse an empty source or target term."""
+    for side, value in (("source", source), ("target", target)):
+        if not value:
+            raise GlossaryError(f"{where}: empty {side} term")
