@@ -145,6 +145,14 @@ def test_a_string_is_not_pairs():
         Glossary.from_pairs("Auftrag\torder")
 
 
+def test_terms_given_directly_are_checked_too():
+    assert Glossary([Term("Auftrag", "order", 1), Term("auftrag", "order", 2)]).terms == (Term("Auftrag", "order", 1),)
+    with pytest.raises(GlossaryError, match=r"^glossary:3: empty source term$"):
+        Glossary([Term(" ", "x", 3)])
+    with pytest.raises(GlossaryError, match=r"^mine: empty target term$"):
+        Glossary([Term("x", "")], name="mine")
+
+
 # ---------------------------------------------------------------------------------------------
 # Matching
 
@@ -290,3 +298,4 @@ def test_a_glossary_of_100000_terms(tmp_path):
         sentence = f"{word()} {word()} {source.upper()}, {word()} {word()}."
         assert [term.target for term in glossary.matches(sentence)] == [target], sentence
     assert glossary.terms[54_321] == Term(*entries[54_321], 54_322)
+

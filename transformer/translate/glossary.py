@@ -134,6 +134,8 @@ class Glossary:
         by_key: dict[str, int] = {}
         for term in terms:
             key = _canonical(term.source)
+            if not (key and term.target):
+                raise GlossaryError(f"{self._where(term)}: empty {'target' if key else 'source'} term")
             if key in by_key:
                 first = self._terms[by_key[key]]
                 if first.target != term.target:
@@ -250,9 +252,12 @@ class Glossary:
         is_word = word.match
         found = []  # (size, start, end, position of the term)
         for token in tokens.finditer(text):
-            for i in self._index.get(token.group(), ()):
+            positions = self._index.get(token.group())
+            if positions is None:
+                continue
+            start = token.start()
+            for i in positions:
                 key = self._keys[i]
-                start = token.start()
                 end = start + len(key)
                 # A word token has no word character before it (word runs are maximal), but a
                 # term may start or end in punctuation (".NET" in "ASP.NET", "C++" in "C++x").
@@ -284,8 +289,8 @@ class Glossary:
             n = count(term.target)
             if n > limit:
                 of = "" if term.line is not None else f" (source {term.source!r})"
-                raise GlossaryError(
-                    f"{self._where(term)}: the target term {term.target!r}{of} is {n} tokens, longer than {what} ({limit})")
+                raise GlossaryError(f"{self._where(term)}: the target term {term.target!r}{of} is {n} tokens, "
+                                    f"longer than {what} ({limit})")
 
 
 def _read_lines(data: bytes, name: str) -> Iterator[Term]:
