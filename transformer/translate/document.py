@@ -24,7 +24,7 @@ from typing import Protocol
 from transformer.decoding import Hypothesis
 from transformer.text import Vocabularies
 from transformer.translate.segment import fit_spans, segment_text
-from transformer.translate.warning import TranslationWarning
+from transformer.translate.warning import TermWarning, TranslationWarning
 
 
 class SentenceTranslator(Protocol):
@@ -37,6 +37,8 @@ class SentenceTranslator(Protocol):
     vocab: Vocabularies
 
     def translate_n_best(self, texts: Iterable[str]) -> list[list[Hypothesis]]: ...
+    # With a glossary or confidence asked for, also translate_n_best(texts, glossary=..., confidence=...)
+    # and glossary_terms(texts, glossary), as the Translator has them.
 
     def detokenize(self, hypothesis: Hypothesis) -> str: ...
 
@@ -44,11 +46,24 @@ class SentenceTranslator(Protocol):
 @dataclass(frozen=True)
 class SentenceAlignment:
     """One source sentence and its translation: character spans ``[start, end)`` in the source
-    text and in the translated text, and the line (from 1) they are on."""
+    text and in the translated text, and the line (from 1) they are on. ``confidence``: the
+    probability that the translation is adequate, when asked for and the run is calibrated (the
+    lowest of its pieces' for a sentence translated in pieces). ``missing_terms``: glossary terms
+    found in the sentence that its translation could not be made to contain."""
 
     source: tuple[int, int]
     target: tuple[int, int]
     line: int
+    confidence: float | None = None
+    missing_terms: tuple = ()
+
+
+@dataclass(frozen=True)
+class SentenceNotes:
+    """What a sentence's translation says besides its text: its confidence, the glossary terms it lacks."""
+
+    confidence: float | None = None
+    missing_terms: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -78,29 +93,36 @@ class TranslatedLine:
     n_best: list[tuple[str, float]]
 
 
-def translate_document(translator: SentenceTranslator, text: str, *, lang: str | None = None) -> TranslatedDocument:
+def translate_document(translator: SentenceTranslator, text: str, *, lang: str | None = None, glossary=None,
+                       confidence: bool = False) -> TranslatedDocument:
     """Translate ``text`` sentence by sentence, keeping its structure (see the module doc).
 
     ``lang``: the source language for sentence splitting (default: the translator's ``src_lang``).
+    ``glossary``: terms each sentence's translation must use (``Translator.translate``); a term
+    that cannot be placed gives a ``TermWarning`` naming the line. ``confidence``: fill
+    ``SentenceAlignment.confidence``.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
     document = segment_text(text, lang or translator.src_lang)
-    hypotheses = _translate_sentences(translator, [(s.text, f"line {s.line + 1}", "") for s in document.segments])
+    items = [(s.text, f"line {s.line + 1}", "") for s in document.segments]
+    hypotheses, notes = translate_with_notes(translator, items, glossary=glossary, confidence=confidence)
     out, spans = document.rebuild_with_spans([h[0][0] if h else "" for h in hypotheses])
-    alignment = [SentenceAlignment((segment.start, segment.end), target, segment.line + 1)
-                 for segment, target in zip(document.segments, spans)]
+    alignment = [SentenceAlignment((segment.start, segment.end), target, segment.line + 1, note.confidence,
+                                   note.missing_terms)
+                 for segment, target, note in zip(document.segments, spans, notes)]
     return TranslatedDocument(out, alignment)
 
 
 def translate_lines(translator: SentenceTranslator, lines: Sequence[str], *, lang: str | None = None,
-                    first_line: int = 1) -> list[TranslatedLine]:
+                    first_line: int = 1, glossary=None, confidence: bool = False) -> list[TranslatedLine]:
     """Translate the lines of a file (or a chunk of one), all their sentences batched together.
 
     Line i is segmented on its own and named ``first_line + i`` in warnings and alignments; the
     result has one ``TranslatedLine`` per line, in order. A line that starts with a language code
     (``>>fra<<``, multilingual Marian models) gives that code to each of its sentences, and the
     code is not part of the translated line (as when the line is translated whole).
+    ``glossary`` and ``confidence``: as for ``translate_document``.
     """
     if isinstance(lines, str):
         raise TypeError("translate_lines() takes a list of lines; use translate_document for one text")
@@ -117,10 +139,12 @@ def translate_lines(translator: SentenceTranslator, lines: Sequence[str], *, lan
         codes.append(code)
     items = [(s.text, f"line {first_line + i}", code) for i, (d, code) in enumerate(zip(documents, codes))
              for s in d.segments]
-    hypotheses = iter(_translate_sentences(translator, items))
+    found, found_notes = translate_with_notes(translator, items, glossary=glossary, confidence=confidence)
+    hypotheses, sentence_notes = iter(found), iter(found_notes)
     out = []
     for i, document in enumerate(documents):
         hyps = [next(hypotheses) for _ in document.segments]
+        notes = [next(sentence_notes) for _ in document.segments]
         if not hyps:
             out.append(TranslatedLine(document.text, [], [], []))
             continue
@@ -130,7 +154,8 @@ def translate_lines(translator: SentenceTranslator, lines: Sequence[str], *, lan
             text, spans = document.rebuild_with_spans([c[0] for c in chosen])
             alternatives.append((text, spans, sum(c[1] for c in chosen) / len(chosen)))
         text, spans, _ = alternatives[0]
-        alignment = [SentenceAlignment((s.start, s.end), span, first_line + i) for s, span in zip(document.segments, spans)]
+        alignment = [SentenceAlignment((s.start, s.end), span, first_line + i, note.confidence, note.missing_terms)
+                     for s, span, note in zip(document.segments, spans, notes)]
         out.append(TranslatedLine(text, alignment, [h[0][1] if h else 0.0 for h in hyps],
                                   [(t, score) for t, _, score in alternatives]))
     return out
@@ -140,20 +165,29 @@ def translate_lines(translator: SentenceTranslator, lines: Sequence[str], *, lan
 _LANGUAGE_CODE = re.compile(r"\s*(>>[^\s<>]+<<)\s*")
 
 
-def translate_sentences(translator: SentenceTranslator, sentences: Sequence[str]) -> list[str]:
+def translate_sentences(translator: SentenceTranslator, sentences: Sequence[str], *, glossary=None) -> list[str]:
     """The best translation of each sentence, all translated in one call; a sentence longer than
     the model's input limit is translated in pieces (a ``TranslationWarning`` names it): nothing
-    is cut. What ``translate_html`` is given to translate a page's sentences."""
+    is cut. What ``translate_html`` is given to translate a page's sentences. ``glossary``: as
+    for ``translate_document``."""
     if isinstance(sentences, str):
         raise TypeError("translate_sentences() takes a list of sentences")
     items = [(s, f"sentence {i + 1}", "") for i, s in enumerate(sentences)]
-    return [h[0][0] if h else "" for h in _translate_sentences(translator, items)]
+    return [h[0][0] if h else "" for h in translate_with_notes(translator, items, glossary=glossary)[0]]
 
 
 def _translate_sentences(translator: SentenceTranslator,
                          items: list[tuple[str, str, str]]) -> list[list[tuple[str, float]]]:
+    """``translate_with_notes`` without a glossary, its hypotheses alone."""
+    return translate_with_notes(translator, items)[0]
+
+
+def translate_with_notes(translator: SentenceTranslator, items: list[tuple[str, str, str]], *, glossary=None,
+                         confidence: bool = False) -> tuple[list[list[tuple[str, float]]], list[SentenceNotes]]:
     """``(sentence, where, prefix)`` items -> each sentence's ``(translation, score)`` hypotheses,
-    best first ([] when it has nothing the model can read), all translated in one call.
+    best first ([] when it has nothing the model can read), all translated in one call, and its
+    ``SentenceNotes`` (confidence when asked for, glossary terms its best translation lacks, each
+    also named by a ``TermWarning``).
 
     A sentence over the model's input limit is cut into pieces (``fit_spans``), with a
     ``TranslationWarning`` naming it (``where``: "line 3"); its k-th hypothesis joins its pieces'
@@ -169,12 +203,25 @@ def _translate_sentences(translator: SentenceTranslator,
         for a, b in spans:
             pieces.append(prefix + sentence[a:b])
             owners.append(index)
-    per_piece = translator.translate_n_best(pieces)
+    # Only the options asked for are passed, so a translator without them still translates plain text.
+    options = {**({"glossary": glossary} if glossary is not None else {}), **({"confidence": True} if confidence else {})}
+    per_piece = translator.translate_n_best(pieces, **options)
+    terms = translator.glossary_terms(pieces, glossary) if glossary is not None else [[] for _ in pieces]
     grouped: list[list[list[tuple[str, float]]]] = [[] for _ in items]
-    for owner, hyps in zip(owners, per_piece):
+    confidences: list[list[float | None]] = [[] for _ in items]
+    missing: list[list] = [[] for _ in items]
+    for owner, hyps, found in zip(owners, per_piece, terms):
         if hyps:
             grouped[owner].append([(translator.detokenize(h), h.score) for h in hyps])
-    return [join_pieces(parts) for parts in grouped]
+            confidences[owner].append(hyps[0].confidence)
+            missing[owner] += [found[c] for c in hyps[0].unmet]
+    notes = []
+    for (_, where, _), values, lacking in zip(items, confidences, missing):
+        if lacking:
+            warnings.warn(TermWarning(lacking, where), stacklevel=3)
+        known = values and all(v is not None for v in values)
+        notes.append(SentenceNotes(min(values) if known else None, tuple(lacking)))
+    return [join_pieces(parts) for parts in grouped], notes
 
 
 def join_pieces(parts: Sequence[Sequence[tuple]]) -> list[tuple]:

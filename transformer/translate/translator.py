@@ -35,7 +35,7 @@ import os
 import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import torch
 
@@ -50,7 +50,13 @@ from transformer.cpu.precision import slow_bf16_warning
 from transformer.model import RNNSeq2Seq, Transformer
 from transformer.precision import WEIGHT_DTYPES, check_precision, from_quantize, precision_from, resolve_device
 from transformer.text import Vocabularies
-from transformer.translate.warning import TranslationWarning, TruncationWarning
+from transformer.translate.warning import TermWarning, TranslationWarning, TruncationWarning
+
+if TYPE_CHECKING:
+    from transformer.translate.confidence import Calibration
+    from transformer.translate.glossary import Glossary, Term
+
+GlossaryLike = "Glossary | Mapping[str, str] | Iterable[tuple[str, str]]"
 
 DEFAULT_MAX_INPUT_TOKENS = 1024
 CPU_BATCH_TOKENS = 12000  # padded source tokens x beams per batch on a CPU (on CUDA: cuda_decoding.BATCH_TOKENS)
@@ -86,6 +92,7 @@ class Translator:
         quantize: str | None = None,
         src_lang: str | None = None,
         tgt_lang: str | None = None,
+        calibration: Calibration | None = None,
     ) -> None:
         if model.config.src_vocab_size != vocab.src.vocab_size or model.config.tgt_vocab_size != vocab.tgt.vocab_size:
             raise ValueError(
@@ -119,6 +126,7 @@ class Translator:
         self.max_input_tokens = min(max_input_tokens or limit, limit)
         self.precision = precision
         self.src_lang, self.tgt_lang = src_lang, tgt_lang  # language codes, e.g. for sentence splitting
+        self.calibration = calibration  # maps a translation's features to its confidence (None: no confidence)
 
     @property
     def quantize(self) -> str | None:
@@ -140,6 +148,10 @@ class Translator:
         src_lang, tgt_lang = run_languages(run_dir)
         kwargs.setdefault("src_lang", src_lang)
         kwargs.setdefault("tgt_lang", tgt_lang)
+        if "calibration" not in kwargs:
+            from transformer.translate.confidence import Calibration
+
+            kwargs["calibration"] = Calibration.load(run_dir)
         return cls(model, vocab, **kwargs)
 
     def close(self) -> None:
@@ -155,22 +167,42 @@ class Translator:
         return other
 
     # ------------------------------------------------------------------------------------------
-    def translate_text(self, text: str) -> str:
+    def translate_text(self, text: str, *, glossary: GlossaryLike | None = None) -> str:
         """Translate a text of any length: split into sentences, each translated, put back where
-        it was (paragraphs, line breaks and spacing kept; see ``transformer.translate.document``)."""
+        it was (paragraphs, line breaks and spacing kept; see ``transformer.translate.document``).
+        ``glossary``: as for ``translate``."""
         from transformer.translate.document import translate_document
 
-        return translate_document(self, text).text
+        return translate_document(self, text, glossary=glossary).text
 
-    def translate(self, texts: Iterable[str]) -> list[str]:
+    def translate(self, texts: Iterable[str], *, glossary: GlossaryLike | None = None) -> list[str]:
         """The best translation of each text (one sentence, or one pre-segmented line), in input order.
 
-        ``texts``: any iterable of str (a list, a generator...), not a single str."""
-        return [self.vocab.tgt.decode(n_best[0].tokens) if n_best else "" for n_best in self.translate_n_best(texts)]
+        ``texts``: any iterable of str (a list, a generator...), not a single str. ``glossary``: a
+        :class:`~transformer.translate.glossary.Glossary`, a dict ``{source: target}`` or
+        ``(source, target)`` pairs; each text's translation contains the target side of every
+        term whose source side it contains (constrained beam search; see ``translate_n_best``)."""
+        texts = list(texts) if not isinstance(texts, (str, bytes)) else texts
+        results = self.translate_n_best(texts, glossary=glossary)
+        if glossary is not None and any(hyps and hyps[0].unmet for hyps in results):
+            terms = self.glossary_terms(texts, glossary)
+            for i, hyps in enumerate(results):
+                if hyps and hyps[0].unmet:
+                    warnings.warn(TermWarning([terms[i][c] for c in hyps[0].unmet], f"sentence {i + 1}"), stacklevel=2)
+        return [self.vocab.tgt.decode(n_best[0].tokens) if n_best else "" for n_best in results]
 
-    def translate_n_best(self, texts: Iterable[str]) -> list[list[Hypothesis]]:
+    def translate_n_best(self, texts: Iterable[str], *, glossary: GlossaryLike | None = None,
+                         confidence: bool = False) -> list[list[Hypothesis]]:
         """``decoding.n_best`` hypotheses per text (best first), in input order; [] for a text with
-        no token the model can read (empty, whitespace only)."""
+        no token the model can read (empty, whitespace only).
+
+        ``glossary``: terms to enforce (``translate``). The target side of every term found in a
+        text becomes a constraint of beam search (greedy search and sampling refuse a glossary
+        that applies); one the search cannot meet within the text's length limit is named in
+        ``Hypothesis.unmet`` (indices into ``glossary_terms(texts)[i]``; ``translate`` and the
+        document functions turn them into a ``TermWarning``).
+        ``confidence``: set ``Hypothesis.confidence`` from the run's calibration (None without
+        one); it costs one teacher-forced pass over the outputs."""
         if isinstance(texts, (str, bytes)):
             raise TypeError("translate() takes a list of sentences; wrap a single sentence in a list "
                             "(or use translate_text for a text of any length)")
@@ -179,13 +211,40 @@ class Translator:
             if not isinstance(text, str):
                 raise TypeError(f"text {i} is {type(text).__name__}, not str")
         src_ids = self.encode_sources(texts)
+        terms = self.glossary_terms(texts, glossary)
+        constraints = [[self._term_tokens(term) for term in found] for found in terms]
         results: list[list[Hypothesis]] = [[] for _ in texts]
         framing = {self.vocab.src.bos_id, self.vocab.src.eos_id, self.vocab.src.pad_id}
         todo = [i for i, ids in enumerate(src_ids) if any(t not in framing for t in ids)]
         for batch in self._length_sorted_batches(todo, src_ids):
-            for i, hyps in zip(batch, self._decode_batch([src_ids[i] for i in batch])):
+            found = self._decode_batch([src_ids[i] for i in batch], [constraints[i] for i in batch], confidence)
+            for i, hyps in zip(batch, found):
                 results[i] = hyps
         return results
+
+    def glossary_terms(self, texts: Sequence[str], glossary: GlossaryLike | None) -> list[list[Term]]:
+        """The glossary's terms found in each text (``Glossary.matches``), in input order; a term
+        whose target side is longer than any output the translator can produce is refused
+        (``GlossaryError`` naming it)."""
+        if glossary is None:
+            return [[] for _ in texts]
+        from transformer.translate.glossary import Glossary
+
+        if not isinstance(glossary, Glossary):
+            glossary = Glossary.from_pairs(glossary)
+        found = [glossary.matches(text) for text in texts]
+        limit = int(self.decoding.max_len_a * self.max_input_tokens + self.decoding.max_len_b)
+        Glossary([term for terms in found for term in terms], name=glossary.name).check_lengths(
+            lambda target: len(self._term_tokens_of(target)), limit, what="the longest output")
+        return found
+
+    def _term_tokens(self, term: Term) -> list[int]:
+        return self._term_tokens_of(term.target)
+
+    def _term_tokens_of(self, target: str) -> list[int]:
+        """A term's target side as the decoder writes it inside a sentence (no ``</s>``)."""
+        ids = self.vocab.tgt.encode(target)
+        return ids[:-1] if ids and ids[-1] == self.vocab.tgt.eos_id else ids
 
     def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
         """Source token ids, cut to ``max_input_tokens`` (with a ``TruncationWarning``); the
@@ -219,7 +278,8 @@ class Translator:
             batches.append(current)
         return batches
 
-    def _decode_batch(self, seqs: list[list[int]]) -> list[list[Hypothesis]]:
+    def _decode_batch(self, seqs: list[list[int]], constraints: list[list[list[int]]] | None = None,
+                      confidence: bool = False) -> list[list[Hypothesis]]:
         pad = self.vocab.src.pad_id
         src = torch.full((len(seqs), max(len(s) for s in seqs)), pad, dtype=torch.long)
         mask = torch.zeros_like(src, dtype=torch.bool)
@@ -228,8 +288,14 @@ class Translator:
             mask[row, : len(s)] = True
         src, mask = src.to(self.device), mask.to(self.device)
         memory = self._encode_by_length(src, mask, [len(s) for s in seqs])
-        return decode(self.model, src, mask, self.decoding, bos_id=self.vocab.tgt.bos_id, eos_id=self.vocab.tgt.eos_id,
-                      memory=memory, sync_every=self.sync_every)
+        bos, eos = self.vocab.tgt.bos_id, self.vocab.tgt.eos_id
+        results = decode(self.model, src, mask, self.decoding, bos_id=bos, eos_id=eos, memory=memory,
+                         sync_every=self.sync_every, constraints=constraints if constraints and any(constraints) else None)
+        if confidence:
+            from transformer.translate.confidence import attach_confidence
+
+            attach_confidence(self.model, src, mask, results, self.calibration, bos_id=bos, eos_id=eos)
+        return results
 
     @torch.inference_mode()
     def _encode_by_length(self, src: torch.Tensor, mask: torch.Tensor, lens: list[int]) -> torch.Tensor | None:

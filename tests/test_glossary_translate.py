@@ -1,0 +1,120 @@
+"""Glossaries through the Translator and the document layer: every term found in a sentence is in
+its translation (constrained beam search), sentences without terms are translated as without a
+glossary, a term that cannot be placed is reported, greedy search refuses a glossary that applies."""
+
+import warnings
+from functools import partial
+
+import pytest
+import torch
+
+from transformer.corpus.builtin import generate_pairs as generate_written_pairs
+from transformer.decoding import DecodeConfig
+from transformer.model import Transformer
+from transformer.config import preset
+from transformer.run.model import save_model
+from transformer.text import Vocabularies
+from transformer.translate.document import translate_document, translate_lines
+from transformer.translate.glossary import Glossary, GlossaryError
+from transformer.translate.translator import Translator
+from transformer.translate.warning import TermWarning
+
+generate_pairs = partial(generate_written_pairs, written_share=0)
+SENTENCES = ["le chat noir dort", "nous mangeons une pomme", "il pleut", "le chien dort sous la table"]
+TERMS = {"chat": "kitty cat", "pomme": "apple", "chien": "hound"}
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("run")
+    pairs = generate_pairs(400, seed=1)
+    vocab = Vocabularies.train(pairs, vocab_size=400)
+    torch.manual_seed(0)
+    save_model(Transformer(preset("tiny", src_vocab_size=vocab.src.vocab_size)), directory)
+    vocab.save(directory)
+    return directory
+
+
+def translator(run_dir, **decoding) -> Translator:
+    return Translator.from_run_dir(run_dir, decoding=DecodeConfig(**decoding))
+
+
+def test_each_found_term_is_in_the_translation_and_other_sentences_do_not_change(run_dir, engine):
+    t = translator(run_dir)
+    plain = t.translate(SENTENCES)
+    steered = t.translate(SENTENCES, glossary=TERMS)
+    assert "kitty cat" in steered[0] and "apple" in steered[1] and "hound" in steered[3]
+    assert steered[2] == plain[2]  # no term found: the unconstrained translation
+    assert "kitty cat" not in plain[0]  # the glossary made the difference
+
+
+def test_a_glossary_whose_terms_never_occur_changes_nothing(run_dir):
+    t = translator(run_dir, n_best=2)
+    never = Glossary.from_pairs({"zeppelin": "airship", "Zugspitze": "Zugspitze"})
+    plain = t.translate_n_best(SENTENCES)
+    assert t.translate_n_best(SENTENCES, glossary=never) == plain
+    assert [[h.tokens for h in hyps] for hyps in t.translate_n_best(SENTENCES, glossary={})] == \
+        [[h.tokens for h in hyps] for hyps in plain]
+
+
+@pytest.mark.parametrize("precision", ["int8", "bf16"])
+def test_terms_are_placed_in_other_precisions(run_dir, precision):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # bf16 on a CPU without bf16 units warns that it is slow
+        t = Translator.from_run_dir(run_dir, precision=precision)
+    if precision == "int8" and type(t.model) is Transformer:
+        pytest.skip("the CPU kernels are unavailable")
+    out = t.translate(SENTENCES, glossary=TERMS)
+    assert "kitty cat" in out[0] and "apple" in out[1]
+
+
+def test_n_best_hypotheses_hold_the_terms_or_say_they_do_not(run_dir):
+    t = translator(run_dir, beam_size=4, n_best=3)
+    vocab = t.vocab.tgt
+    for hyps, term in zip(t.translate_n_best(SENTENCES[:2], glossary=TERMS), ["kitty cat", "apple"]):
+        assert len(hyps) == 3 and hyps[0].unmet == ()
+        for h in hyps:  # the untrained model never ends a sentence: the others are cut at the length limit
+            assert (term in vocab.decode(h.tokens)) == (h.unmet == ())
+
+
+def test_greedy_search_refuses_a_glossary_that_applies(run_dir):
+    t = translator(run_dir, strategy="greedy")
+    assert t.translate(["il pleut"], glossary=TERMS) == t.translate(["il pleut"])  # nothing to enforce
+    with pytest.raises(ValueError, match="need beam search"):
+        t.translate(SENTENCES, glossary=TERMS)
+
+
+def test_a_term_that_cannot_be_placed_is_reported_not_dropped(run_dir):
+    t = translator(run_dir, max_len_a=0.5, max_len_b=0)  # a sentence's limit: half its length, under "kitty cat"'s 7 tokens
+    with pytest.warns(TermWarning, match=r"sentence 1: the glossary's 'chat' -> 'kitty cat' could not be placed"):
+        t.translate(SENTENCES[:2], glossary={"chat": "kitty cat", "pomme": "apple"})
+    with pytest.warns(TermWarning, match="line 2: the glossary's 'chat'") as caught:
+        document = translate_document(t, "il pleut.\nle chat noir dort.", glossary={"chat": "kitty cat"})
+    assert len(caught) == 1
+    assert [s.missing_terms for s in document.sentences][1][0].target == "kitty cat"
+    assert document.sentences[0].missing_terms == ()
+
+
+def test_a_term_longer_than_any_output_is_refused_naming_it(run_dir, tmp_path):
+    t = translator(run_dir, max_len_a=0.0, max_len_b=3)
+    path = tmp_path / "terms.tsv"
+    path.write_text("pomme\tapple\nchat\tthe very small and quite black kitty cat\n", encoding="utf-8")
+    with pytest.raises(GlossaryError, match=r"terms.tsv:2: the target term .* tokens, longer than"):
+        t.translate(SENTENCES, glossary=Glossary.load(path))
+
+
+def test_documents_and_lines_take_a_glossary(run_dir):
+    t = translator(run_dir)
+    document = translate_document(t, "Le chat noir dort. Il pleut.\n\nNous mangeons une pomme.", glossary=TERMS)
+    assert "kitty cat" in document.text and "apple" in document.text
+    assert document.text.count("\n\n") == 1
+    lines = translate_lines(t, ["le chat noir dort", "", "il pleut"], glossary=TERMS)
+    assert "kitty cat" in lines[0].text and lines[1].text == ""
+
+
+def test_confidence_is_none_without_a_calibration(run_dir):
+    t = translator(run_dir)
+    assert t.calibration is None
+    hyps = t.translate_n_best(SENTENCES[:2], confidence=True)
+    assert all(h.confidence is None for found in hyps for h in found)
+    assert translate_document(t, "il pleut.", confidence=True).sentences[0].confidence is None
