@@ -32,7 +32,7 @@ from transformer.translate.stream import (
 )
 from transformer.precision import DEVICES, add_precision_option, precision_option
 from transformer.translate.translator import TranslationWarning, Translator, load_translator
-from transformer.translate.warning import TruncationWarning
+from transformer.translate.warning import TermWarning, TruncationWarning
 
 
 DEVICE_HELP = ("where to decode: auto (default) is the GPU where PyTorch sees one (the CPU with --precision int8, "
@@ -82,6 +82,33 @@ def decode_config(args: argparse.Namespace) -> DecodeConfig:
     )
 
 
+GLOSSARY_HELP = ("terminology: a UTF-8 TSV file of 'source<TAB>target' lines; every source term found in a sentence "
+                 "(whole words, case-insensitive) is translated as its target, exactly as written (constrained beam "
+                 "search; greedy search and sampling refuse it). A term that cannot be placed within the sentence's "
+                 "length limit is named in a warning (docs/translate.md#glossaries-terminology)")
+
+
+def add_glossary_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--glossary", metavar="FILE", help=GLOSSARY_HELP)
+
+
+def glossary_from_args(args: argparse.Namespace):  # -> Glossary | None
+    """The --glossary file, read and checked (GlossaryError, a ValueError, names the line)."""
+    if not getattr(args, "glossary", None):
+        return None
+    from transformer.translate.glossary import Glossary
+
+    return Glossary.load(args.glossary)
+
+
+def _file_stamp(path: str | None) -> list | None:
+    """What identifies a file's version for --resume: its resolved path, size and modification time."""
+    if not path:
+        return None
+    stat = Path(path).stat()
+    return [str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns]
+
+
 def translator_from_args(args: argparse.Namespace) -> Translator:
     if args.batch_tokens is not None and args.batch_tokens < 1:
         raise ValueError(f"--batch-tokens must be >= 1, got {args.batch_tokens}")
@@ -98,6 +125,7 @@ def _settings(args: argparse.Namespace) -> dict:
             "segment": args.segment, "format": args.format, "src_lang": args.src_lang, "json": args.json,
             "chunk_lines": args.chunk_lines, "max_line_chars": args.max_line_chars,
             "precision": precision_option(args),  # one value, however it was spelled (--int8, --precision int8)
+            "glossary": _file_stamp(args.glossary), "scores": args.scores,
             **{name: getattr(args, name) for name in DECODING_ARGUMENTS}}
 
 
@@ -149,7 +177,12 @@ def register_translate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     p.add_argument("--json", action="store_true", help="JSON lines, one per input line: index, source, translations "
                    "with scores; with --segment sentences also the translated line and each sentence's source and "
-                   "target spans and score")
+                   "target spans and score; its confidence where the run is calibrated (`transformer calibrate`), and "
+                   "the glossary terms it could not place")
+    p.add_argument("--scores", action="store_true", help="after each translated line a tab and its confidence: the "
+                   "probability that it is adequate, the lowest of its sentences' (needs a calibrated run: "
+                   "`transformer calibrate RUN_DIR`)")
+    add_glossary_argument(p)
     add_decoding_arguments(p)
     p.set_defaults(handler=translate_command)
 
@@ -165,11 +198,17 @@ def translate_command(args: argparse.Namespace) -> int:
         raise ValueError("nothing to translate: give texts, --input FILE, or pipe text into standard input")
     if args.format == "html":
         return _translate_html(args)
+    if args.scores and (args.json or args.n_best > 1):
+        raise ValueError("--scores is for plain output: --json already holds each sentence's confidence")
     open_sink, done, offset = open_output(args, _settings)  # refusals come before the model is loaded
     reporter = Reporter()
     source: InputText | None = None
     try:
+        args.glossary_terms = glossary_from_args(args)
         translator = translator_from_args(args)
+        if args.scores and translator.calibration is None:
+            raise ValueError(f"--scores prints each line's confidence, and {args.run_dir} has no calibration: run "
+                             f"`transformer calibrate {args.run_dir}` first")
         if args.sentences:
             lines: Iterable[Line] = [Line(i + 1, text, "\n") for i, text in enumerate(args.sentences)]
             total = len(args.sentences)
@@ -203,18 +242,25 @@ def _translate_chunk(translator: Translator, chunk: list[Line], args: argparse.N
                      reporter: Reporter) -> tuple[str, int]:
     """The output of a chunk of lines (what gets written), and its number of sentences (segments)."""
     out: list[str] = []
+    glossary, confidence = getattr(args, "glossary_terms", None), args.json or args.scores
     if args.segment == "lines":
+        texts = [line.text for line in chunk]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", TranslationWarning)
-            n_best = translator.translate_n_best([line.text for line in chunk])
+            n_best = translator.translate_n_best(texts, glossary=glossary, confidence=confidence)
         for w in caught:
             warning = w.message
             message = warning.describe(f"line {chunk[warning.sentence - 1].number}") \
                 if isinstance(warning, TruncationWarning) else str(warning)
             reporter.warn("long-sentence", f"{_name(args)}: {message}")
-        for line, hyps in zip(chunk, n_best):
+        terms = translator.glossary_terms(texts, glossary) if glossary is not None else None
+        for i, (line, hyps) in enumerate(zip(chunk, n_best)):
             alternatives = [(_one_line(translator.detokenize(h)), h.score) for h in hyps]
-            out.append(_format(args, line, alternatives[0][0] if alternatives else "", alternatives))
+            missing = tuple(terms[i][c] for c in hyps[0].unmet) if hyps and terms else ()
+            if missing:
+                reporter.warn("term", f"{_name(args)}: {TermWarning(missing, f'line {line.number}')}", line.number)
+            notes = {"confidence": hyps[0].confidence if hyps else None, "missing_terms": missing}
+            out.append(_format(args, line, alternatives[0][0] if alternatives else "", alternatives, notes=notes))
         return "".join(out), sum(1 for hyps in n_best if hyps)
 
     from transformer.translate.document import translate_lines
@@ -228,9 +274,11 @@ def _translate_chunk(translator: Translator, chunk: list[Line], args: argparse.N
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TranslationWarning)
         translated = translate_lines(translator, [line.text if ok else "" for line, ok in zip(chunk, fits)],
-                                     lang=args.src_lang, first_line=chunk[0].number)
+                                     lang=args.src_lang, first_line=chunk[0].number, glossary=glossary,
+                                     confidence=confidence)
     for w in caught:
-        reporter.warn("long-sentence", f"{_name(args)}: {w.message}")
+        kind = "term" if isinstance(w.message, TermWarning) else "long-sentence"
+        reporter.warn(kind, f"{_name(args)}: {w.message}")
     sentences = 0
     for line, ok, result in zip(chunk, fits, translated):
         if not ok:
@@ -253,9 +301,10 @@ def _one_line(text: str) -> str:
 
 
 def _format(args: argparse.Namespace, line: Line, text: str, alternatives: list[tuple[str, float]],
-            result=None, *, untranslated: bool = False) -> str:
+            result=None, *, untranslated: bool = False, notes: dict | None = None) -> str:
     """One input line's output: its translation, its n-best lines, or its JSON record
-    (``result``: the line's ``TranslatedLine`` with --segment sentences)."""
+    (``result``: the line's ``TranslatedLine`` with --segment sentences; ``notes``: with
+    --segment lines, the line's confidence and missing glossary terms)."""
     newline = line.newline
     if args.json:
         record = {"index": line.number - 1, "source": line.text,
@@ -263,22 +312,36 @@ def _format(args: argparse.Namespace, line: Line, text: str, alternatives: list[
         if args.segment == "sentences":
             record["translation"] = text
             record["sentences"] = [] if result is None else [
-                {"source": list(a.source), "target": list(a.target), "score": round(s, 4)}
-                for a, s in zip(result.sentences, result.scores)]
+                {"source": list(a.source), "target": list(a.target), "score": round(s, 4), **_sentence_notes(
+                    a.confidence, a.missing_terms)} for a, s in zip(result.sentences, result.scores)]
             if untranslated:
                 record["untranslated"] = True
+        elif notes is not None:
+            record.update(_sentence_notes(notes["confidence"], notes["missing_terms"]))
         return json.dumps(record, ensure_ascii=False) + newline
     if args.n_best > 1:
         return "".join(f"{line.number - 1} ||| {t} ||| {s:.4f}{newline}" for t, s in alternatives)
+    if args.scores:
+        found = [a.confidence for a in result.sentences if a.confidence is not None] if result is not None else \
+            [notes["confidence"]] if notes is not None and notes["confidence"] is not None else []
+        return f"{text}\t{min(found):.3f}{newline}" if found else f"{text}\t-{newline}"
     return text + newline
+
+
+def _sentence_notes(confidence: float | None, missing_terms) -> dict:
+    """A sentence's confidence (where the run is calibrated) and the glossary terms it lacks, for JSON."""
+    notes = {} if confidence is None else {"confidence": round(confidence, 4)}
+    if missing_terms:
+        notes["missing_terms"] = [{"source": t.source, "target": t.target} for t in missing_terms]
+    return notes
 
 
 def _translate_html(args: argparse.Namespace) -> int:
     """--format html: the whole input is one document (each argument one, when given as arguments)."""
     if args.resume:
         raise ValueError("--resume is for --format text (an HTML document is translated whole)")
-    if args.n_best > 1 or args.json or args.segment == "lines":
-        raise ValueError("--n-best, --json and --segment lines are for --format text")
+    if args.n_best > 1 or args.json or args.scores or args.segment == "lines":
+        raise ValueError("--n-best, --json, --scores and --segment lines are for --format text")
     try:
         from transformer.translate.html import translate_html
     except ImportError as err:
@@ -300,12 +363,14 @@ def _translate_html(args: argparse.Namespace) -> int:
             source.close()
     from transformer.translate.document import translate_sentences
 
+    glossary = glossary_from_args(args)
     translator = translator_from_args(args)
     lang = args.src_lang or translator.src_lang
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TranslationWarning)
-        texts = [translate_html(document, lambda sentences: translate_sentences(translator, sentences), lang=lang)
+        texts = [translate_html(document, lambda sentences: translate_sentences(translator, sentences,
+                                                                                 glossary=glossary), lang=lang)
                  for document in documents]
     for w in caught:
         reporter.warn("long-sentence", f"{_name(args)}: {w.message}")
@@ -345,6 +410,7 @@ def register_evaluate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", "-o", help="also write the translations to this file (never over the test set)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     p.add_argument("--json", action="store_true", help="print the scores as one JSON object on the last line")
+    add_glossary_argument(p)
     add_decoding_arguments(p)
     p.set_defaults(handler=evaluate_command)
 
@@ -357,10 +423,17 @@ def evaluate_command(args: argparse.Namespace) -> int:
         if Path(args.output).exists() and not args.overwrite:
             raise ValueError(f"{args.output} exists: give --overwrite to replace it")
     sources, references = _test_set(args)
+    glossary = glossary_from_args(args)
     translator = translator_from_args(args)
     start = time.perf_counter()
-    hypotheses = translator.translate(sources)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TermWarning)
+        hypotheses = translator.translate(sources, glossary=glossary)
     elapsed = time.perf_counter() - start
+    for w in caught[:5]:
+        print(f"warning: {w.message}", file=sys.stderr)
+    if len(caught) > 5:
+        print(f"warning: {len(caught)} sentences in all lack a glossary term", file=sys.stderr)
     if args.output:
         write_atomic(args.output, "".join(h + "\n" for h in hypotheses).encode("utf-8"))
     s = score(hypotheses, references)

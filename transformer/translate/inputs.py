@@ -56,7 +56,8 @@ class Reporter:
 
 
 KINDS = {"utf8": "invalid UTF-8 replaced", "nul": "NUL bytes removed", "long-line": "lines copied untranslated",
-         "long-sentence": "sentences over the model's input limit"}
+         "long-sentence": "sentences over the model's input limit",
+         "term": "glossary terms that could not be placed"}
 
 
 @dataclass(frozen=True)
