@@ -10,13 +10,13 @@ switched off because they load their scripts from a CDN):
 
 * ``POST /v1/translate``: one text or a list, each of any number of sentences, lines and
   paragraphs (or HTML pages, ``format: "html"``); ``beam_size``, ``n_best``, ``max_length``,
-  ``alternatives``; returns the translations in the texts' structure with scores (and distinct
+  ``alternatives``, ``glossary``; returns the translations in the texts' structure with scores (and distinct
   alternatives when asked for: :mod:`transformer.translate.alternatives`), the sentence alignment
   (:mod:`transformer.serve.documents`), warnings (a sentence over ``max_input_tokens`` is
   translated in pieces) and the timing of the model calls (the sentences of concurrent requests
   are batched together, see :mod:`transformer.serve.batching`).
 * ``POST /v1/attention``: one text and the index of one of its sentences (``sentence``, default
-  0; ``piece``, default 0, for a sentence translated in pieces); returns the document of
+  0; ``piece``, default 0, for a sentence translated in pieces; ``glossary``); returns the document of
   ``transformer/visualize/schema.json`` for that sentence (its translation and every attention
   weight of it), with ``X-Sentence-Index``, ``X-Sentence-Count``, ``X-Source-Span`` and
   ``X-Piece-*`` headers.

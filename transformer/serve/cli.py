@@ -39,6 +39,7 @@ _OPTIONS = {  # field -> (option, type, help)
     "max_beam_size": ("--max-beam-size", int, "the largest beam_size and n_best a request may ask for"),
     "max_alternatives": ("--max-alternatives", int, "the most alternatives (distinct translations besides the "
                          "translation) a request may ask for; 0: none. A text has at most beam_size - 1"),
+    "max_glossary_terms": ("--max-glossary-terms", int, "glossary terms (source and target pairs) per request"),
     "max_batch_size": ("--max-batch-size", int, "sentences of one or more requests merged into one model call "
                        "(1: no dynamic batching); a request with more runs in calls of its own of up to "
                        "max(this, --max-texts) sentences"),

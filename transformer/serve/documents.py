@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from transformer.translate.alternatives import combine
 from transformer.translate.document import fitting_spans, join_pieces
@@ -42,6 +42,14 @@ from transformer.translate.segment import Document, segment_text
 
 # One hypothesis as the batcher returns it: (translation, score, log_prob).
 Hyp = tuple[str, float, float]
+
+
+class ModelOutput(NamedTuple):
+    """What the model gave for one input (a sentence or a piece of one): its hypotheses, best
+    first, and the glossary terms its best one lacks (``Term`` objects; none without a glossary)."""
+
+    hyps: list[Hyp]
+    missing: tuple = ()
 
 
 class Unprocessable(Exception):
@@ -74,12 +82,20 @@ class ModelInputs:
     spans: list[list[tuple[int, int]]]  # per sentence: its pieces, [start, end) in the sentence
     warnings: list[list[dict[str, Any]]]  # per text: {"sentence": j, "message": ...} for each split sentence
 
-    def hypotheses(self, results: Sequence[Sequence[Hyp]]) -> list[list[Hyp]]:
-        """Per sentence, its hypotheses (best first) from ``results`` (one list per input):
-        a sentence's pieces joined back into one translation."""
+    def hypotheses(self, results: Sequence[ModelOutput]) -> list[list[Hyp]]:
+        """Per sentence, its hypotheses (best first) from ``results`` (one per input): a
+        sentence's pieces joined back into one translation."""
+        return [join_pieces([r.hyps for r in outputs if r.hyps]) for outputs in self._per_sentence(results)]
+
+    def missing_terms(self, results: Sequence[ModelOutput]) -> list[list[Any]]:
+        """Per sentence, the glossary terms its translation lacks (its pieces' together, each once)."""
+        return [list(dict.fromkeys(term for r in outputs for term in r.missing))
+                for outputs in self._per_sentence(results)]
+
+    def _per_sentence(self, results: Sequence[ModelOutput]) -> list[Sequence[ModelOutput]]:
         out, k = [], 0
         for spans in self.spans:
-            out.append(join_pieces([r for r in results[k: k + len(spans)] if r]))
+            out.append(results[k: k + len(spans)])
             k += len(spans)
         return out
 
@@ -217,8 +233,25 @@ def _alternatives(hyps: Sequence[Sequence[Hyp]], count: int, build: Callable[[li
     return combine([[h[0] for h in sentence] for sentence in hyps], count + 1, build)[1:]
 
 
+def _with_missing_terms(translation: dict[str, Any], missing: Sequence[Sequence[Any]] | None,
+                        names: Sequence[str]) -> dict[str, Any]:
+    """``translation`` with each sentence's ``missing_terms`` and a warning for each sentence that
+    has some (``names``: how the warnings name the sentences); as it was without a glossary (None)."""
+    if missing is None:
+        return translation
+    for sentence, terms in zip(translation["sentences"], missing):
+        sentence["missing_terms"] = [{"source": t.source, "target": t.target} for t in terms]
+    added = [{"sentence": j, "message": f"{names[j]}: the glossary's "
+              + ", ".join(f"{t.source!r} -> {t.target!r}" for t in terms)
+              + " could not be placed in the translation within its length limit (max_length)"}
+             for j, terms in enumerate(missing) if terms]
+    translation["warnings"] = sorted(translation["warnings"] + added, key=lambda w: w["sentence"])
+    return translation
+
+
 def assemble(document: Document, hyps: Sequence[Sequence[Hyp]], pieces: Sequence[Sequence[tuple[int, int]]],
-             warnings: list[dict[str, Any]], n_best: int, alternatives: int = 0) -> dict[str, Any]:
+             warnings: list[dict[str, Any]], n_best: int, alternatives: int = 0,
+             missing: Sequence[Sequence[Any]] | None = None, name: str = "text") -> dict[str, Any]:
     """The ``Translation`` of one text from its sentences' hypotheses (best first), the pieces
     each sentence was translated in, and the warnings about the text.
 
@@ -229,7 +262,9 @@ def assemble(document: Document, hyps: Sequence[Sequence[Hyp]], pieces: Sequence
     sentence's hypotheses, as before paragraphs were segmented. Only the first ``n_best``
     hypotheses of a sentence are reported; with ``alternatives`` > 0 all of them give the
     text's ``alternatives``: up to that many distinct translations other than ``translation``
-    (absent from the dict when ``alternatives`` is 0)."""
+    (absent from the dict when ``alternatives`` is 0). ``missing``: with a glossary, each
+    sentence's terms that its translation lacks (``missing_terms``, and a warning naming the
+    sentence of the text ``name``)."""
     extra = {"alternatives": _alternatives(hyps, alternatives, document.rebuild)} if alternatives else {}
     hyps = [h[:max(1, n_best)] for h in hyps]
     ranked, spans = [], []
@@ -241,7 +276,8 @@ def assemble(document: Document, hyps: Sequence[Sequence[Hyp]], pieces: Sequence
     sentences = [{"source_span": [segment.start, segment.end], "target_span": list(target), "line": segment.line + 1,
                   "text": None, "pieces": len(cuts), "score": _kth(h, 0)[1], "n_best": _hypotheses(h)}
                  for segment, target, h, cuts in zip(document.segments, spans[0], hyps, pieces)]
-    return _translation(document.text, ranked, sentences, warnings) | extra
+    names = [sentence_name(name, document, j) for j in range(len(document.segments))]
+    return _with_missing_terms(_translation(document.text, ranked, sentences, warnings) | extra, missing, names)
 
 
 def _page_with(page: str, found: Sequence[str], translations: list[str], lang: str | None) -> str:
@@ -256,14 +292,16 @@ def _page_with(page: str, found: Sequence[str], translations: list[str], lang: s
 
 def assemble_html(page: str, found: Sequence[str], hyps: Sequence[Sequence[Hyp]],
                   pieces: Sequence[Sequence[tuple[int, int]]], warnings: list[dict[str, Any]], n_best: int,
-                  lang: str | None, alternatives: int = 0) -> dict[str, Any]:
+                  lang: str | None, alternatives: int = 0, missing: Sequence[Sequence[Any]] | None = None,
+                  name: str = "text") -> dict[str, Any]:
     """The ``Translation`` of one HTML page whose text's sentences are ``found``: the k-th entry
     of ``n_best`` is the page rebuilt around every sentence's k-th hypothesis
     (:func:`transformer.translate.html.translate_html`, markup kept), scored as in
     :func:`assemble`; a page without text comes back as it is (score 0). A page's sentence is
     not one span of its markup (tags and entities interrupt it, and the tags are placed anew in
     the translation): its alignment entry gives its ``text`` as the model read it, no spans.
-    ``alternatives``: as in :func:`assemble`, each a page rebuilt (a page without text has none)."""
+    ``alternatives``: as in :func:`assemble`, each a page rebuilt (a page without text has none);
+    ``missing`` and ``name`` as there."""
     extra = {}
     if alternatives:
         extra["alternatives"] = _alternatives(hyps, alternatives, lambda chosen: _page_with(page, found, chosen, lang))
@@ -277,4 +315,5 @@ def assemble_html(page: str, found: Sequence[str], hyps: Sequence[Sequence[Hyp]]
     sentences = [{"source_span": None, "target_span": None, "line": None, "text": sentence, "pieces": len(cuts),
                   "score": _kth(h, 0)[1], "n_best": _hypotheses(h)}
                  for sentence, h, cuts in zip(found, hyps, pieces)]
-    return _translation(page, ranked, sentences, warnings) | extra
+    names = [f"{name}, sentence {j} ({preview(sentence)})" for j, sentence in enumerate(found)]
+    return _with_missing_terms(_translation(page, ranked, sentences, warnings) | extra, missing, names)

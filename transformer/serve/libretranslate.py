@@ -18,6 +18,9 @@ a single-direction model can:
   text besides ``translatedText`` (a list of lists when ``q`` is a list; ``[]`` for a blank
   text), from the beam's hypotheses (:mod:`transformer.translate.alternatives`: at most
   ``beam_size - 1``, fewer where the beam has fewer distinct texts), for html too.
+  ``glossary`` (this server's extension, in a JSON body): ``[{"source", "target"}, ...]``, at
+  most ``max_glossary_terms``, as on ``/v1/translate``; LibreTranslate's answer has no place for
+  a term that could not be placed.
 * ``GET /languages``: ``[{"code", "name", "targets"}]``: the model's source language with its
   target, and the target language (with no targets of its own, as LibreTranslate lists a
   language it only translates into).
@@ -28,7 +31,7 @@ a single-direction model can:
 Errors have LibreTranslate's shape, ``{"error": message}``: 400 for a missing or bad parameter
 (a language the model does not serve, a format other than text or html, a text too long, too
 many texts or sentences, a control character, ``alternatives`` not an integer, negative or over
-``max_alternatives``), 413 for a body over ``max_body_bytes``, 503 when
+``max_alternatives``, a bad ``glossary``), 413 for a body over ``max_body_bytes``, 503 when
 overloaded or timed out. A sentence over ``max_input_tokens`` is translated in pieces, as on
 ``/v1/translate``; LibreTranslate's answer has no place for the warning ``/v1/translate`` gives.
 """
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from email.parser import BytesParser
 from email.policy import HTTP
 from typing import Any
@@ -115,13 +119,17 @@ def _form_fields(body: bytes, content_type: str) -> list[tuple[str, str]]:
     return []
 
 
+def _is_json(request: Request) -> bool:
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
+
+
 async def read_parameters(request: Request) -> dict[str, Any]:
     """The request's parameters as LibreTranslate reads them: a JSON body's object, or else the
     query string's and the form's fields (the first of a repeated name)."""
     content_type = request.headers.get("content-type", "")
-    media = content_type.split(";")[0].strip().lower()
     body = await request.body()
-    if media == "application/json" or media.endswith("+json"):
+    if _is_json(request):
         try:
             data = json.loads(body)
         except json.JSONDecodeError as err:
@@ -196,6 +204,28 @@ def _alternatives(params: dict[str, Any], limits: ServeLimits) -> int:
     return value
 
 
+def _glossary(params: dict[str, Any], limits: ServeLimits, beam_size: int,
+              json_body: bool) -> list[tuple[str, str]] | None:
+    """``glossary`` (this server's extension): a JSON list of ``{"source", "target"}`` objects."""
+    value = params.get("glossary")
+    if value is None or value == [] or (value == "" and not json_body):
+        return None
+    if not json_body:
+        raise BadRequest("Invalid request: glossary is read from a JSON body only (a list of "
+                         '{"source": ..., "target": ...} objects)')
+    if not isinstance(value, list) or not all(isinstance(t, dict) and set(t) == {"source", "target"}
+                                              and all(isinstance(v, str) for v in t.values()) for t in value):
+        raise BadRequest('Invalid request: glossary must be a list of {"source": ..., "target": ...} objects '
+                         "with string values")
+    if len(value) > limits.max_glossary_terms:
+        raise BadRequest(f"Invalid request: glossary holds {len(value)} terms; at most {limits.max_glossary_terms} "
+                         "are taken per request")
+    if beam_size == 1:
+        raise BadRequest("Invalid request: a glossary needs beam search, and this server decodes greedily "
+                         "(--beam-size 1)")
+    return [(t["source"], t["target"]) for t in value]
+
+
 def _check_language(given: str, served: str | None, what: str, src_lang: str | None, tgt_lang: str | None) -> None:
     if served is not None and given.lower() != served.lower():
         raise BadRequest(f"{given} is not supported as the {what} language: this server translates "
@@ -228,13 +258,15 @@ def router(service: TranslationService) -> APIRouter:
                 _check_language(source, src_lang, "source", src_lang, tgt_lang)
             _check_language(target, tgt_lang, "target", src_lang, tgt_lang)
             count = _alternatives(params, limits)
+            pairs = _glossary(params, limits, service.default.beam_size, _is_json(request))
+            settings = replace(service.default, glossary=service.glossary(pairs))
             out = list(texts)
             others: list[list[str]] = [[] for _ in texts]
             todo = [i for i, t in enumerate(texts) if t.strip()]  # blank texts come back as they are
             names = [f"q[{i}]" if batch else "q" for i in todo]
             if todo:
                 translate = service.translate_pages if text_format == "html" else service.translate_texts
-                results, _ = await translate([texts[i] for i in todo], names=names, alternatives=count)
+                results, _ = await translate([texts[i] for i in todo], settings, names=names, alternatives=count)
                 for i, result in zip(todo, results):
                     out[i] = result["translation"]
                     others[i] = result.get("alternatives", [])

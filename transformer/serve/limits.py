@@ -31,6 +31,9 @@ class ServeLimits:
     max_alternatives: the most ``alternatives`` a request may ask for (422 on /v1/translate, 400 on
         LibreTranslate's /translate beyond; 0 turns them off). A text has at most ``beam_size - 1``
         alternatives whatever the request asks (:mod:`transformer.translate.alternatives`).
+    max_glossary_terms: glossary terms per request (``glossary`` on /v1/translate and /v1/attention,
+        and on LibreTranslate's /translate; 422, or 400 there, beyond). Each term found in a
+        sentence is a constraint of its beam search.
     max_batch_size: sentences of one or more requests merged into one model call by the dynamic
         batcher (1 = no merging); a request with more runs in calls of its own of up to
         max(max_batch_size, max_texts) sentences, interleaved with other requests.
@@ -48,6 +51,7 @@ class ServeLimits:
     max_output_tokens: int = 256
     max_beam_size: int = 16
     max_alternatives: int = 15
+    max_glossary_terms: int = 256
     max_batch_size: int = 32
     batch_wait_ms: float = 5.0
     max_queue: int = 1024

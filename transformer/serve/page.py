@@ -16,6 +16,13 @@ own inline code: the SHA-256 hash of each inline ``<script>`` and ``<style>`` of
 the attention view (an ``srcdoc`` frame inherits the page's policy), ``fetch`` to its own origin,
 nothing loaded from elsewhere, no ``<base>``, never framed by another page.
 
+A glossary box (``#glossary``, folded under "Glossary") takes terms the translation must use, one
+per line, ``source = target`` or ``source<TAB>target`` (blank lines and lines starting with ``#``
+skipped; a line without a separator or with an empty side is refused naming it, before anything is
+sent); they go with the request as ``glossary``, and with the attention requests, so the attention
+shown is that of the translation shown. Terms the translation could not hold are listed in
+``#missing-terms``. An empty box sends no glossary.
+
 Hooks for tests and tools: ``#source`` (the text box), ``#translate`` (the button),
 ``#translation`` (the output; ``.sentence[data-index]`` spans), ``#source-view`` (the source, the
 same spans), ``#sentence-select``, ``#result[data-state]`` (``idle``, ``busy``, ``done`` or
@@ -100,6 +107,9 @@ _INDEX = """<!DOCTYPE html>
   #sentence-select { font: inherit; max-width: 100%; }
   #error { color: var(--bad); }
   #attention-frame { width: 100%; height: 760px; border: 1px solid var(--line); border-radius: 6px; margin-top: 10px; }
+  #glossary-box { grid-column: 1 / -1; color: var(--muted); font-size: 13px; }
+  #glossary-box textarea { min-height: 4em; font-size: 14px; color: var(--fg); margin-top: 4px; }
+  #missing-terms { color: var(--bad); font-size: 13px; }
   [hidden] { display: none !important; }
 </style>
 </head>
@@ -112,6 +122,11 @@ _INDEX = """<!DOCTYPE html>
   <form id="form">
     <textarea id="source" maxlength="__MAX_CHARS__" placeholder="Type or paste text, e.g. je suis \u00e9tudiant. le chat noir dort sur la table." autofocus></textarea>
     <button id="translate" type="submit">Translate</button>
+    <details id="glossary-box">
+      <summary>Glossary</summary>
+      <label for="glossary">Terms the translation must use, one per line: <code>source = target</code> (or source, a tab, target); lines starting with # are skipped.</label>
+      <textarea id="glossary" spellcheck="false" placeholder="chat = cat&#10;&#233;tudiant = student"></textarea>
+    </details>
   </form>
   <section id="result" data-state="idle" aria-live="polite">
     <div id="texts" hidden>
@@ -119,6 +134,7 @@ _INDEX = """<!DOCTYPE html>
       <div><h2>Translation</h2><div id="translation"></div></div>
     </div>
     <div id="meta"></div>
+    <div id="missing-terms" hidden></div>
     <div id="error" hidden></div>
     <div id="sentence-picker" hidden>
       <label for="sentence-select">Attention of sentence</label>
@@ -183,6 +199,7 @@ _INDEX = """<!DOCTYPE html>
     $("translation").textContent = "";
     $("source-view").textContent = "";
     $("sentence-picker").hidden = true;
+    $("missing-terms").hidden = true;
     $("attention-frame").hidden = true;
     delete $("result").dataset.sentence;
   }
@@ -195,6 +212,28 @@ _INDEX = """<!DOCTYPE html>
     return answer;
   }
 
+  /* The glossary box: "source = target" or "source<TAB>target" per line; blank lines and # lines skipped. */
+  function glossaryTerms() {
+    const terms = [];
+    $("glossary").value.split(/\\r\\n|\\r|\\n/).forEach((line, i) => {
+      if (!line.trim() || line.trim().startsWith("#")) return;
+      const cut = line.includes("\\t") ? line.indexOf("\\t") : line.indexOf("=");
+      const source = cut < 0 ? "" : line.slice(0, cut).trim();
+      const target = cut < 0 ? "" : line.slice(cut + 1).trim();
+      if (!source || !target) throw new Error(`glossary line ${i + 1}: write source = target (or source, a tab, target)`);
+      terms.push({ source, target });
+    });
+    return terms;
+  }
+
+  function showMissingTerms(sentences) {
+    const missing = [];
+    sentences.forEach((s, i) => (s.missing_terms || []).forEach((t) =>
+      missing.push(`${t.source} \u2192 ${t.target} (sentence ${i + 1})`)));
+    $("missing-terms").textContent = missing.length ? "Glossary terms not placed: " + missing.join("; ") : "";
+    $("missing-terms").hidden = !missing.length;
+  }
+
   async function translate(event) {
     event.preventDefault();
     const text = $("source").value;
@@ -205,10 +244,13 @@ _INDEX = """<!DOCTYPE html>
     $("meta").textContent = "translating\u2026";
     const started = performance.now();
     try {
-      const body = await post("/v1/translate", { text });
+      const glossary = glossaryTerms();
+      const request = glossary.length ? { text, glossary } : { text };  /* no glossary: the request as before */
+      const body = await post("/v1/translate", request);
       if (mine !== generation) return;
       const t = body.translations[0];
-      current = { text, sentences: t.sentences };
+      current = { text, sentences: t.sentences, glossary };
+      showMissingTerms(t.sentences);
       renderSpans($("source-view"), text, t.sentences.map((s) => s.source_span));
       renderSpans($("translation"), t.translation, t.sentences.map((s) => s.target_span));
       $("texts").hidden = false;
@@ -240,7 +282,9 @@ _INDEX = """<!DOCTYPE html>
     $("attention-meta").textContent = "computing the attention\u2026";
     const started = performance.now();
     try {
-      const doc = await post("/v1/attention", { text: current.text, sentence: index });
+      const request = { text: current.text, sentence: index };
+      if (current.glossary.length) request.glossary = current.glossary;  /* the attention of the same translation */
+      const doc = await post("/v1/attention", request);
       if (mine !== generation) return;
       $("attention-meta").textContent = `${doc.tokens.source.pieces.length} source tokens \u2192 ` +
         `${doc.tokens.target_output.pieces.length - 1} target tokens \u00b7 ${Math.round(performance.now() - started)} ms`;

@@ -62,6 +62,11 @@ def _timing(start: float, info: BatchInfo) -> dict[str, float]:
             "batch_requests": info.batch_requests, "model_calls": info.model_calls}
 
 
+def _glossary(service: TranslationService, body: Any) -> tuple[tuple[str, str], ...]:
+    """The request's ``glossary`` as checked pairs (() without one)."""
+    return service.glossary([(term.source, term.target) for term in body.glossary or ()])
+
+
 def translate_router(service: TranslationService, TranslateRequest: type[BaseModel]) -> APIRouter:  # noqa: N803
     """``POST /v1/translate``; ``TranslateRequest``: its body, built for the service's limits
     (:func:`transformer.serve.schemas.request_models`)."""
@@ -75,7 +80,7 @@ def translate_router(service: TranslationService, TranslateRequest: type[BaseMod
     async def translate(body: TranslateRequest) -> TranslateResponse:  # type: ignore[valid-type]
         start = time.perf_counter()
         texts = [body.text] if isinstance(body.text, str) else list(body.text)
-        settings = DecodingSettings(body.beam_size, body.n_best, body.max_length)
+        settings = DecodingSettings(body.beam_size, body.n_best, body.max_length, glossary=_glossary(service, body))
         run = service.translate_pages if body.format == "html" else service.translate_texts
         translations, info = await run(texts, settings, alternatives=body.alternatives)
         return TranslateResponse(translations=translations, decoding=service.decoding(settings),
@@ -96,8 +101,8 @@ def attention_router(service: TranslationService, AttentionRequest: type[BaseMod
                  summary="Translate one sentence of a text and return every attention weight of that translation")
     async def attention(body: AttentionRequest) -> JSONResponse:  # type: ignore[valid-type]
         start = time.perf_counter()
-        result = await service.attention(body.text, DecodingSettings(body.beam_size, max_length=body.max_length),
-                                         sentence=body.sentence, piece=body.piece)
+        settings = DecodingSettings(body.beam_size, max_length=body.max_length, glossary=_glossary(service, body))
+        result = await service.attention(body.text, settings, sentence=body.sentence, piece=body.piece)
         timing, where = _timing(start, result.info), result.piece
         return JSONResponse(result.data, headers={
             "Server-Timing": f"queue;dur={timing['queue_ms']}, compute;dur={timing['compute_ms']}",

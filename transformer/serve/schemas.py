@@ -58,6 +58,13 @@ class Hypothesis(BaseModel):
     log_prob: float = Field(description="the model's total log-probability of the output tokens")
 
 
+class GlossaryTerm(BaseModel):
+    """A glossary entry: where ``source`` is in a sentence, its translation must contain ``target``."""
+
+    source: str
+    target: str
+
+
 class SentenceTranslation(BaseModel):
     """One sentence of a text: which source span produced which target span."""
 
@@ -77,6 +84,10 @@ class SentenceTranslation(BaseModel):
     score: float = Field(description="the score of its best hypothesis (in pieces: the mean of theirs)")
     n_best: list[Hypothesis] = Field(description="this sentence's hypotheses, best first (in pieces: the k-th "
                                      "joins every piece's k-th; log_prob their sum)")
+    missing_terms: list[GlossaryTerm] = Field(default_factory=list, description="only when the request has a "
+                                              "glossary: its terms found in this sentence that the translation "
+                                              "could not be made to contain within its length limit (each also "
+                                              "in warnings)")
 
 
 class TextWarning(BaseModel):
@@ -96,7 +107,8 @@ class Translation(BaseModel):
                                      "their sum, score: their mean)")
     sentences: list[SentenceTranslation] = Field(description="the sentence alignment, in text order")
     warnings: list[TextWarning] = Field(description="one per sentence translated in pieces (over "
-                                        "max_input_tokens); empty when every sentence fit")
+                                        "max_input_tokens), and one per sentence lacking glossary terms "
+                                        "(missing_terms); empty when every sentence fit")
     alternatives: list[str] = Field(default_factory=list, description="only when the request asks for "
                                     "alternatives: up to that many distinct translations of the text other than "
                                     "translation, best first (from the beam's hypotheses, deduplicated after "
@@ -177,12 +189,30 @@ def request_models(limits: ServeLimits, default_beam: int) -> RequestModels:
             raise ValueError(f"n_best ({self.n_best}) cannot exceed beam_size ({self.beam_size})")
         return self
 
+    def glossary_needs_a_beam(self):
+        if self.glossary and self.beam_size == 1:
+            raise ValueError("a glossary needs beam search (its terms are constraints of the beam): "
+                             "beam_size must be >= 2")
+        return self
+
+    side = Annotated[str, Field(min_length=1, max_length=limits.max_chars)]
+    term = create_model("GlossaryTermRequest", __config__=strict, __doc__=GlossaryTerm.__doc__,
+                        source=(side, Field(description="the source term, found case-insensitively as whole "
+                                                        "words")),
+                        target=(side, Field(description="what the translation must contain, exactly as "
+                                                        "written")))
+    glossary = (Annotated[list[term], Field(max_length=limits.max_glossary_terms)] | None,
+                Field(None, description=f"at most {limits.max_glossary_terms} terms: the translation of a "
+                      "sentence that contains a term's source contains its target (constrained beam search; "
+                      "needs beam_size >= 2). The same source twice with different targets is refused"))
+
     translate = create_model(
         "TranslateRequest",
         __config__=strict,
         __doc__="One text or a list of texts (each may hold several sentences, lines and paragraphs), "
                 "and decoding settings.",
-        __validators__={"n_best_fits": model_validator(mode="after")(n_best_fits)},
+        __validators__={"n_best_fits": model_validator(mode="after")(n_best_fits),
+                        "glossary_needs_a_beam": model_validator(mode="after")(glossary_needs_a_beam)},
         text=(Annotated[Annotated[text, Tag(ONE_TEXT)]
                         | Annotated[list[text], Field(min_length=1, max_length=limits.max_texts), Tag(TEXT_LIST)],
                         Discriminator(_text_or_list, custom_error_type="text_type",
@@ -197,6 +227,7 @@ def request_models(limits: ServeLimits, default_beam: int) -> RequestModels:
                                            description="up to this many distinct translations of each text "
                                            "besides translation, in its alternatives (at most beam_size - 1; "
                                            "0: none, and no alternatives field)")], 0),
+        glossary=glossary,
         format=(Literal["text", "html"], Field("text", description="text: plain text; html: each text is an "
                                                "HTML page (or fragment) whose text is translated and whose markup "
                                                "is kept (tags, attributes, entities; script, style, code and pre "
@@ -217,5 +248,7 @@ def request_models(limits: ServeLimits, default_beam: int) -> RequestModels:
                                     "max_input_tokens), from 0; a sentence that fits is piece 0")], 0),
         beam_size=(beam, default_beam),
         max_length=(max_length, None),
+        glossary=glossary,
+        __validators__={"glossary_needs_a_beam": model_validator(mode="after")(glossary_needs_a_beam)},
     )
     return RequestModels(translate, attention)

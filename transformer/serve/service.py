@@ -6,7 +6,9 @@ server's limits, the language pair it reports and the dynamic batcher that runs 
 
 * :meth:`~TranslationService.translate_texts` and :meth:`~TranslationService.translate_pages`:
   texts (or HTML pages) cut into sentences, translated through the batcher, put back in their
-  structure (:mod:`transformer.serve.documents`);
+  structure (:mod:`transformer.serve.documents`), with distinct alternatives when asked for, and
+  with a request's glossary (:meth:`~TranslationService.glossary`; its terms are part of the
+  batcher's key, so only requests with the same terms share a model call);
 * :meth:`~TranslationService.attention`: the translation of one sentence (or piece) of a text
   and every attention weight of it;
 * :meth:`~TranslationService.model_info`, :meth:`~TranslationService.health`,
@@ -37,9 +39,10 @@ import anyio.to_thread
 from transformer.serve.batching import BatchInfo, DynamicBatcher
 from transformer.serve.documents import (
     Document,
-    Hyp,
     InputPiece,
     ModelInputs,
+    ModelOutput,
+    Unprocessable,
     assemble,
     assemble_html,
     html_sentences_of,
@@ -50,6 +53,7 @@ from transformer.serve.documents import (
 )
 from transformer.serve.limits import ServeLimits
 from transformer.serve.schemas import Decoding, ModelInfo
+from transformer.translate.glossary import Glossary, GlossaryError
 from transformer.translate.translator import Translator
 from transformer.visualize.data import collect_attention, token_limit
 
@@ -65,11 +69,20 @@ class DecodingSettings:
         beam_size: beam width; 1 is greedy search.
         n_best: hypotheses per sentence (at most ``beam_size``).
         max_length: output tokens per sentence; None: the translator's (input length + 50).
+        glossary: ``(source, target)`` terms the translations must use, as
+            :meth:`TranslationService.glossary` checked them (empty: none).
     """
 
     beam_size: int
     n_best: int = 1
     max_length: int | None = None
+    glossary: tuple[tuple[str, str], ...] = ()
+
+
+@functools.lru_cache(maxsize=64)
+def _glossary(pairs: tuple[tuple[str, str], ...]) -> Glossary | None:
+    """The glossary of checked ``pairs``, built once for the model calls of the requests that share them."""
+    return Glossary.from_pairs(pairs) if pairs else None
 
 
 @dataclass(frozen=True)
@@ -127,13 +140,42 @@ class TranslationService:
         return Decoding(strategy="greedy" if settings.beam_size == 1 else "beam", beam_size=settings.beam_size,
                         n_best=settings.n_best, alpha=self.translator.decoding.alpha, max_length=settings.max_length)
 
-    def _run_batch(self, settings: DecodingSettings, texts: list[str]) -> list[list[Hyp]]:
-        """One model call of the batcher (on its worker thread): each text's hypotheses, best first."""
+    def glossary(self, pairs: list[tuple[str, str]] | None) -> tuple[tuple[str, str], ...]:
+        """A request's glossary checked (:class:`Unprocessable` naming the first bad pair: an empty
+        side, a tab or line break in one, a source given twice with different targets), as
+        ``DecodingSettings.glossary``; () for none."""
+        if not pairs:
+            return ()
+        try:
+            glossary = Glossary.from_pairs(pairs)
+        except GlossaryError as err:
+            raise Unprocessable(str(err)) from None
+        return tuple((term.source, term.target) for term in glossary.terms)
+
+    def _check_glossary(self, settings: DecodingSettings, texts: list[str]) -> None:
+        """:class:`Unprocessable` for a term found in ``texts`` that is longer than any output
+        (checked on arrival, so that it never fails a model call other requests share)."""
+        if settings.glossary:
+            try:
+                self.translator_for(settings).glossary_terms(texts, _glossary(settings.glossary))
+            except GlossaryError as err:
+                raise Unprocessable(str(err)) from None
+
+    def _run_batch(self, settings: DecodingSettings, texts: list[str]) -> list[ModelOutput]:
+        """One model call of the batcher (on its worker thread): each text's hypotheses, best
+        first, and the glossary terms its best one lacks. With a glossary, a hypothesis after the
+        best that lacks a term (cut at the length limit before it could hold it) is left out."""
         chosen = self.translator_for(settings)
+        glossary = _glossary(settings.glossary)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # lengths were checked on arrival; nothing is cut
-            n_best = chosen.translate_n_best(texts)
-        return [[(chosen.detokenize(h), float(h.score), float(h.log_prob)) for h in hyps] for hyps in n_best]
+            n_best = chosen.translate_n_best(texts, glossary=glossary)
+            terms = chosen.glossary_terms(texts, glossary) if glossary else [[] for _ in texts]
+        if glossary:  # after the best, only hypotheses that hold every term found are translations to offer
+            n_best = [[h for k, h in enumerate(hyps) if k == 0 or not h.unmet] for hyps in n_best]
+        return [ModelOutput([(chosen.detokenize(h), float(h.score), float(h.log_prob)) for h in hyps],
+                            tuple(found[c] for c in hyps[0].unmet) if hyps else ())
+                for hyps, found in zip(n_best, terms)]
 
     # -- translation ---------------------------------------------------------------------------
     async def _segment(self, texts: list[str], names: list[str] | None = None) -> tuple[list[Document], ModelInputs]:
@@ -165,12 +207,15 @@ class TranslationService:
             and how the batcher served the request.
         """
         settings = settings or self.default
+        names = names or [text_name(i, len(texts)) for i in range(len(texts))]
         documents, inputs = await self._segment(texts, names)
+        await _off_the_loop(self._check_glossary, settings, inputs.texts)
         results, info = await self.batcher.translate(self._searched(settings, alternatives), inputs.texts)
         counts = [len(d.segments) for d in documents]
         hyps, pieces = per_text(counts, inputs.hypotheses(results)), per_text(counts, inputs.spans)
-        return [assemble(*parts, settings.n_best, alternatives)
-                for parts in zip(documents, hyps, pieces, inputs.warnings)], info
+        missing = per_text(counts, inputs.missing_terms(results)) if settings.glossary else [None] * len(texts)
+        return [assemble(document, h, p, w, settings.n_best, alternatives, m, name)
+                for document, h, p, w, m, name in zip(documents, hyps, pieces, inputs.warnings, missing, names)], info
 
     @staticmethod
     def _searched(settings: DecodingSettings, alternatives: int) -> DecodingSettings:
@@ -197,13 +242,15 @@ class TranslationService:
         results, info = [], BatchInfo(queue_ms=0.0, compute_ms=0.0, batch_size=0, batch_requests=0, model_calls=0)
         if inputs.texts:  # a page may have no text to translate
             self.batcher.check_capacity(len(inputs.texts))
+            await _off_the_loop(self._check_glossary, settings, inputs.texts)
             results, info = await self.batcher.translate(self._searched(settings, alternatives), inputs.texts)
         counts = [len(f) for f in found]
         hyps, pieces = per_text(counts, inputs.hypotheses(results)), per_text(counts, inputs.spans)
+        missing = per_text(counts, inputs.missing_terms(results)) if settings.glossary else [None] * len(pages)
 
         def rebuild() -> list[dict[str, Any]]:  # parsing the pages again: off the event loop
-            return [assemble_html(*parts, settings.n_best, self.segment_lang, alternatives)
-                    for parts in zip(pages, found, hyps, pieces, inputs.warnings)]
+            return [assemble_html(page, f, h, p, w, settings.n_best, self.segment_lang, alternatives, m, name)
+                    for page, f, h, p, w, m, name in zip(pages, found, hyps, pieces, inputs.warnings, missing, names)]
 
         return await _off_the_loop(rebuild), info
 
@@ -226,9 +273,19 @@ class TranslationService:
         settings = settings or self.default
         documents, inputs = await self._segment([text])
         chosen = input_piece(documents[0], inputs.spans, sentence, piece)
-        translator = self.translator_for(replace(settings, n_best=1,
-                                                 max_length=self._attention_length(chosen.text, settings.max_length)))
-        data, info = await self.batcher.call(lambda: collect_attention(translator, chosen.text).to_dict())
+        settings = replace(settings, n_best=1, max_length=self._attention_length(chosen.text, settings.max_length))
+        await _off_the_loop(self._check_glossary, settings, [chosen.text])
+        translator, glossary = self.translator_for(settings), _glossary(settings.glossary)
+
+        def run() -> dict[str, Any]:
+            translation = None  # the translator's own, unless a glossary term is in the sentence
+            if glossary is not None and glossary.matches(chosen.text):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # a missing term is /v1/translate's to report
+                    translation = translator.translate([chosen.text], glossary=glossary)[0]
+            return collect_attention(translator, chosen.text, translation=translation).to_dict()
+
+        data, info = await self.batcher.call(run)
         return SentenceAttention(data, chosen, info)
 
     def _attention_length(self, sentence: str, requested: int | None) -> int | None:
