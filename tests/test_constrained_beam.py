@@ -7,35 +7,42 @@ import torch
 from decoding_helpers import BOS, EOS, V, CopiedMemoryModel, make_batch, make_model, row
 
 from transformer.decoding import DecodeConfig, beam_search, decode
-from transformer.decoding.constraints import unmet_constraints
+from transformer.decoding.constraints import Constraint, check_constraints, unmet_constraints
 
 
 def length_penalty(length, alpha):
     return ((5 + length) / 6) ** alpha
 
 
+def fits(constraint, position, token):
+    """Whether ``token`` may stand at ``position`` of ``constraint``: its own token, or for the last
+    position one of its endings."""
+    tokens = constraint.tokens
+    return token == tokens[position] or (position == len(tokens) - 1 and token in constraint.endings)
+
+
 def advance(state, token, constraints):
     """The state ``(met, cur, j)`` after ``token``: continue the constraint in progress, else
     start the first unmet constraint beginning with ``token`` (progress on another is lost)."""
     met, cur, j = state
-    if j > 0 and constraints[cur][j] == token:
-        if j + 1 == len(constraints[cur]):
+    if j > 0 and fits(constraints[cur], j, token):
+        if j + 1 == len(constraints[cur].tokens):
             return met | {cur}, -1, 0
         return met, cur, j + 1
-    for c, tokens in enumerate(constraints):
-        if c not in met and tokens[0] == token:
-            return (met | {c}, -1, 0) if len(tokens) == 1 else (met, c, 1)
+    for c, constraint in enumerate(constraints):
+        if c not in met and fits(constraint, 0, token):
+            return (met | {c}, -1, 0) if len(constraint.tokens) == 1 else (met, c, 1)
     return met, -1, 0
 
 
 def bank(state, constraints):
     met, _, j = state
-    return sum(len(constraints[c]) for c in met) + j
+    return sum(len(constraints[c].tokens) for c in met) + j
 
 
 def reference(model, src, mask, constraints, *, beam_size, n_best, alpha, max_len):
     """One sentence's ``n_best`` hypotheses as ``(score, log_prob, tokens, shortfall)``, best first."""
-    K, total = beam_size, sum(len(c) for c in constraints)
+    K, total = beam_size, sum(len(c.tokens) for c in constraints)
     beams = [([], 0.0, (frozenset(), -1, 0))]
     finished, n_finished = [], 0
     for t in range(max_len):
@@ -74,7 +81,8 @@ def reference(model, src, mask, constraints, *, beam_size, n_best, alpha, max_le
     return finished
 
 
-CONSTRAINTS = [[[5, 6, 7]], [], [[9], [11, 4]], [[3, 3]]]  # per sentence of the batch
+CONSTRAINTS = [[[5, 6, 7]], [], [Constraint((9,), endings=(10, 13)), [11, 4]], [Constraint((3, 3), endings=(8,))]]
+CHECKED = check_constraints(CONSTRAINTS, 4, eos_id=EOS)
 
 
 @pytest.mark.parametrize("seed,beam_size,n_best,copied", [
@@ -86,7 +94,7 @@ def test_batched_search_equals_the_plain_reference(seed, beam_size, n_best, copi
     decoder = CopiedMemoryModel(model) if copied else model
     got = beam_search(decoder, src, mask, bos_id=BOS, eos_id=EOS, beam_size=beam_size, n_best=n_best,
                       constraints=CONSTRAINTS)
-    for i, wanted in enumerate(CONSTRAINTS):
+    for i, wanted in enumerate(CHECKED):
         s, m = row(src, mask, i)
         ref = reference(model, s, m, wanted, beam_size=beam_size, n_best=n_best, alpha=0.6,
                         max_len=int(m.sum()) + 50)
@@ -103,9 +111,8 @@ def test_every_constraint_appears_and_a_sentence_without_is_searched_as_before()
     plain = beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, n_best=2)
     got = beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, n_best=2, constraints=CONSTRAINTS)
     assert got[1] == plain[1]  # no constraints: the unconstrained search's hypotheses
-    for hyps, wanted in zip(got, CONSTRAINTS):
-        for tokens in wanted:  # the best holds every constraint
-            assert any(hyps[0].tokens[i : i + len(tokens)] == tokens for i in range(len(hyps[0].tokens)))
+    for hyps, wanted in zip(got, CHECKED):
+        assert unmet_constraints(hyps[0].tokens, wanted) == ()  # the best holds every constraint
         for h in hyps:  # a hypothesis cut at the length limit says what it misses
             assert h.unmet == unmet_constraints(h.tokens, wanted)
     assert got[0] != plain[0] and got[2] != plain[2]

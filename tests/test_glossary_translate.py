@@ -118,3 +118,14 @@ def test_confidence_is_none_without_a_calibration(run_dir):
     hyps = t.translate_n_best(SENTENCES[:2], confidence=True)
     assert all(h.confidence is None for found in hyps for h in found)
     assert translate_document(t, "il pleut.", confidence=True).sentences[0].confidence is None
+
+
+def test_one_glossary_per_text(run_dir):
+    t = translator(run_dir)
+    per_text = [Glossary.from_pairs({"chat": "kitty cat"}), Glossary.from_pairs({}), Glossary.from_pairs({}),
+                Glossary.from_pairs({"chat": "kitty cat", "chien": "hound"})]
+    out = t.translate(SENTENCES, glossary=per_text)
+    assert "kitty cat" in out[0] and "hound" in out[3]
+    assert out[1:3] == t.translate(SENTENCES[1:3])
+    with pytest.raises(ValueError, match="one glossary per text: 2 glossaries for 4 texts"):
+        t.translate(SENTENCES, glossary=per_text[:2])

@@ -5,14 +5,19 @@ tokens of "purchase order" somewhere in the output. This is lexically constraine
 with dynamic beam allocation (Post & Vilar 2018), vectorised over sentences and beams the way
 Hu et al. (2019) describe:
 
+* **Endings.** A constraint may name other tokens that can stand for its last token: a
+  subword vocabulary often holds a word with punctuation attached (``▁building.``) beside the
+  word alone (``▁building``), and the model writing the first has written the term
+  (``Constraint.endings``).
 * **State.** Each beam knows which of its sentence's constraints it has met and how far it is
   into the one it is producing (``cur``, ``j``: the constraint and the tokens of it produced so
   far). A token that continues that constraint advances it; any other token abandons it (the
   progress is unwound) and, where it is the first token of an unmet constraint, starts that one
   (the first such constraint in the sentence's order). A one-token constraint is met at once.
 * **Candidates.** Each beam's best ``w`` tokens, plus the token continuing its constraint in
-  progress and the first token of each constraint it has not met, whatever their probability:
-  without them a constraint the model finds unlikely would never enter the beam.
+  progress (all that can end it, at its last) and the first token of each constraint it has not
+  met, whatever their probability: without them a constraint the model finds unlikely would
+  never enter the beam.
 * **Banks.** A candidate's bank is the number of constraint tokens it has produced (met
   constraints' tokens plus the progress). The beam is shared among the banks round-robin: the
   best candidate of each bank (the highest bank first), then the second best of each, and so
@@ -41,38 +46,50 @@ from torch import Tensor
 
 from transformer.decoding.common import best_tokens
 
-Constraints = Sequence[Sequence[Sequence[int]]]  # per sentence, per constraint, its token ids
+@dataclass(frozen=True)
+class Constraint:
+    """Token ids an output must contain, in order and contiguous; ``endings``: other tokens that
+    may stand for the last one (the last piece with punctuation attached)."""
+
+    tokens: tuple[int, ...]
+    endings: tuple[int, ...] = ()
 
 
-def check_constraints(constraints: Constraints, batch_size: int, *, eos_id: int) -> list[list[list[int]]]:
-    """The constraints as lists, checked: one entry per sentence, each constraint a non-empty
-    sequence of token ids without ``</s>`` (ValueError naming the sentence otherwise)."""
+Constraints = Sequence[Sequence[Sequence[int] | Constraint]]  # per sentence, its constraints
+
+
+def check_constraints(constraints: Constraints, batch_size: int, *, eos_id: int) -> list[list[Constraint]]:
+    """The constraints as ``Constraint`` lists, checked: one entry per sentence, each constraint a
+    non-empty sequence of token ids without ``</s>`` (ValueError naming the sentence otherwise)."""
     if isinstance(constraints, (str, bytes)) or len(constraints) != batch_size:
         raise ValueError(f"constraints must hold one list per sentence ({batch_size}), "
                          f"got {len(constraints) if not isinstance(constraints, (str, bytes)) else 'a string'}")
     checked = []
     for b, sentence in enumerate(constraints):
         rows = []
-        for c, tokens in enumerate(sentence):
-            tokens = [int(t) for t in tokens]
-            if not tokens:
+        for c, given in enumerate(sentence):
+            constraint = given if isinstance(given, Constraint) else Constraint(tuple(int(t) for t in given))
+            ids = constraint.tokens + constraint.endings
+            if not constraint.tokens:
                 raise ValueError(f"sentence {b}: constraint {c} is empty")
-            if eos_id in tokens:
+            if eos_id in ids:
                 raise ValueError(f"sentence {b}: constraint {c} contains </s> (id {eos_id})")
-            if min(tokens) < 0:
+            if min(ids) < 0:
                 raise ValueError(f"sentence {b}: constraint {c} has a negative token id")
-            rows.append(tokens)
+            rows.append(constraint)
         checked.append(rows)
     return checked
 
 
-def unmet_constraints(tokens: Sequence[int], constraints: Sequence[Sequence[int]]) -> tuple[int, ...]:
-    """The indices of the ``constraints`` whose tokens do not occur, contiguous, in ``tokens``."""
+def unmet_constraints(tokens: Sequence[int], constraints: Sequence[Constraint]) -> tuple[int, ...]:
+    """The indices of the ``constraints`` whose tokens do not occur, contiguous, in ``tokens`` (the
+    last of them, or one of its endings)."""
     text = list(tokens)
     missing = []
     for c, need in enumerate(constraints):
-        need = list(need)
-        if not any(text[i : i + len(need)] == need for i in range(len(text) - len(need) + 1)):
+        head, last = list(need.tokens[:-1]), {need.tokens[-1], *need.endings}
+        if not any(text[i : i + len(head)] == head and text[i + len(head)] in last
+                   for i in range(len(text) - len(head))):
             missing.append(c)
     return tuple(missing)
 
@@ -97,17 +114,21 @@ class ConstraintSet:
     step with the beams.
     """
 
-    def __init__(self, constraints: list[list[list[int]]], device: torch.device) -> None:
+    def __init__(self, constraints: list[list[Constraint]], device: torch.device) -> None:
         n = len(constraints)
         M = max((len(c) for c in constraints), default=0)
-        L = max((len(t) for c in constraints for t in c), default=1)
+        L = max((len(t.tokens) for c in constraints for t in c), default=1)
+        A = max((len(t.endings) for c in constraints for t in c), default=0) + 1
         self.tokens = torch.full((n, max(M, 1), L), -1, dtype=torch.long)  # (n, M, L); -1 = padding
+        self.endings = torch.full((n, max(M, 1), A), -1, dtype=torch.long)  # (n, M, A): the last token or another
         self.length = torch.zeros(n, max(M, 1), dtype=torch.long)  # (n, M); 0 = no constraint
         for b, sentence in enumerate(constraints):
-            for c, tokens in enumerate(sentence):
-                self.tokens[b, c, : len(tokens)] = torch.tensor(tokens)
-                self.length[b, c] = len(tokens)
-        self.tokens, self.length = self.tokens.to(device), self.length.to(device)
+            for c, constraint in enumerate(sentence):
+                self.tokens[b, c, : len(constraint.tokens)] = torch.tensor(constraint.tokens)
+                ends = (constraint.tokens[-1], *constraint.endings)
+                self.endings[b, c, : len(ends)] = torch.tensor(ends)
+                self.length[b, c] = len(constraint.tokens)
+        self.tokens, self.endings, self.length = self.tokens.to(device), self.endings.to(device), self.length.to(device)
         self.total = self.length.sum(dim=1)  # (n,) constraint tokens a finished hypothesis holds
         self.constrained = self.total > 0  # (n,)
         self.states = RowStates(met=self.length == 0, cur=torch.zeros(n, dtype=torch.long, device=device),
@@ -115,7 +136,7 @@ class ConstraintSet:
 
     def rows(self, index: Tensor, beams: int) -> None:
         """Keep the sentences ``index`` (of the current ones, each with ``beams`` rows)."""
-        self.tokens, self.length = self.tokens[index], self.length[index]
+        self.tokens, self.endings, self.length = self.tokens[index], self.endings[index], self.length[index]
         self.total, self.constrained = self.total[index], self.constrained[index]
         rows = (index.unsqueeze(1) * beams + torch.arange(beams, device=index.device)).flatten()
         self.states = self.states.select(rows)
@@ -173,29 +194,41 @@ class ConstraintSet:
         self.states = states
 
     def _forced_tokens(self, sentence: Tensor) -> Tensor:
-        """``(N, 1 + M)``: each row's next token of the constraint in progress, then the first
-        token of each constraint it has not met; -1 where there is none."""
+        """``(N, A (1 + M))``: each row's next token of the constraint in progress (or, where that
+        is the last, the tokens that can end it), then the first token of each constraint it has
+        not met (the tokens that can end it, for a one-token constraint); -1 where there is none."""
         s = self.states
-        table = self.tokens[sentence]  # (N, M, L)
+        table, length, endings = self.tokens[sentence], self.length[sentence], self.endings[sentence]
+        N, A = len(sentence), endings.shape[2]
+        rows = torch.arange(N, device=sentence.device)
         step = s.j.clamp(max=table.shape[2] - 1)
-        next_token = table[torch.arange(len(sentence), device=sentence.device), s.cur, step]  # (N,)
-        next_token = torch.where(s.j > 0, next_token, -1)
-        first = table[:, :, 0].masked_fill(s.met, -1)  # (N, M)
-        return torch.cat([next_token.unsqueeze(1), first], dim=1)
+        nothing = torch.full((N, A - 1), -1, dtype=torch.long, device=sentence.device)
+        next_tokens = torch.where((s.j + 1 == length[rows, s.cur]).unsqueeze(1), endings[rows, s.cur],
+                                  torch.cat([table[rows, s.cur, step].unsqueeze(1), nothing], dim=1))  # (N, A)
+        next_tokens = next_tokens.masked_fill((s.j == 0).unsqueeze(1), -1)
+        firsts = torch.where((length == 1).unsqueeze(2), endings,
+                             torch.cat([table[:, :, :1], nothing.unsqueeze(1).expand(-1, table.shape[1], -1)], dim=2))
+        firsts = firsts.masked_fill(s.met.unsqueeze(2), -1)  # (N, M, A)
+        return torch.cat([next_tokens, firsts.flatten(1)], dim=1)
 
     def _advance(self, sentence: Tensor, ids: Tensor) -> tuple[RowStates, Tensor]:
         """The state after each candidate token ``ids (N, P)`` of each row, and its bank."""
         s = self.states
-        table, length = self.tokens[sentence], self.length[sentence]  # (N, M, L), (N, M)
+        table, length, endings = self.tokens[sentence], self.length[sentence], self.endings[sentence]
         N, P = ids.shape
         rows = torch.arange(N, device=ids.device)
         step = s.j.clamp(max=table.shape[2] - 1)
-        continuing = (s.j > 0).unsqueeze(1) & (ids == table[rows, s.cur, step].unsqueeze(1))  # (N, P)
         cur_length = length[rows, s.cur].unsqueeze(1)  # (N, 1)
-        completes = continuing & (s.j.unsqueeze(1) + 1 == cur_length)
-        # Not continuing: the token may start the first unmet constraint that begins with it.
-        starts = (ids.unsqueeze(2) == table[:, :, 0].unsqueeze(1)) & ~s.met.unsqueeze(1)  # (N, P, M)
-        starts &= ~continuing.unsqueeze(2)
+        at_last = s.j.unsqueeze(1) + 1 == cur_length  # (N, 1): the next token would complete it
+        ends_it = (ids.unsqueeze(2) == endings[rows, s.cur].unsqueeze(1)).any(dim=2)  # (N, P)
+        continuing = (s.j > 0).unsqueeze(1) & (
+            (ids == table[rows, s.cur, step].unsqueeze(1)) | (at_last & ends_it))  # (N, P)
+        completes = continuing & at_last
+        # Not continuing: the token may start the first unmet constraint that begins with it (a
+        # one-token constraint also by one of its endings).
+        starts = ids.unsqueeze(2) == table[:, :, 0].unsqueeze(1)  # (N, P, M)
+        starts |= (length == 1).unsqueeze(1) & (ids.view(N, P, 1, 1) == endings.unsqueeze(1)).any(dim=3)
+        starts &= ~s.met.unsqueeze(1) & ~continuing.unsqueeze(2)
         has_start = starts.any(dim=2)
         first = starts.to(torch.uint8).argmax(dim=2)  # (N, P)
         start_length = length.gather(1, first)  # (N, P)

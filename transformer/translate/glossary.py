@@ -273,7 +273,8 @@ class Glossary:
             found = sorted(chosen, key=lambda match: match[1])
         return [self._terms[match[3]] for match in found]
 
-    def check_lengths(self, count: Callable[[str], int], limit: int, *, what: str = "the output limit") -> None:
+    def check_lengths(self, count: Callable[[str], int], limit: int, *, what: str = "the output limit",
+                      terms: Iterable[Term] | None = None) -> None:
         """Refuse a glossary with a target term longer than ``limit`` tokens, which no translation
         within the limit could contain.
 
@@ -281,11 +282,12 @@ class Glossary:
             count: the number of target tokens of a text.
             limit: the most tokens a target term may have.
             what: the limit's name in the message.
+            terms: only these of its terms (those found in the sentences at hand); default: all.
 
         Raises:
             GlossaryError: naming the first such term's line.
         """
-        for term in self._terms:
+        for term in self._terms if terms is None else terms:
             n = count(term.target)
             if n > limit:
                 of = "" if term.line is not None else f" (source {term.source!r})"

@@ -32,6 +32,7 @@ at every step; the outputs are the same.
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -44,6 +45,7 @@ from transformer.run.directory import run_languages
 from transformer.run.layout import CONFIG_FILE, WEIGHTS_FILE
 from transformer.run.model import CheckpointError, load_model
 from transformer.decoding import DecodeConfig, Hypothesis, decode
+from transformer.decoding.constraints import Constraint
 from transformer.cpu import Swaps, prepare_for_decoding
 from transformer.cpu.swap import plain_copy
 from transformer.cpu.precision import slow_bf16_warning
@@ -69,6 +71,7 @@ PADDING_TO_GROUP = 0.25
 GROUP_PADDING = 1.15
 GROUP_MIN_TOKENS = 256
 GROUP_MIN_SAVING = 2048
+_TRAILING_PUNCTUATION = re.compile(r"[^\w\u2581]+$")  # what may follow a term's last piece in the same token
 
 
 class Translator:
@@ -127,6 +130,7 @@ class Translator:
         self.precision = precision
         self.src_lang, self.tgt_lang = src_lang, tgt_lang  # language codes, e.g. for sentence splitting
         self.calibration = calibration  # maps a translation's features to its confidence (None: no confidence)
+        self._endings: dict[str, list[int]] | None = None  # a piece -> the pieces that are it + punctuation
 
     @property
     def quantize(self) -> str | None:
@@ -225,21 +229,46 @@ class Translator:
     def glossary_terms(self, texts: Sequence[str], glossary: GlossaryLike | None) -> list[list[Term]]:
         """The glossary's terms found in each text (``Glossary.matches``), in input order; a term
         whose target side is longer than any output the translator can produce is refused
-        (``GlossaryError`` naming it)."""
+        (``GlossaryError`` naming it). ``glossary`` may also be a list of one ``Glossary`` per
+        text (a term base's entries for each segment, as terminology test sets give them)."""
         if glossary is None:
             return [[] for _ in texts]
         from transformer.translate.glossary import Glossary
 
-        if not isinstance(glossary, Glossary):
-            glossary = Glossary.from_pairs(glossary)
-        found = [glossary.matches(text) for text in texts]
+        if isinstance(glossary, list) and glossary and all(isinstance(g, Glossary) for g in glossary):
+            if len(glossary) != len(texts):
+                raise ValueError(f"one glossary per text: {len(glossary)} glossaries for {len(texts)} texts")
+            glossaries = glossary
+        else:
+            glossaries = [glossary if isinstance(glossary, Glossary) else Glossary.from_pairs(glossary)] * len(texts)
+        found = [g.matches(text) for g, text in zip(glossaries, texts)]
         limit = int(self.decoding.max_len_a * self.max_input_tokens + self.decoding.max_len_b)
-        Glossary([term for terms in found for term in terms], name=glossary.name).check_lengths(
-            lambda target: len(self._term_tokens_of(target)), limit, what="the longest output")
+        counted: dict[str, int] = {}
+
+        def count(target: str) -> int:
+            if target not in counted:
+                counted[target] = len(self._term_tokens_of(target))
+            return counted[target]
+
+        for g, terms in zip(glossaries, found):
+            if terms:
+                g.check_lengths(count, limit, what="the longest output", terms=terms)
         return found
 
-    def _term_tokens(self, term: Term) -> list[int]:
-        return self._term_tokens_of(term.target)
+    def _term_tokens(self, term: Term) -> Constraint:
+        """A term's constraint: its target's tokens, the last of which may also be written with
+        punctuation attached (a vocabulary holding ``▁building.`` writes "building." so)."""
+        tokens = self._term_tokens_of(term.target)
+        if self._endings is None:
+            tgt = self.vocab.tgt
+            special = set(tgt.special_ids.values())
+            self._endings = {}
+            for i, piece in enumerate(tgt.pieces(list(range(tgt.vocab_size)))):
+                word = _TRAILING_PUNCTUATION.sub("", piece)
+                if word and word != piece and i not in special:
+                    self._endings.setdefault(word, []).append(i)
+        last = self.vocab.tgt.pieces(tokens[-1:])[0] if tokens else ""
+        return Constraint(tuple(tokens), tuple(self._endings.get(last, ())))
 
     def _term_tokens_of(self, target: str) -> list[int]:
         """A term's target side as the decoder writes it inside a sentence (no ``</s>``)."""
