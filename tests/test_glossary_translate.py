@@ -129,3 +129,13 @@ def test_one_glossary_per_text(run_dir):
     assert out[1:3] == t.translate(SENTENCES[1:3])
     with pytest.raises(ValueError, match="one glossary per text: 2 glossaries for 4 texts"):
         t.translate(SENTENCES, glossary=per_text[:2])
+
+
+def test_web_pages_take_a_glossary(run_dir):
+    from transformer.translate.document import translate_sentences
+    from transformer.translate.html import translate_html
+
+    t = translator(run_dir)
+    page = translate_html("<p>le chat noir dort</p><p>il pleut</p>",
+                          lambda sentences: translate_sentences(t, sentences, glossary=TERMS), lang="fr")
+    assert "kitty cat" in page and page.count("<p>") == 2
