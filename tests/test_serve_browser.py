@@ -195,3 +195,41 @@ def test_paste_a_paragraph_and_pick_a_sentence(browser, server):
     assert page.locator(".sentence").count() == 0 and page.is_hidden("#attention-frame")
     assert errors == []
     page.close()
+
+
+def test_the_glossary_box(browser, server):
+    """Terms typed in the glossary box go with the translation and the attention requests; a line
+    that is not a term is refused naming it, before anything is sent."""
+    page = browser.new_page(viewport={"width": 1280, "height": 1100})
+    errors: list[str] = []
+    sent: list[tuple[str, dict]] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("request", lambda r: sent.append((r.url, r.post_data_json)) if r.method == "POST" else None)
+    page.goto(server + "/")
+    page.wait_for_selector("body[data-ready=true]")
+    text = "Je suis étudiant. Le chat noir dort."
+    terms = [{"source": "chat", "target": "cat"}, {"source": "étudiant", "target": "student"}]
+
+    page.click("#glossary-box summary")
+    page.fill("#glossary", "chat = cat\n# a comment\n\n  étudiant\tstudent  \n")
+    page.fill("#source", text)
+    page.click("#translate")
+    page.wait_for_selector("#result[data-state=done][data-sentence='0']", timeout=60_000)
+    api = httpx.post(server + "/v1/translate", json={"text": text, "glossary": terms}, timeout=60).json()
+    assert page.eval_on_selector("#translation", "e => e.textContent") == api["translations"][0]["translation"]
+    assert sent[0] == (server + "/v1/translate", {"text": text, "glossary": terms})
+    assert sent[1] == (server + "/v1/attention", {"text": text, "sentence": 0, "glossary": terms})
+    assert page.is_hidden("#missing-terms")  # every term placed
+
+    sent.clear()
+    page.fill("#glossary", "chat = cat\nétudiant student")  # no separator on line 2
+    page.click("#translate")
+    page.wait_for_selector("#result[data-state=error]")
+    assert "glossary line 2: write source = target" in page.inner_text("#error") and sent == []
+
+    page.fill("#glossary", "")  # an empty box: the request as without a glossary
+    page.click("#translate")
+    page.wait_for_selector("#result[data-state=done]", timeout=60_000)
+    assert sent[0] == (server + "/v1/translate", {"text": text})
+    assert errors == []
+    page.close()
