@@ -16,7 +16,7 @@ the event "chrF >= 50" in 10 equal-width bins, beside the ECE of ``exp(mean log-
 that reach chrF 50; the reliability table (per bin: sentences, mean confidence, share reaching
 chrF 50). The targets: Spearman >= 0.45 and ECE <= 0.08 (PASS or FAIL).
 
-    python benchmarks/confidence.py --run-dir /tmp/m30k-de-en --run-dir /tmp/m30k-fr-en --from ../shared/data --out confidence.json
+    python benchmarks/confidence.py --run-dir runs/multi30k-de-en --run-dir runs/multi30k-fr-en --from ../shared/data --out confidence.json
     python benchmarks/confidence.py --run-dir runs/m30k --from ../shared/data --quick   # 100 sentences each
 """
 

@@ -35,8 +35,7 @@ from transformer.translate.inputs import read_lines
 from transformer.translate.stream import Progress
 from transformer.translate.translator import Translator
 
-Pair = tuple[str, str]
-ValidationPairs = Callable[[DataConfig], list[Pair]]
+ValidationPairs = Callable[[DataConfig], list[tuple[str, str]]]  # a run's data settings -> its validation pairs
 MIN_SENTENCES = 50  # fewer translations say little about a calibration
 MIN_EACH = 5  # translations needed on each side of the threshold
 BATCH = 64  # sentences translated (and measured) at a time: the progress bar's step
@@ -49,9 +48,8 @@ def register_calibrate_command(sub: argparse._SubParsersAction, validation_pairs
         help="fit the confidence of a run's translations on its validation data (writes RUN_DIR/confidence.json)",
         description="Translate held-out sentences with the run's model, score each translation with sentence-level "
         f"chrF against its reference, and fit the probability that a translation reaches chrF {ADEQUATE_CHRF:g} "
-        "from what the model knows about it (its length-normalised log-probability, its least probable token, how "
-        "its attention covers the source, its length against the source's): a logistic regression, written to "
-        "RUN_DIR/confidence.json. The sentences: the run's validation set (read as training read it, from the "
+        "from what the model knows about it (its length-normalised log-probability, and how its attention covers "
+        "the source): a logistic regression, written to RUN_DIR/confidence.json. The sentences: the run's validation set (read as training read it, from the "
         "run's data settings; --from DIR for a local copy of a registry corpus), or --src FILE --ref FILE. Prints "
         "what it fitted and how well it does on those sentences: the expected calibration error and the Spearman "
         "correlation of the confidence with chrF (and of the raw mean log-probability, for comparison). Decode "
@@ -109,7 +107,7 @@ def calibrate_command(args: argparse.Namespace, validation_pairs: ValidationPair
     return 0
 
 
-def _pairs(args: argparse.Namespace, validation_pairs: ValidationPairs) -> tuple[list[Pair], str]:
+def _pairs(args: argparse.Namespace, validation_pairs: ValidationPairs) -> tuple[list[tuple[str, str]], str]:
     """The sentence pairs to calibrate on, and what they are (for messages and the file)."""
     if args.src or args.ref:
         if not (args.src and args.ref):
