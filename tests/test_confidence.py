@@ -68,23 +68,47 @@ def test_features_are_the_same_measured_in_small_chunks(monkeypatch):
                                rtol=0, atol=1e-9)
 
 
-def test_mean_log_prob_is_the_models_length_normalised_log_probability():
+def test_log_probability_features_are_the_models():
+    """The mean is the hypothesis's own score per token, which is the teacher-forced one for a
+    hypothesis that ended with </s>; the least probable token is read from the teacher-forced pass."""
     model = make_model(eos_bias=2.0)  # sentences that end with </s> within their limit
     src, mask = make_batch()
     results = _decoded(model, src, mask, DecodeConfig("greedy", max_len_b=30))
     features = hypothesis_features(model, src, mask, results, bos_id=BOS, eos_id=EOS)
     assert all(len(h.tokens) < int(mask[i].sum()) + 30 for i, (h,) in enumerate(results))
     for i, (h,) in enumerate(results):
-        expected = seq_log_prob(model, *row(src, mask, i), h.tokens, ended=True) / (len(h.tokens) + 1)
-        assert features[i, FEATURES.index("mean_log_prob")] == pytest.approx(expected, abs=1e-9)
-        assert h.log_prob / (len(h.tokens) + 1) == pytest.approx(expected, abs=1e-9)  # it ended with </s>
+        one_src, one_mask = row(src, mask, i)
+        steps = [seq_log_prob(model, one_src, one_mask, h.tokens[:t], ended=False)
+                 - seq_log_prob(model, one_src, one_mask, h.tokens[: t - 1], ended=False)
+                 for t in range(1, len(h.tokens) + 1)]
+        steps.append(seq_log_prob(model, one_src, one_mask, h.tokens, ended=True)
+                     - seq_log_prob(model, one_src, one_mask, h.tokens, ended=False))
+        assert features[i, FEATURES.index("mean_log_prob")] == pytest.approx(sum(steps) / len(steps), abs=1e-9)
+        assert features[i, FEATURES.index("min_log_prob")] == pytest.approx(min(steps), abs=1e-9)
+
+
+def test_only_the_features_asked_for_are_computed_and_a_given_memory_is_used():
+    model = make_model()
+    src, mask = make_batch()
+    results = _decoded(model, src, mask)
+    every = hypothesis_features(model, src, mask, results, bos_id=BOS, eos_id=EOS)
+    names = ("mean_log_prob", "min_log_prob", "coverage_penalty", "length_ratio")
+    some = hypothesis_features(model, src, mask, results, bos_id=BOS, eos_id=EOS, names=names,
+                               memory=model.encode(src, mask))
+    wanted = [FEATURES.index(n) for n in names]
+    np.testing.assert_allclose(some[:, wanted], every[:, wanted], rtol=0, atol=1e-9)
+    assert np.isnan(np.delete(some, wanted, axis=1)).all()
+    zeros = hypothesis_features(model, src, mask, results, bos_id=BOS, eos_id=EOS, names=names,
+                                memory=torch.zeros_like(model.encode(src, mask)))
+    column = FEATURES.index("min_log_prob")
+    assert np.abs(zeros[:, column] - some[:, column]).min() > 1e-3  # the decoder read the memory given
 
 
 def test_coverage_and_length_features_of_a_known_attention():
     """Two output steps that both look at the first of two source tokens: the second is uncovered."""
-    values = dict(zip(FEATURES, confidence._features(np.log([0.5, 0.25]), np.array([1.0, 3.0]),
+    values = dict(zip(FEATURES, confidence._features(-0.7, np.log([0.5, 0.25]), np.array([1.0, 3.0]),
                                                      np.array([[1.0, 0.0], [1.0, 0.0]]))))
-    assert values["mean_log_prob"] == pytest.approx(math.log(0.5 * 0.25) / 2)
+    assert values["mean_log_prob"] == -0.7
     assert values["min_log_prob"] == pytest.approx(math.log(0.25))
     assert values["mean_entropy"] == pytest.approx(2.0)
     assert values["uncovered_share"] == 0.5

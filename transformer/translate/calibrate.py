@@ -28,7 +28,7 @@ from transformer.run.layout import RUN_CONFIG_FILE, WEIGHTS_FILE
 from transformer.run.lock import RunLock, storage_errors
 from transformer.translate.cli import add_decoding_arguments, translator_from_args
 from transformer.translate.confidence import (
-    ADEQUATE_CHRF, DEFAULT_FEATURES, Calibration, figures, file_sha256, fit_calibration, hypothesis_features,
+    ADEQUATE_CHRF, DEFAULT_FEATURES, FEATURES, Calibration, figures, file_sha256, fit_calibration, hypothesis_features,
     sentence_chrf,
 )
 from transformer.translate.inputs import read_lines
@@ -49,8 +49,8 @@ def register_calibrate_command(sub: argparse._SubParsersAction, validation_pairs
         description="Translate held-out sentences with the run's model, score each translation with sentence-level "
         f"chrF against its reference, and fit the probability that a translation reaches chrF {ADEQUATE_CHRF:g} "
         "from what the model knows about it (its length-normalised log-probability, and how its attention covers "
-        "the source): a logistic regression, written to RUN_DIR/confidence.json. The sentences: the run's validation set (read as training read it, from the "
-        "run's data settings; --from DIR for a local copy of a registry corpus), or --src FILE --ref FILE. Prints "
+        "the source): a logistic regression, written to RUN_DIR/confidence.json. The sentences: the run's "
+        "validation set (read as training read it, from the run's data settings; --from DIR for a local copy of a registry corpus), or --src FILE --ref FILE. Prints "
         "what it fitted and how well it does on those sentences: the expected calibration error and the Spearman "
         "correlation of the confidence with chrF (and of the raw mean log-probability, for comparison). Decode "
         "with the settings you will translate with: a calibration holds for them.",
@@ -87,7 +87,8 @@ def calibrate_command(args: argparse.Namespace, validation_pairs: ValidationPair
     with storage_errors(run_dir), RunLock(run_dir, command="calibrate"):  # no training or averaging meanwhile
         translator = translator_from_args(args)
         show = not args.no_progress and sys.stderr.isatty()
-        translations, features = translate_and_measure(translator, [s for s, _ in pairs], progress=show)
+        translations, features = translate_and_measure(translator, [s for s, _ in pairs], names=DEFAULT_FEATURES,
+                                                       progress=show)
         kept = [i for i, t in enumerate(translations) if t is not None]  # sentences with no token are left out
         chrf = sentence_chrf([translations[i] for i in kept], [pairs[i][1] for i in kept])
         adequate = chrf >= ADEQUATE_CHRF
@@ -132,29 +133,31 @@ def _pairs(args: argparse.Namespace, validation_pairs: ValidationPairs) -> tuple
     return list(pairs), where
 
 
-def translate_and_measure(translator: Translator, sources: Sequence[str], *, progress: bool = False,
-                          batch: int = BATCH) -> tuple[list[str | None], np.ndarray]:
+def translate_and_measure(translator: Translator, sources: Sequence[str], *, names: Sequence[str] = FEATURES,
+                          progress: bool = False, batch: int = BATCH) -> tuple[list[str | None], np.ndarray]:
     """The best translation of each source (None for a source with no token to translate) and its
-    :data:`~transformer.translate.confidence.FEATURES` (``(N, F)``, a row of nan for None)."""
-    from transformer.translate.confidence import FEATURES
-
-    texts: list[str | None] = []
+    :data:`~transformer.translate.confidence.FEATURES` (``(N, F)``; ``names``: those wanted, the
+    others nan; a row of nan for None). Sources are translated and measured in batches of similar
+    length, so that little of the teacher-forced pass is spent on padding."""
+    texts: list[str | None] = [None] * len(sources)
     rows = np.full((len(sources), len(FEATURES)), np.nan)
+    with warnings.catch_warnings():  # translate_n_best reports a sentence it cuts
+        warnings.simplefilter("ignore")
+        src_ids = translator.encode_sources(list(sources))
+    order = sorted(range(len(sources)), key=lambda i: len(src_ids[i]))
     bar = Progress(len(sources), 0, enabled=progress)
     try:
-        for start in range(0, len(sources), batch):
-            part = list(sources[start : start + batch])
-            n_best = translator.translate_n_best(part)
-            with warnings.catch_warnings():  # a cut sentence was reported by translate_n_best already
-                warnings.simplefilter("ignore")
-                src_ids = translator.encode_sources(part)
-            done = [i for i, hyps in enumerate(n_best) if hyps]
-            texts.extend(translator.detokenize(hyps[0]) if hyps else None for hyps in n_best)
+        for start in range(0, len(order), batch):
+            part = order[start : start + batch]
+            n_best = translator.translate_n_best([sources[i] for i in part])
+            done = [k for k, hyps in enumerate(n_best) if hyps]
+            for k in done:
+                texts[part[k]] = translator.detokenize(n_best[k][0])
             if done:
-                src, mask = _padded([src_ids[i] for i in done], translator.vocab.src.pad_id, translator.device)
-                rows[[start + i for i in done]] = hypothesis_features(
-                    translator.model, src, mask, [[n_best[i][0]] for i in done],
-                    bos_id=translator.vocab.tgt.bos_id, eos_id=translator.vocab.tgt.eos_id)
+                src, mask = _padded([src_ids[part[k]] for k in done], translator.vocab.src.pad_id, translator.device)
+                rows[[part[k] for k in done]] = hypothesis_features(
+                    translator.model, src, mask, [[n_best[k][0]] for k in done], bos_id=translator.vocab.tgt.bos_id,
+                    eos_id=translator.vocab.tgt.eos_id, names=names)
             bar.update(len(part), len(part))
     finally:
         bar.close()

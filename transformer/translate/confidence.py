@@ -3,11 +3,12 @@
 The model's own scores rank translations only roughly: a long, correct sentence has a lower
 log-probability than a short, wrong one, and a translation that skips half of its source can be
 fluent and probable. The confidence here combines a few numbers the model gives for a finished
-translation, read from one teacher-forced pass over ``<s> + tokens`` (the step that predicted
-each token, ``</s>`` included), into one probability fitted on held-out data:
+translation, its own score and what one teacher-forced pass of the decoder over ``<s> + tokens``
+shows (the step that predicted each token, ``</s>`` included), into one probability fitted on
+held-out data:
 
-* ``mean_log_prob``: the length-normalised log-probability (the log-probability of the tokens and
-  ``</s>``, divided by their number: the raw baseline);
+* ``mean_log_prob``: the length-normalised log-probability, ``Hypothesis.log_prob / (len(tokens)
+  + 1)`` (the log-probability of the tokens and ``</s>`` over their number: the raw baseline);
 * ``min_log_prob``, ``p10_log_prob``: the least probable token, the 10th percentile of the tokens;
 * ``mean_entropy``: the mean entropy of the model's distribution at each step (how unsure it was);
 * ``uncovered_share``, ``coverage_penalty``: how the last decoder layer's encoder-decoder attention,
@@ -34,8 +35,9 @@ data, it is stored in ``RUN_DIR/confidence.json`` (format below) with the sha256
      "fitted_on": {"data": ..., "sentences": ..., "decoding": ...},
      "figures": {"ece": ..., "ece_bins": 10, "spearman_chrf": ..., ...}}
 
-The features of a hypothesis depend on its source and tokens alone, not on the other sentences
-of its batch (padding is masked; the output layer runs over a bounded number of rows at a time).
+The features of a hypothesis depend on its source, its tokens and its score alone, not on the
+other sentences of its batch (padding is masked; the output layer, where a feature needs it, runs
+over a bounded number of rows at a time).
 """
 
 from __future__ import annotations
@@ -74,33 +76,53 @@ _LOGIT_ELEMENTS = 1 << 24
 
 
 # ------------------------------------------------------------------------------------------------ features
+# The features read from the model's distribution at each step: they need the output layer's logits.
+_DISTRIBUTION = ("min_log_prob", "p10_log_prob", "mean_entropy")
+
+
 @inference
 def hypothesis_features(model: Transformer, src: Tensor, src_mask: Tensor, results: Sequence[Sequence[Hypothesis]],
-                        *, bos_id: int, eos_id: int) -> np.ndarray:
+                        *, bos_id: int, eos_id: int, memory: Tensor | None = None,
+                        names: Sequence[str] = FEATURES) -> np.ndarray:
     """The :data:`FEATURES` of every hypothesis, as ``(M, len(FEATURES))`` float64 in the order of
     ``results`` flattened (sentence by sentence, best first).
 
+    ``mean_log_prob`` is the hypothesis's own ``log_prob / (len(tokens) + 1)``; the others come from
+    one teacher-forced pass of the decoder over ``<s> + tokens``, the output layer included only
+    where a feature of the distribution (``min_log_prob``, ``p10_log_prob``, ``mean_entropy``) is
+    wanted.
+
     Args:
-        model: the model that translated (a ``Transformer``: one pass with the attention weights;
-            another model, such as the recurrent baseline: its ``attention_maps`` and ``decode``).
+        model: the model that translated (a ``Transformer``: one decoder pass with the attention
+            weights; another model, such as the recurrent baseline: its ``attention_maps`` and
+            ``decode``).
         src, src_mask: the ``(B, S)`` source ids and mask (True = real token) the results came from.
         results: per sentence, its hypotheses (``decode``'s output).
         bos_id, eos_id: the target tokenizer's ``<s>`` and ``</s>``.
+        memory: ``model.encode(src, src_mask)`` when the caller has it (a ``Transformer``'s);
+            else the sources are encoded here.
+        names: the features wanted; the columns of the others are nan.
     """
     flat = [(b, h) for b, hyps in enumerate(results) for h in hyps]
     if not flat:
         return np.zeros((0, len(FEATURES)))
-    vocab = model.config.tgt_vocab_size
+    if isinstance(model, Transformer) and memory is None:
+        memory = model.encode(src, src_mask)
+    distribution = any(name in names for name in _DISTRIBUTION)
+    # with the logits, a bounded number of rows at a time: rows x steps x vocabulary elements
     longest = max(len(h.tokens) for _, h in flat) + 1
-    rows = max(1, _LOGIT_ELEMENTS // (longest * vocab))
-    out = []
-    for start in range(0, len(flat), rows):
-        out.extend(_chunk_features(model, src, src_mask, flat[start : start + rows], bos_id=bos_id, eos_id=eos_id))
-    return np.asarray(out, dtype=np.float64)
+    rows = max(1, _LOGIT_ELEMENTS // (longest * model.config.tgt_vocab_size)) if distribution else len(flat)
+    out = np.concatenate([
+        _chunk_features(model, src, src_mask, memory, flat[start : start + rows], bos_id=bos_id, eos_id=eos_id,
+                        distribution=distribution, entropy="mean_entropy" in names)
+        for start in range(0, len(flat), rows)])
+    out[:, [i for i, name in enumerate(FEATURES) if name not in names]] = np.nan
+    return out
 
 
-def _chunk_features(model: Transformer, src: Tensor, src_mask: Tensor, chunk: list[tuple[int, Hypothesis]], *,
-                    bos_id: int, eos_id: int) -> list[list[float]]:
+def _chunk_features(model: Transformer, src: Tensor, src_mask: Tensor, memory: Tensor | None,
+                    chunk: list[tuple[int, Hypothesis]], *, bos_id: int, eos_id: int, distribution: bool,
+                    entropy: bool) -> np.ndarray:
     dev = src.device
     width = max(len(h.tokens) for _, h in chunk) + 1
     tgt = torch.full((len(chunk), width), bos_id, dtype=torch.long)  # (M, T): <s> + tokens, padding after (causal)
@@ -110,43 +132,57 @@ def _chunk_features(model: Transformer, src: Tensor, src_mask: Tensor, chunk: li
         tgt[i, 1 : len(h.tokens) + 1] = tokens
         gold[i, : len(h.tokens)] = tokens
     index = torch.tensor([b for b, _ in chunk], device=dev)
-    rows_src, rows_mask = src.index_select(0, index), src_mask.index_select(0, index)
-    logits, cross = _teacher_forced(model, rows_src, tgt.to(dev), rows_mask)
-    log_probs = token_log_probs(logits)  # (M, T, V) float32
-    picked = log_probs.gather(-1, gold.to(dev).unsqueeze(-1)).squeeze(-1).double().cpu()  # (M, T)
-    entropy = -(log_probs.exp() * log_probs).sum(-1).double().cpu()  # (M, T)
+    rows_mask = src_mask.index_select(0, index)
+    if memory is not None:
+        logits, cross = _teacher_forced(model, memory.index_select(0, index), tgt.to(dev), rows_mask,
+                                        logits=distribution)
+    else:
+        logits, cross = _attention_maps(model, src.index_select(0, index), tgt.to(dev), rows_mask,
+                                        logits=distribution)
+    picked = spread = None
+    if logits is not None:
+        log_probs = token_log_probs(logits)  # (M, T, V) float32
+        picked = log_probs.gather(-1, gold.to(dev).unsqueeze(-1)).squeeze(-1).double().cpu().numpy()  # (M, T)
+        if entropy:
+            spread = (-(log_probs.exp() * log_probs).sum(-1)).double().cpu().numpy()  # (M, T)
     cross = cross.double().cpu()  # (M, T, S)
     mask = rows_mask.cpu()
-    out = []
+    out = np.empty((len(chunk), len(FEATURES)))
     for i, (_, h) in enumerate(chunk):
         steps = len(h.tokens) + 1
-        attention = cross[i, :steps][:, mask[i]]  # (steps, S_real)
-        out.append(_features(picked[i, :steps].numpy(), entropy[i, :steps].numpy(), attention.numpy()))
+        out[i] = _features(h.log_prob / steps, None if picked is None else picked[i, :steps],
+                           None if spread is None else spread[i, :steps], cross[i, :steps][:, mask[i]].numpy())
     return out
 
 
-def _teacher_forced(model: Transformer, src: Tensor, tgt: Tensor, src_mask: Tensor) -> tuple[Tensor, Tensor]:
-    """The logits ``(M, T, V)`` of ``tgt`` and the last decoder layer's encoder-decoder attention,
-    averaged over its heads, ``(M, T, S)``."""
-    if isinstance(model, Transformer):
-        memory = model.encode(src, src_mask)
-        hidden, _, cross = model.decoder(tgt, memory, src_mask, need_weights=True)
-        return model.output(hidden), cross[-1].mean(dim=1)
-    maps = model.attention_maps(src, tgt, src_mask)
-    return model.decode(tgt, model.encode(src, src_mask), src_mask), maps.cross[-1].mean(dim=1)
+def _teacher_forced(model: Transformer, memory: Tensor, tgt: Tensor, src_mask: Tensor, *,
+                    logits: bool) -> tuple[Tensor | None, Tensor]:
+    """The logits ``(M, T, V)`` of ``tgt`` (None unless ``logits``) and the last decoder layer's
+    encoder-decoder attention, averaged over its heads, ``(M, T, S)``: one pass of a Transformer's
+    decoder."""
+    hidden, _, cross = model.decoder(tgt, memory, src_mask, need_weights=True)
+    return model.output(hidden) if logits else None, cross[-1].mean(dim=1)
 
 
-def _features(log_probs: np.ndarray, entropy: np.ndarray, attention: np.ndarray) -> list[float]:
-    """One hypothesis's :data:`FEATURES` from its steps' target log-probabilities ``(T,)``, entropies
-    ``(T,)`` and head-averaged attention over its real source tokens ``(T, S)``."""
+def _attention_maps(model, src: Tensor, tgt: Tensor, src_mask: Tensor, *, logits: bool) -> tuple[Tensor | None, Tensor]:
+    """What :func:`_teacher_forced` gives, from any model with ``attention_maps``, ``encode`` and ``decode``."""
+    cross = model.attention_maps(src, tgt, src_mask).cross[-1].mean(dim=1)
+    return model.decode(tgt, model.encode(src, src_mask), src_mask) if logits else None, cross
+
+
+def _features(mean_log_prob: float, log_probs: np.ndarray | None, entropy: np.ndarray | None,
+              attention: np.ndarray) -> list[float]:
+    """One hypothesis's :data:`FEATURES` from its length-normalised log-probability, its steps'
+    target log-probabilities ``(T,)`` and entropies ``(T,)`` (None: not computed, nan) and its
+    head-averaged attention over its real source tokens ``(T, S)``."""
     steps, source = attention.shape
     coverage = attention.sum(axis=0)  # (S,) attention each source token received over all steps
     ratio = math.log(steps / max(source, 1))
     return [
-        float(log_probs.mean()),
-        float(log_probs.min()),
-        float(np.percentile(log_probs, 10)),
-        float(entropy.mean()),
+        float(mean_log_prob),
+        float(log_probs.min()) if log_probs is not None else math.nan,
+        float(np.percentile(log_probs, 10)) if log_probs is not None else math.nan,
+        float(entropy.mean()) if entropy is not None else math.nan,
         float((coverage < UNCOVERED_BELOW).mean()) if source else 0.0,
         float(np.log(np.clip(coverage, COVERAGE_FLOOR, 1.0)).mean()) if source else 0.0,
         ratio,
@@ -156,13 +192,16 @@ def _features(log_probs: np.ndarray, entropy: np.ndarray, attention: np.ndarray)
 
 
 def attach_confidence(model: Transformer, src: Tensor, src_mask: Tensor, results: list[list[Hypothesis]],
-                      calibration: Calibration | None, *, bos_id: int, eos_id: int) -> None:
+                      calibration: Calibration | None, *, bos_id: int, eos_id: int,
+                      memory: Tensor | None = None) -> None:
     """Set ``h.confidence`` for every hypothesis of ``results`` (see :func:`hypothesis_features` for
-    the arguments). Without a calibration nothing is computed and every ``confidence`` stays None:
-    an uncalibrated number in [0, 1] would read as a probability without being one."""
+    the arguments; only the calibration's features are computed). Without a calibration nothing is
+    computed and every ``confidence`` stays None: an uncalibrated number in [0, 1] would read as a
+    probability without being one."""
     if calibration is None or not any(results):
         return
-    features = hypothesis_features(model, src, src_mask, results, bos_id=bos_id, eos_id=eos_id)
+    features = hypothesis_features(model, src, src_mask, results, bos_id=bos_id, eos_id=eos_id, memory=memory,
+                                   names=calibration.features)
     for h, p in zip((h for hyps in results for h in hyps), calibration.predict(features)):
         h.confidence = float(p)
 
