@@ -24,7 +24,8 @@ held-out data:
 standardised features that predicts the event "sentence-level chrF >= 50" (``ADEQUATE_CHRF``):
 ``confidence = sigmoid(bias + sum_i w_i (x_i - mean_i) / scale_i)``. Fitted on a run's validation
 data, it is stored in ``RUN_DIR/confidence.json`` (format below) with the sha256 of the
-``model.safetensors`` it was fitted for: a changed model needs a new calibration.
+``model.safetensors`` it was fitted for: a changed model needs a new calibration (the old one is
+not loaded).
 
 ``confidence.json``::
 
@@ -46,6 +47,7 @@ import hashlib
 import json
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -270,10 +272,10 @@ class Calibration:
 
     @classmethod
     def load(cls, run_dir: str | os.PathLike[str]) -> Calibration | None:
-        """The calibration in ``run_dir/confidence.json``; None when the run has none.
-
-        Raises RunFileError (a ValueError) when the file is not a valid calibration, or when it was
-        fitted for other weights than the run's ``model.safetensors`` (the model changed since)."""
+        """The calibration in ``run_dir/confidence.json``; None when the run has none, and None with a
+        warning when it was fitted for other weights than the run's ``model.safetensors`` (the model
+        changed since: after ``average`` or more training). RunFileError (a ValueError) when the
+        file is not a valid calibration."""
         path = Path(run_dir) / CONFIDENCE_FILE
         if not (path.exists() or path.is_symlink()):
             return None
@@ -284,8 +286,9 @@ class Calibration:
         weights = Path(run_dir) / WEIGHTS_FILE
         if calibration.model_sha256 is not None and weights.is_file() \
                 and file_sha256(weights) != calibration.model_sha256:
-            raise RunFileError(f"{path} was fitted for another {WEIGHTS_FILE} (the model has changed since): run "
-                               f"`transformer calibrate {run_dir}` again, or remove {path}")
+            warnings.warn(f"{path} was fitted for another {WEIGHTS_FILE} (the model has changed since), so it is "
+                          f"not used: run `transformer calibrate {run_dir}` again, or remove it", stacklevel=2)
+            return None
         return calibration
 
     def save(self, run_dir: str | os.PathLike[str]) -> Path:
