@@ -317,13 +317,17 @@ class Translator:
             mask[row, : len(s)] = True
         src, mask = src.to(self.device), mask.to(self.device)
         memory = self._encode_by_length(src, mask, [len(s) for s in seqs])
+        confidence = confidence and self.calibration is not None
+        if confidence and memory is None:  # encoded once, for the decoder and the confidence's pass
+            with torch.inference_mode():
+                memory = self.model.encode(src, mask)
         bos, eos = self.vocab.tgt.bos_id, self.vocab.tgt.eos_id
         results = decode(self.model, src, mask, self.decoding, bos_id=bos, eos_id=eos, memory=memory,
                          sync_every=self.sync_every, constraints=constraints if constraints and any(constraints) else None)
         if confidence:
             from transformer.translate.confidence import attach_confidence
 
-            attach_confidence(self.model, src, mask, results, self.calibration, bos_id=bos, eos_id=eos)
+            attach_confidence(self.model, src, mask, results, self.calibration, bos_id=bos, eos_id=eos, memory=memory)
         return results
 
     @torch.inference_mode()
