@@ -13,6 +13,8 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -28,10 +30,9 @@ from transformer.visualize.data import TokenAxis
 SENTENCE = "je suis étudiant"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    translator = Translator.from_run_dir(make_run_dir(tmp_path_factory.mktemp("browser-run")))
-    app = create_app(translator, ServeLimits(), src_lang="fr", tgt_lang="en")
+@contextmanager
+def live_server(app) -> Iterator[str]:
+    """``app`` served by uvicorn on a free port of 127.0.0.1, in a thread; yields its URL."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
@@ -42,10 +43,19 @@ def server(tmp_path_factory):
     while not server.started:
         assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
         time.sleep(0.05)
-    yield url
-    server.should_exit = True
-    thread.join(timeout=30)
-    sock.close()
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    translator = Translator.from_run_dir(make_run_dir(tmp_path_factory.mktemp("browser-run")))
+    with live_server(create_app(translator, ServeLimits(), src_lang="fr", tgt_lang="en")) as url:
+        yield url
 
 
 def lines_drawn(frame) -> dict[tuple, float]:

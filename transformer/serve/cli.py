@@ -46,6 +46,9 @@ _OPTIONS = {  # field -> (option, type, help)
     "batch_wait_ms": ("--batch-wait-ms", float, "milliseconds the batcher waits for more requests"),
     "max_queue": ("--max-queue", int, "sentences allowed to wait for the model; beyond it requests get 503 at once"),
     "timeout_s": ("--timeout", float, "seconds before a request gets 503 instead of its translation"),
+    "confidence_threshold": ("--confidence-threshold", float, "the web page marks the sentences whose confidence "
+                             "is below this (0 to 1) with a dotted underline and 'check this sentence'; where "
+                             "RUN_DIR is calibrated (transformer calibrate)"),
 }
 assert set(_OPTIONS) == {f.name for f in fields(ServeLimits)}
 

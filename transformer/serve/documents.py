@@ -16,6 +16,10 @@ A request's ``alternatives`` (distinct translations of a text besides its transl
 from all its sentences' hypotheses by :func:`transformer.translate.alternatives.combine`, each
 sentence's k-th distinct translation put in the text's structure.
 
+A request's ``confidence`` (on a calibrated run) gives each sentence the confidence of its best
+hypothesis, a sentence in pieces the lowest of its pieces' (as ``translate_document`` gives it),
+and each text the lowest of its sentences'.
+
 HTML pages (``format: "html"``) go through :mod:`transformer.translate.html`: their sentences are
 the text of the page (tags removed, entities decoded), split and translated the same way, and the
 page is rebuilt around the translations with its markup kept. A sentence of a page is not one
@@ -46,10 +50,12 @@ Hyp = tuple[str, float, float]
 
 class ModelOutput(NamedTuple):
     """What the model gave for one input (a sentence or a piece of one): its hypotheses, best
-    first, and the glossary terms its best one lacks (``Term`` objects; none without a glossary)."""
+    first, the glossary terms its best one lacks (``Term`` objects; none without a glossary), and
+    its best one's confidence (None unless asked for on a calibrated run)."""
 
     hyps: list[Hyp]
     missing: tuple = ()
+    confidence: float | None = None
 
 
 class Unprocessable(Exception):
@@ -91,6 +97,16 @@ class ModelInputs:
         """Per sentence, the glossary terms its translation lacks (its pieces' together, each once)."""
         return [list(dict.fromkeys(term for r in outputs for term in r.missing))
                 for outputs in self._per_sentence(results)]
+
+    def confidences(self, results: Sequence[ModelOutput]) -> list[float | None]:
+        """Per sentence, its translation's confidence: the lowest of its pieces' (as
+        :func:`transformer.translate.document.translate_with_notes` gives it); None where a piece
+        has none."""
+        out = []
+        for outputs in self._per_sentence(results):
+            values = [r.confidence for r in outputs if r.hyps]
+            out.append(min(values) if values and None not in values else None)
+        return out
 
     def _per_sentence(self, results: Sequence[ModelOutput]) -> list[Sequence[ModelOutput]]:
         out, k = [], 0
@@ -249,9 +265,23 @@ def _with_missing_terms(translation: dict[str, Any], missing: Sequence[Sequence[
     return translation
 
 
+def _with_confidence(translation: dict[str, Any], confidence: Sequence[float | None] | None) -> dict[str, Any]:
+    """``translation`` with each sentence's ``confidence`` (4 decimals; absent where it has none)
+    and the text's, the lowest of its sentences'; as it was without confidences (None)."""
+    if confidence is None:
+        return translation
+    for sentence, value in zip(translation["sentences"], confidence):
+        if value is not None:
+            sentence["confidence"] = round(value, 4)
+    if confidence and None not in confidence:
+        translation["confidence"] = round(min(confidence), 4)
+    return translation
+
+
 def assemble(document: Document, hyps: Sequence[Sequence[Hyp]], pieces: Sequence[Sequence[tuple[int, int]]],
              warnings: list[dict[str, Any]], n_best: int, alternatives: int = 0,
-             missing: Sequence[Sequence[Any]] | None = None, name: str = "text") -> dict[str, Any]:
+             missing: Sequence[Sequence[Any]] | None = None, name: str = "text",
+             confidence: Sequence[float | None] | None = None) -> dict[str, Any]:
     """The ``Translation`` of one text from its sentences' hypotheses (best first), the pieces
     each sentence was translated in, and the warnings about the text.
 
@@ -264,7 +294,8 @@ def assemble(document: Document, hyps: Sequence[Sequence[Hyp]], pieces: Sequence
     text's ``alternatives``: up to that many distinct translations other than ``translation``
     (absent from the dict when ``alternatives`` is 0). ``missing``: with a glossary, each
     sentence's terms that its translation lacks (``missing_terms``, and a warning naming the
-    sentence of the text ``name``)."""
+    sentence of the text ``name``). ``confidence``: each sentence's confidence, when asked for
+    (``confidence`` of each sentence, rounded to 4 decimals, and of the text, the lowest)."""
     extra = {"alternatives": _alternatives(hyps, alternatives, document.rebuild)} if alternatives else {}
     hyps = [h[:max(1, n_best)] for h in hyps]
     ranked, spans = [], []
@@ -277,7 +308,8 @@ def assemble(document: Document, hyps: Sequence[Sequence[Hyp]], pieces: Sequence
                   "text": None, "pieces": len(cuts), "score": _kth(h, 0)[1], "n_best": _hypotheses(h)}
                  for segment, target, h, cuts in zip(document.segments, spans[0], hyps, pieces)]
     names = [sentence_name(name, document, j) for j in range(len(document.segments))]
-    return _with_missing_terms(_translation(document.text, ranked, sentences, warnings) | extra, missing, names)
+    translation = _with_missing_terms(_translation(document.text, ranked, sentences, warnings) | extra, missing, names)
+    return _with_confidence(translation, confidence)
 
 
 def _page_with(page: str, found: Sequence[str], translations: list[str], lang: str | None) -> str:
@@ -293,7 +325,7 @@ def _page_with(page: str, found: Sequence[str], translations: list[str], lang: s
 def assemble_html(page: str, found: Sequence[str], hyps: Sequence[Sequence[Hyp]],
                   pieces: Sequence[Sequence[tuple[int, int]]], warnings: list[dict[str, Any]], n_best: int,
                   lang: str | None, alternatives: int = 0, missing: Sequence[Sequence[Any]] | None = None,
-                  name: str = "text") -> dict[str, Any]:
+                  name: str = "text", confidence: Sequence[float | None] | None = None) -> dict[str, Any]:
     """The ``Translation`` of one HTML page whose text's sentences are ``found``: the k-th entry
     of ``n_best`` is the page rebuilt around every sentence's k-th hypothesis
     (:func:`transformer.translate.html.translate_html`, markup kept), scored as in
@@ -301,7 +333,7 @@ def assemble_html(page: str, found: Sequence[str], hyps: Sequence[Sequence[Hyp]]
     not one span of its markup (tags and entities interrupt it, and the tags are placed anew in
     the translation): its alignment entry gives its ``text`` as the model read it, no spans.
     ``alternatives``: as in :func:`assemble`, each a page rebuilt (a page without text has none);
-    ``missing`` and ``name`` as there."""
+    ``missing``, ``name`` and ``confidence`` as there (a page without text has no confidence)."""
     extra = {}
     if alternatives:
         extra["alternatives"] = _alternatives(hyps, alternatives, lambda chosen: _page_with(page, found, chosen, lang))
@@ -316,4 +348,5 @@ def assemble_html(page: str, found: Sequence[str], hyps: Sequence[Sequence[Hyp]]
                   "score": _kth(h, 0)[1], "n_best": _hypotheses(h)}
                  for sentence, h, cuts in zip(found, hyps, pieces)]
     names = [f"{name}, sentence {j} ({preview(sentence)})" for j, sentence in enumerate(found)]
-    return _with_missing_terms(_translation(page, ranked, sentences, warnings) | extra, missing, names)
+    return _with_confidence(_with_missing_terms(_translation(page, ranked, sentences, warnings) | extra, missing, names),
+                            confidence)

@@ -41,6 +41,8 @@ class ServeLimits:
     max_queue: sentences waiting for the model; a request that would exceed it gets 503 at once
         (unless none are waiting).
     timeout_s: seconds a request may wait and run; after that it gets 503.
+    confidence_threshold: the web page marks a sentence whose confidence is below this (0 to 1) as
+        one to check; the confidence itself is the run's calibration's (a run without one has none).
     """
 
     max_chars: int = 5000
@@ -56,12 +58,17 @@ class ServeLimits:
     batch_wait_ms: float = 5.0
     max_queue: int = 1024
     timeout_s: float = 30.0
+    confidence_threshold: float = 0.5
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValueError(f"{f.name} must be a finite number, got {value!r}")
+            if f.name == "confidence_threshold":  # a probability
+                if not 0 <= value <= 1:
+                    raise ValueError(f"{f.name} must be in [0, 1], got {value!r}")
+                continue
             minimum = 0 if f.name in ("batch_wait_ms", "timeout_s", "max_alternatives") else 1
             if value < minimum or (f.name == "timeout_s" and value <= 0):
                 raise ValueError(f"{f.name} must be {'> 0' if f.name == 'timeout_s' else f'>= {minimum}'}, got {value!r}")

@@ -23,9 +23,15 @@ sent); they go with the request as ``glossary``, and with the attention requests
 shown is that of the translation shown. Terms the translation could not hold are listed in
 ``#missing-terms``. An empty box sends no glossary.
 
+Where the served model is calibrated (``confidence_threshold`` given), the page asks for each
+sentence's confidence (``confidence: true``) and shows it on hover over the sentence (both sides)
+and in the sentence list; a sentence whose confidence is below the threshold (``transformer serve
+--confidence-threshold``) is underlined with dots (``.sentence.doubtful``) and named in
+``#confidence-note`` as one to check. Without a calibration the page asks for none and shows none.
+
 Hooks for tests and tools: ``#source`` (the text box), ``#translate`` (the button),
-``#translation`` (the output; ``.sentence[data-index]`` spans), ``#source-view`` (the source, the
-same spans), ``#sentence-select``, ``#result[data-state]`` (``idle``, ``busy``, ``done`` or
+``#translation`` (the output; ``.sentence[data-index]`` spans, with ``data-confidence`` where
+confidences are shown), ``#source-view`` (the source, the same spans), ``#sentence-select``, ``#result[data-state]`` (``idle``, ``busy``, ``done`` or
 ``error``) and ``#result[data-sentence]`` (the sentence whose attention is shown), ``#error`` (the
 server's message).
 """
@@ -51,13 +57,16 @@ def attention_view_template() -> str:
 
 
 def index_html(*, src_lang: str | None = None, tgt_lang: str | None = None, max_chars: int = 5000,
-               max_sentences: int = 256) -> str:
-    """The HTML of ``/``."""
+               max_sentences: int = 256, confidence_threshold: float | None = None) -> str:
+    """The HTML of ``/``; ``confidence_threshold``: where the model is calibrated, the confidence
+    below which a sentence is marked to be checked (None: the page shows no confidence)."""
     direction = f"{src_lang} \u2192 {tgt_lang}" if src_lang and tgt_lang else "source \u2192 target"
     settings = {"format": PAGE_FORMAT, "version": PAGE_VERSION, "min_line_weight": MIN_LINE_WEIGHT}
     return (_INDEX.replace("__DIRECTION__", html.escape(direction))
             .replace("__MAX_CHARS__", str(int(max_chars)))
             .replace("__MAX_SENTENCES__", str(int(max_sentences)))
+            .replace("__CONFIDENCE__", _script_json(None if confidence_threshold is None
+                                                    else {"threshold": float(confidence_threshold)}))
             .replace("__SETTINGS__", _script_json(settings))
             .replace("__TEMPLATE__", _script_json(attention_view_template())))
 
@@ -109,7 +118,8 @@ _INDEX = """<!DOCTYPE html>
   #attention-frame { width: 100%; height: 760px; border: 1px solid var(--line); border-radius: 6px; margin-top: 10px; }
   #glossary-box { grid-column: 1 / -1; color: var(--muted); font-size: 13px; }
   #glossary-box textarea { min-height: 4em; font-size: 14px; color: var(--fg); margin-top: 4px; }
-  #missing-terms { color: var(--bad); font-size: 13px; }
+  #missing-terms, #confidence-note { color: var(--bad); font-size: 13px; }
+  .sentence.doubtful { text-decoration: underline dotted var(--bad) 2px; text-underline-offset: 3px; }
   [hidden] { display: none !important; }
 </style>
 </head>
@@ -135,6 +145,7 @@ _INDEX = """<!DOCTYPE html>
     </div>
     <div id="meta"></div>
     <div id="missing-terms" hidden></div>
+    <div id="confidence-note" hidden></div>
     <div id="error" hidden></div>
     <div id="sentence-picker" hidden>
       <label for="sentence-select">Attention of sentence</label>
@@ -146,12 +157,14 @@ _INDEX = """<!DOCTYPE html>
 </main>
 <script type="application/json" id="view-settings">__SETTINGS__</script>
 <script type="application/json" id="view-template">__TEMPLATE__</script>
+<script type="application/json" id="confidence-settings">__CONFIDENCE__</script>
 <script>
 (function () {
   "use strict";
   const $ = (id) => document.getElementById(id);
   const SETTINGS = JSON.parse($("view-settings").textContent);
   const TEMPLATE = JSON.parse($("view-template").textContent);
+  const CONFIDENCE = JSON.parse($("confidence-settings").textContent);  /* {threshold} on a calibrated model, else null */
   const escapeHtml = (s) => s.replace(/[&<>"']/g, (c) => "&#" + c.charCodeAt(0) + ";");
   const scriptJson = (o) => JSON.stringify(o).replace(/</g, "\\\\u003c").replace(/>/g, "\\\\u003e").replace(/&/g, "\\\\u0026");
   let current = null;  /* {text, sentences}: the translated text and its alignment */
@@ -200,6 +213,7 @@ _INDEX = """<!DOCTYPE html>
     $("source-view").textContent = "";
     $("sentence-picker").hidden = true;
     $("missing-terms").hidden = true;
+    $("confidence-note").hidden = true;
     $("attention-frame").hidden = true;
     delete $("result").dataset.sentence;
   }
@@ -234,6 +248,27 @@ _INDEX = """<!DOCTYPE html>
     $("missing-terms").hidden = !missing.length;
   }
 
+  const doubtful = (s) => typeof s.confidence === "number" && s.confidence < CONFIDENCE.threshold;
+
+  /* Each sentence's confidence on hover, on both sides; those below the threshold underlined with dots and named. */
+  function showConfidence(sentences) {
+    const low = [];
+    sentences.forEach((s, i) => {
+      if (typeof s.confidence !== "number") return;
+      if (doubtful(s)) low.push(i + 1);
+      document.querySelectorAll(`.sentence[data-index="${i}"]`).forEach((el) => {
+        el.dataset.confidence = String(s.confidence);
+        el.classList.toggle("doubtful", doubtful(s));
+        el.title = `sentence ${i + 1}: confidence ${s.confidence}` + (doubtful(s) ? ", check this sentence" : "") +
+          "; show its attention";
+      });
+    });
+    const many = low.length > 1;
+    $("confidence-note").textContent = low.length ? `Confidence below ${CONFIDENCE.threshold} for sentence${many ? "s" : ""} ` +
+      `${low.join(", ")} (dotted underline): check ${many ? "these sentences" : "this sentence"}.` : "";
+    $("confidence-note").hidden = !low.length;
+  }
+
   async function translate(event) {
     event.preventDefault();
     const text = $("source").value;
@@ -246,6 +281,7 @@ _INDEX = """<!DOCTYPE html>
     try {
       const glossary = glossaryTerms();
       const request = glossary.length ? { text, glossary } : { text };  /* no glossary: the request as before */
+      if (CONFIDENCE) request.confidence = true;
       const body = await post("/v1/translate", request);
       if (mine !== generation) return;
       const t = body.translations[0];
@@ -253,12 +289,16 @@ _INDEX = """<!DOCTYPE html>
       showMissingTerms(t.sentences);
       renderSpans($("source-view"), text, t.sentences.map((s) => s.source_span));
       renderSpans($("translation"), t.translation, t.sentences.map((s) => s.target_span));
+      if (CONFIDENCE) showConfidence(t.sentences);
       $("texts").hidden = false;
       const select = $("sentence-select");
       select.textContent = "";
       t.sentences.forEach((s, i) => {
         const words = Array.from(text).slice(s.source_span[0], s.source_span[1]).join("");
-        const label = (i + 1) + ". " + (words.length > 70 ? words.slice(0, 69) + "\u2026" : words);
+        let label = (i + 1) + ". " + (words.length > 70 ? words.slice(0, 69) + "\u2026" : words);
+        if (CONFIDENCE && typeof s.confidence === "number") {
+          label += ` \u00b7 confidence ${s.confidence}` + (doubtful(s) ? ": check this sentence" : "");
+        }
         select.append(new Option(label, String(i)));
       });
       $("sentence-picker").hidden = false;

@@ -80,7 +80,9 @@ def translate_router(service: TranslationService, TranslateRequest: type[BaseMod
     async def translate(body: TranslateRequest) -> TranslateResponse:  # type: ignore[valid-type]
         start = time.perf_counter()
         texts = [body.text] if isinstance(body.text, str) else list(body.text)
-        settings = DecodingSettings(body.beam_size, body.n_best, body.max_length, glossary=_glossary(service, body))
+        # A model without a calibration has no confidence to give: such a request is answered as without it.
+        settings = DecodingSettings(body.beam_size, body.n_best, body.max_length, glossary=_glossary(service, body),
+                                    confidence=body.confidence and service.calibrated)
         run = service.translate_pages if body.format == "html" else service.translate_texts
         translations, info = await run(texts, settings, alternatives=body.alternatives)
         return TranslateResponse(translations=translations, decoding=service.decoding(settings),
@@ -130,10 +132,11 @@ def status_router(service: TranslationService) -> APIRouter:
 
 
 def page_router(service: TranslationService) -> APIRouter:
-    """``GET /``: the web page for the service's languages and limits, with its own
-    Content-Security-Policy (built once)."""
+    """``GET /``: the web page for the service's languages and limits (and confidence threshold,
+    where the model is calibrated), with its own Content-Security-Policy (built once)."""
+    threshold = service.limits.confidence_threshold if service.calibrated else None
     page = index_html(src_lang=service.src_lang, tgt_lang=service.tgt_lang, max_chars=service.limits.max_chars,
-                      max_sentences=service.limits.max_sentences)
+                      max_sentences=service.limits.max_sentences, confidence_threshold=threshold)
     headers = {"Content-Security-Policy": page_csp(page)}
     router = APIRouter()
 

@@ -88,6 +88,10 @@ class SentenceTranslation(BaseModel):
                                               "glossary: its terms found in this sentence that the translation "
                                               "could not be made to contain within its length limit (each also "
                                               "in warnings)")
+    confidence: float | None = Field(None, description="only when the request asks for confidence and the "
+                                     "model is calibrated (GET /v1/model: confidence.calibrated): the probability, "
+                                     "0 to 1, that the best translation is adequate (sentence chrF >= 50; "
+                                     "docs/decoding.md, Confidence), 4 decimals; in pieces: the lowest of theirs")
 
 
 class TextWarning(BaseModel):
@@ -105,6 +109,8 @@ class Translation(BaseModel):
     n_best: list[Hypothesis] = Field(description="n_best hypotheses, best first; for several sentences the k-th "
                                      "puts every sentence's k-th hypothesis in the text's structure (log_prob: "
                                      "their sum, score: their mean)")
+    confidence: float | None = Field(None, description="only when the request asks for confidence and the model "
+                                     "is calibrated: the lowest of its sentences' confidence")
     sentences: list[SentenceTranslation] = Field(description="the sentence alignment, in text order")
     warnings: list[TextWarning] = Field(description="one per sentence translated in pieces (over "
                                         "max_input_tokens), and one per sentence lacking glossary terms "
@@ -142,6 +148,17 @@ class TranslateResponse(BaseModel):
     timing: Timing
 
 
+class ConfidenceInfo(BaseModel):
+    """Whether the served model gives confidences, and what the web page does with them."""
+
+    calibrated: bool = Field(description="whether the run has a calibration (RUN_DIR/confidence.json, written by "
+                             "transformer calibrate): only then does a request's confidence give numbers")
+    threshold: float = Field(description="--confidence-threshold: the web page marks sentences whose confidence is "
+                             "below it")
+    chrf: float | None = Field(description="the event a confidence is the probability of: sentence chrF >= this "
+                               "(null without a calibration)")
+
+
 class ModelInfo(BaseModel):
     src_lang: str | None
     tgt_lang: str | None
@@ -152,6 +169,7 @@ class ModelInfo(BaseModel):
     config: dict[str, Any] = Field(description="the model's config.json")
     decoding: Decoding = Field(description="the defaults a request gets")
     limits: dict[str, int | float]
+    confidence: ConfidenceInfo
 
 
 class Health(BaseModel):
@@ -228,6 +246,11 @@ def request_models(limits: ServeLimits, default_beam: int) -> RequestModels:
                                            "besides translation, in its alternatives (at most beam_size - 1; "
                                            "0: none, and no alternatives field)")], 0),
         glossary=glossary,
+        confidence=(bool, Field(False, description="each sentence's confidence, and the text's (the lowest): the "
+                                "probability that its translation is adequate, from the run's calibration; a model "
+                                "without one (GET /v1/model: confidence.calibrated) answers without them. It costs "
+                                "a teacher-forced pass over the translations; requests asking for it share model "
+                                "calls with each other only")),
         format=(Literal["text", "html"], Field("text", description="text: plain text; html: each text is an "
                                                "HTML page (or fragment) whose text is translated and whose markup "
                                                "is kept (tags, attributes, entities; script, style, code and pre "

@@ -8,7 +8,8 @@ server's limits, the language pair it reports and the dynamic batcher that runs 
   texts (or HTML pages) cut into sentences, translated through the batcher, put back in their
   structure (:mod:`transformer.serve.documents`), with distinct alternatives when asked for, and
   with a request's glossary (:meth:`~TranslationService.glossary`; its terms are part of the
-  batcher's key, so only requests with the same terms share a model call);
+  batcher's key, so only requests with the same terms share a model call), and with each
+  sentence's confidence when a request asks for it and the run is calibrated (``calibrated``);
 * :meth:`~TranslationService.attention`: the translation of one sentence (or piece) of a text
   and every attention weight of it;
 * :meth:`~TranslationService.model_info`, :meth:`~TranslationService.health`,
@@ -35,7 +36,9 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import anyio.to_thread
+import torch
 
+from transformer.decoding import Hypothesis
 from transformer.serve.batching import BatchInfo, DynamicBatcher
 from transformer.serve.documents import (
     Document,
@@ -52,7 +55,8 @@ from transformer.serve.documents import (
     text_name,
 )
 from transformer.serve.limits import ServeLimits
-from transformer.serve.schemas import Decoding, ModelInfo
+from transformer.serve.schemas import ConfidenceInfo, Decoding, ModelInfo
+from transformer.translate.confidence import attach_confidence
 from transformer.translate.glossary import Glossary, GlossaryError
 from transformer.translate.translator import Translator
 from transformer.visualize.data import collect_attention, token_limit
@@ -71,12 +75,15 @@ class DecodingSettings:
         max_length: output tokens per sentence; None: the translator's (input length + 50).
         glossary: ``(source, target)`` terms the translations must use, as
             :meth:`TranslationService.glossary` checked them (empty: none).
+        confidence: compute the confidence of each sentence's best hypothesis (only where the
+            run is calibrated: ``TranslationService.calibrated``).
     """
 
     beam_size: int
     n_best: int = 1
     max_length: int | None = None
     glossary: tuple[tuple[str, str], ...] = ()
+    confidence: bool = False
 
 
 @functools.lru_cache(maxsize=64)
@@ -120,6 +127,8 @@ class TranslationService:
         self.segment_lang = src_lang or self.translator.src_lang  # the sentence splitter's
         self.input_limit = min(limits.max_input_tokens, translator.max_input_tokens)  # source tokens per model input
         self.default = DecodingSettings(self.translator.decoding.beam_size)  # for a request that chooses nothing
+        # A translation's confidence needs the run's calibration (RUN_DIR/confidence.json).
+        self.calibrated = self.translator.calibration is not None
         # A request's own call may hold up to max_texts sentences, as a list of max_texts texts always could.
         self.batcher = DynamicBatcher(self._run_batch, max_batch_size=limits.max_batch_size,
                                       batch_wait_ms=limits.batch_wait_ms, max_queue=limits.max_queue,
@@ -163,19 +172,44 @@ class TranslationService:
 
     def _run_batch(self, settings: DecodingSettings, texts: list[str]) -> list[ModelOutput]:
         """One model call of the batcher (on its worker thread): each text's hypotheses, best
-        first, and the glossary terms its best one lacks. With a glossary, a hypothesis after the
-        best that lacks a term (cut at the length limit before it could hold it) is left out."""
+        first, the glossary terms its best one lacks, and with ``settings.confidence`` the best
+        one's confidence. With a glossary, a hypothesis after the best that lacks a term (cut at
+        the length limit before it could hold it) is left out."""
         chosen = self.translator_for(settings)
         glossary = _glossary(settings.glossary)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # lengths were checked on arrival; nothing is cut
             n_best = chosen.translate_n_best(texts, glossary=glossary)
             terms = chosen.glossary_terms(texts, glossary) if glossary else [[] for _ in texts]
+            best = [hyps[0] if hyps else None for hyps in n_best]
+            confidences = self._confidences(chosen, texts, best) if settings.confidence else [None] * len(texts)
         if glossary:  # after the best, only hypotheses that hold every term found are translations to offer
             n_best = [[h for k, h in enumerate(hyps) if k == 0 or not h.unmet] for hyps in n_best]
         return [ModelOutput([(chosen.detokenize(h), float(h.score), float(h.log_prob)) for h in hyps],
-                            tuple(found[c] for c in hyps[0].unmet) if hyps else ())
-                for hyps, found in zip(n_best, terms)]
+                            tuple(found[c] for c in hyps[0].unmet) if hyps else (), confidence)
+                for hyps, found, confidence in zip(n_best, terms, confidences)]
+
+    @staticmethod
+    def _confidences(translator: Translator, texts: list[str], best: list[Hypothesis | None]) -> list[float | None]:
+        """The confidence of each text's best hypothesis, from one teacher-forced pass over them all
+        (the features of a hypothesis do not depend on its batch, so each is what
+        ``translate_n_best(texts, confidence=True)`` gives it). None for a text without a
+        hypothesis, and for one too long for that pass: the pass reads ``<s>`` and every token,
+        one position more than decoding, which a learned position table may not have."""
+        config = translator.model.config
+        longest = config.max_positions - 1 if getattr(config, "positional", None) == "learned" else None
+        rows = [i for i, h in enumerate(best) if h is not None and (longest is None or len(h.tokens) <= longest)]
+        if rows:
+            ids = translator.encode_sources([texts[i] for i in rows])
+            src = torch.full((len(rows), max(len(seq) for seq in ids)), translator.vocab.src.pad_id, dtype=torch.long)
+            mask = torch.zeros_like(src, dtype=torch.bool)
+            for row, seq in enumerate(ids):
+                src[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+                mask[row, : len(seq)] = True
+            attach_confidence(translator.model, src.to(translator.device), mask.to(translator.device),
+                              [[best[i]] for i in rows], translator.calibration,
+                              bos_id=translator.vocab.tgt.bos_id, eos_id=translator.vocab.tgt.eos_id)
+        return [h.confidence if h is not None else None for h in best]
 
     # -- translation ---------------------------------------------------------------------------
     async def _segment(self, texts: list[str], names: list[str] | None = None) -> tuple[list[Document], ModelInputs]:
@@ -202,6 +236,10 @@ class TranslationService:
                 translation (:mod:`transformer.translate.alternatives`: at most
                 ``beam_size - 1``); 0: none, and no ``alternatives`` key.
 
+        With ``settings.confidence`` each sentence gets the ``confidence`` of its best
+        hypothesis (a sentence in pieces the lowest of its pieces'), and each text the lowest of
+        its sentences'.
+
         Returns:
             The ``Translation`` dict of each text (:func:`transformer.serve.documents.assemble`)
             and how the batcher served the request.
@@ -214,8 +252,10 @@ class TranslationService:
         counts = [len(d.segments) for d in documents]
         hyps, pieces = per_text(counts, inputs.hypotheses(results)), per_text(counts, inputs.spans)
         missing = per_text(counts, inputs.missing_terms(results)) if settings.glossary else [None] * len(texts)
-        return [assemble(document, h, p, w, settings.n_best, alternatives, m, name)
-                for document, h, p, w, m, name in zip(documents, hyps, pieces, inputs.warnings, missing, names)], info
+        sure = per_text(counts, inputs.confidences(results)) if settings.confidence else [None] * len(texts)
+        return [assemble(document, h, p, w, settings.n_best, alternatives, m, name, c)
+                for document, h, p, w, m, name, c in zip(documents, hyps, pieces, inputs.warnings, missing, names,
+                                                         sure)], info
 
     @staticmethod
     def _searched(settings: DecodingSettings, alternatives: int) -> DecodingSettings:
@@ -247,10 +287,12 @@ class TranslationService:
         counts = [len(f) for f in found]
         hyps, pieces = per_text(counts, inputs.hypotheses(results)), per_text(counts, inputs.spans)
         missing = per_text(counts, inputs.missing_terms(results)) if settings.glossary else [None] * len(pages)
+        sure = per_text(counts, inputs.confidences(results)) if settings.confidence else [None] * len(pages)
 
         def rebuild() -> list[dict[str, Any]]:  # parsing the pages again: off the event loop
-            return [assemble_html(page, f, h, p, w, settings.n_best, self.segment_lang, alternatives, m, name)
-                    for page, f, h, p, w, m, name in zip(pages, found, hyps, pieces, inputs.warnings, missing, names)]
+            return [assemble_html(page, f, h, p, w, settings.n_best, self.segment_lang, alternatives, m, name, c)
+                    for page, f, h, p, w, m, name, c in zip(pages, found, hyps, pieces, inputs.warnings, missing,
+                                                            names, sure)]
 
         return await _off_the_loop(rebuild), info
 
@@ -301,12 +343,16 @@ class TranslationService:
 
     # -- the model and the queue ---------------------------------------------------------------
     def model_info(self) -> ModelInfo:
-        """The model being served: languages, vocabularies, config, default decoding, limits."""
+        """The model being served: languages, vocabularies, config, default decoding, limits, and
+        whether it gives confidences."""
         base, config = self.translator, self.translator.model.config
+        calibration = base.calibration
+        confidence = ConfidenceInfo(calibrated=self.calibrated, threshold=self.limits.confidence_threshold,
+                                    chrf=None if calibration is None else calibration.threshold)
         return ModelInfo(src_lang=self.src_lang, tgt_lang=self.tgt_lang, src_vocab_size=config.src_vocab_size,
                          tgt_vocab_size=config.tgt_vocab_size, shared_vocabulary=base.vocab.joint,
                          parameters=base.model.num_parameters(), config=config.to_dict(),
-                         decoding=self.decoding(self.default), limits=self.limits.to_dict())
+                         decoding=self.decoding(self.default), limits=self.limits.to_dict(), confidence=confidence)
 
     def health(self) -> dict[str, Any]:
         """The batcher's queue state and counters."""
