@@ -10,8 +10,9 @@ switched off because they load their scripts from a CDN):
 
 * ``POST /v1/translate``: one text or a list, each of any number of sentences, lines and
   paragraphs (or HTML pages, ``format: "html"``); ``beam_size``, ``n_best``, ``max_length``,
-  ``alternatives``, ``glossary``; returns the translations in the texts' structure with scores (and distinct
-  alternatives when asked for: :mod:`transformer.translate.alternatives`), the sentence alignment
+  ``alternatives``, ``glossary``, ``confidence``; returns the translations in the texts' structure with scores
+  (and distinct alternatives when asked for: :mod:`transformer.translate.alternatives`; each sentence's
+  confidence when asked for, where the run is calibrated), the sentence alignment
   (:mod:`transformer.serve.documents`), warnings (a sentence over ``max_input_tokens`` is
   translated in pieces) and the timing of the model calls (the sentences of concurrent requests
   are batched together, see :mod:`transformer.serve.batching`).
@@ -21,7 +22,8 @@ switched off because they load their scripts from a CDN):
   weight of it), with ``X-Sentence-Index``, ``X-Sentence-Count``, ``X-Source-Span`` and
   ``X-Piece-*`` headers.
 * ``GET /health``: liveness and the batcher's queue and counters.
-* ``GET /v1/model``: languages, vocabulary sizes, the model config, default decoding, limits.
+* ``GET /v1/model``: languages, vocabulary sizes, the model config, default decoding, limits,
+  whether the model is calibrated (gives confidences).
 * ``POST /translate``, ``GET /languages``: the LibreTranslate API
   (:mod:`transformer.serve.libretranslate`; not in the OpenAPI schema, its errors are
   LibreTranslate's ``{"error": message}``).
