@@ -43,6 +43,25 @@ def test_confidences_are_probabilities_and_none_without_a_calibration():
     assert len(set(values)) > 1
 
 
+def test_a_translation_that_fills_a_learned_position_table_gets_a_confidence():
+    """Cut at the table's end without </s>: the pass reads the positions its steps read, no more."""
+    from transformer.config import preset
+    from transformer.model import Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(preset("tiny", src_vocab_size=20, tie_output=False, output_bias=True, positional="learned",
+                               max_positions=6)).double().eval()
+    with torch.no_grad():
+        model.output.bias[EOS] = -30.0  # never ends: every hypothesis runs to the table's end
+    src, mask = make_batch(lengths=(4, 3))
+    results = _decoded(model, src, mask, DecodeConfig("beam", beam_size=2, max_len_b=50))
+    assert all(len(h.tokens) == 6 for hyps in results for h in hyps)
+    attach_confidence(model, src, mask, results, _calibration(), bos_id=BOS, eos_id=EOS)
+    assert all(0.0 <= h.confidence <= 1.0 for hyps in results for h in hyps)
+    features = hypothesis_features(model, src, mask, results, bos_id=BOS, eos_id=EOS)
+    assert features[0, FEATURES.index("length_ratio")] == pytest.approx(math.log(6 / 4))
+
+
 def test_features_of_a_hypothesis_do_not_depend_on_its_batch():
     """A sentence among others (padded, beside other hypotheses) gets the features it gets alone,
     and so does one measured a row at a time."""

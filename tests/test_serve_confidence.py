@@ -140,15 +140,15 @@ def test_a_sentence_in_pieces_gets_the_lowest_of_its_pieces(translator):
     assert confidences(got) == [round(a.confidence, 4) for a in want.sentences]
 
 
-def test_a_translation_too_long_for_the_position_table_gets_none(client, translator):
-    """The confidence pass reads ``<s>`` and every token: a translation that fills the learned
-    position table (64 here; the random model never ends a sentence) has no confidence, and the
-    other sentences of the request keep theirs."""
+def test_a_translation_that_fills_the_position_table_gets_its_confidence(client, translator):
+    """A translation cut at the end of the learned position table (64 here; the random model never
+    ends a sentence) gets the confidence the library gives it, beside the request's others."""
     got = client.post("/v1/translate", json={"text": f"{OTHER}. Il pleut.", "confidence": True}).json()
     first, second = got["translations"][0]["sentences"]
     assert len(translator.vocab.tgt.encode(first["n_best"][0]["translation"])) >= 60
-    assert "confidence" not in first and "confidence" not in got["translations"][0]
+    assert first["confidence"] == library(translator, [f"{OTHER}."], max_len_a=1.0, max_len_b=50)[0]
     assert second["confidence"] == library(translator, ["Il pleut."], max_len_a=1.0, max_len_b=50)[0]
+    assert got["translations"][0]["confidence"] == min(first["confidence"], second["confidence"])
 
 
 def test_answers_without_confidence_are_as_before(client, uncalibrated):

@@ -194,11 +194,8 @@ class TranslationService:
         """The confidence of each text's best hypothesis, from one teacher-forced pass over them all
         (the features of a hypothesis do not depend on its batch, so each is what
         ``translate_n_best(texts, confidence=True)`` gives it). None for a text without a
-        hypothesis, and for one too long for that pass: the pass reads ``<s>`` and every token,
-        one position more than decoding, which a learned position table may not have."""
-        config = translator.model.config
-        longest = config.max_positions - 1 if getattr(config, "positional", None) == "learned" else None
-        rows = [i for i, h in enumerate(best) if h is not None and (longest is None or len(h.tokens) <= longest)]
+        hypothesis."""
+        rows = [i for i, h in enumerate(best) if h is not None]
         if rows:
             ids = translator.encode_sources([texts[i] for i in rows])
             src = torch.full((len(rows), max(len(seq) for seq in ids)), translator.vocab.src.pad_id, dtype=torch.long)

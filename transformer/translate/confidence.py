@@ -127,11 +127,16 @@ def _chunk_features(model: Transformer, src: Tensor, src_mask: Tensor, memory: T
                     entropy: bool) -> np.ndarray:
     dev = src.device
     width = max(len(h.tokens) for _, h in chunk) + 1
+    # A translation that filled a learned position table was cut there without </s>: its steps
+    # read every position, and the pass reads no more (the step after it was never taken).
+    cfg = getattr(model, "config", None)
+    if cfg is not None and getattr(cfg, "positional", None) == "learned":
+        width = min(width, cfg.max_positions)
     tgt = torch.full((len(chunk), width), bos_id, dtype=torch.long)  # (M, T): <s> + tokens, padding after (causal)
     gold = torch.full((len(chunk), width), eos_id, dtype=torch.long)  # (M, T): tokens + </s>
     for i, (_, h) in enumerate(chunk):
         tokens = torch.tensor(h.tokens, dtype=torch.long)
-        tgt[i, 1 : len(h.tokens) + 1] = tokens
+        tgt[i, 1 : len(h.tokens) + 1] = tokens[: width - 1]
         gold[i, : len(h.tokens)] = tokens
     index = torch.tensor([b for b, _ in chunk], device=dev)
     rows_mask = src_mask.index_select(0, index)
@@ -151,7 +156,7 @@ def _chunk_features(model: Transformer, src: Tensor, src_mask: Tensor, memory: T
     mask = rows_mask.cpu()
     out = np.empty((len(chunk), len(FEATURES)))
     for i, (_, h) in enumerate(chunk):
-        steps = len(h.tokens) + 1
+        steps = min(len(h.tokens) + 1, width)
         out[i] = _features(h.log_prob / steps, None if picked is None else picked[i, :steps],
                            None if spread is None else spread[i, :steps], cross[i, :steps][:, mask[i]].numpy())
     return out
