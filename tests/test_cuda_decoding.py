@@ -71,7 +71,8 @@ def test_the_gpu_plan_gives_the_cpu_plans_translations(model, vocab, sentences, 
     want = cpu.translate_n_best(sentences)
     batches = []
     real_decode = Translator._decode_batch
-    monkeypatch.setattr(Translator, "_decode_batch", lambda self, seqs: batches.append(len(seqs)) or real_decode(self, seqs))
+    monkeypatch.setattr(Translator, "_decode_batch",
+                        lambda self, seqs, *rest: batches.append(len(seqs)) or real_decode(self, seqs, *rest))
     got = gpu_plan(cpu, monkeypatch).translate_n_best(sentences)
     assert batches == [len(sentences)]  # the GPU's batches hold them all at once
     assert len({len(h[0].tokens) for h in want}) > 2  # endings at many steps: the deferred checks matter
