@@ -380,7 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_translate(sub: argparse._SubParsersAction) -> None:
-    from transformer.translate.cli import register_evaluate_command, register_translate_command
+    from transformer.translate.cli import register_translate_command
+    from transformer.translate.evaluate_cli import register_evaluate_command
 
     register_translate_command(sub)
     register_evaluate_command(sub)

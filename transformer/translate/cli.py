@@ -1,11 +1,12 @@
-"""``transformer translate`` and ``transformer evaluate``: the command-line face of ``Translator``.
+"""``transformer translate``: the command-line face of ``Translator`` (``evaluate`` is in ``evaluate_cli.py``).
 
 ``translate`` translates real text: each input line is cut into sentences, each sentence is
 translated, and the translations are put back in the line (``translate_lines``): N lines in,
 N lines out, blank lines, indentation, the gaps between sentences and CRLF line ends kept.
 ``--segment lines`` translates each line whole (pre-segmented test sets; what ``evaluate`` does).
 
-This module holds the options, the two commands and the formatting of each translated line
+This module holds the decoding and glossary options (``evaluate`` and ``calibrate`` take them
+too), the command and the formatting of each translated line
 (text, n-best, JSON). How the input is read (plain or gzip, UTF-8 defects fixed with a warning
 naming the line) is ``inputs.py``; how lines stream through in chunks, with ``--output`` kept
 whole-chunk and resumable (``--resume``) and the progress shown, is ``stream.py``.
@@ -23,10 +24,9 @@ from pathlib import Path
 from typing import Iterable
 
 from transformer.decoding import DecodeConfig
-from transformer.run.layout import RUN_CONFIG_FILE, WEIGHTS_FILE
+from transformer.run.layout import WEIGHTS_FILE
 from transformer.run_files import write_atomic
-from transformer.translate.evaluation import score
-from transformer.translate.inputs import InputText, Line, Reporter, count_lines, read_lines
+from transformer.translate.inputs import InputText, Line, Reporter, count_lines
 from transformer.translate.stream import (
     CHUNK_CHARS, PROGRESS_EVERY, Progress, encode_output, open_output, same_file, write_chunks,
 )
@@ -383,136 +383,3 @@ def _translate_html(args: argparse.Namespace) -> int:
     print(f"translated {len(documents)} HTML document{'s' if len(documents) != 1 else ''} in "
           f"{time.perf_counter() - start:.2f} s", file=sys.stderr)
     return 0
-
-
-# ------------------------------------------------------------------------------------------------ evaluate
-def register_evaluate_command(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "evaluate",
-        help="translate a test set and print sacreBLEU and chrF with their signatures",
-        description="Translate a test set and score it with sacreBLEU and chrF on detokenized, cased text (the "
-        "way papers report it). Test set: --src FILE --ref FILE (plain or gzip), --corpus multi30k|tatoeba with "
-        "--split, or --test-set NAME, a sacreBLEU test set such as wmt14/full (newstest2014) from sacreBLEU's cache "
-        "($SACREBLEU, default ~/.sacrebleu; downloaded there when missing); without any, the run's data.test_set "
-        "(languages default to the run's). Scoring is line by line: each source line is translated whole, "
-        "as one segment, and scored against the same line of the references (as `translate --segment lines`).",
-    )
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--src", help="source sentences, one per line (plain or gzip)")
-    p.add_argument("--ref", help="reference translations, one per line (plain or gzip)")
-    p.add_argument("--corpus", choices=("multi30k", "tatoeba"), help="a registry corpus instead of files")
-    p.add_argument("--split", default=None, help="corpus split (multi30k default: test_2016_flickr; tatoeba: test)")
-    p.add_argument("--test-set", metavar="NAME", help="a sacreBLEU test set, e.g. wmt14/full (newstest2014 as the "
-                   "paper scored it) or wmt13 (default: the run's data.test_set when no other test set is given)")
-    p.add_argument("--src-lang", help="source language (default: the run's data.src_lang)")
-    p.add_argument("--tgt-lang", help="target language (default: the run's data.tgt_lang)")
-    p.add_argument("--from", dest="data_dir", metavar="DIR", help="local copy of registry corpora (e.g. ../shared/data)")
-    p.add_argument("--output", "-o", help="also write the translations to this file (never over the test set)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
-    p.add_argument("--json", action="store_true", help="print the scores as one JSON object on the last line")
-    add_glossary_argument(p)
-    add_decoding_arguments(p)
-    p.set_defaults(handler=evaluate_command)
-
-
-def evaluate_command(args: argparse.Namespace) -> int:
-    if args.output:
-        for name in ("src", "ref"):
-            if getattr(args, name) and same_file(getattr(args, name), args.output):
-                raise ValueError(f"--output {args.output} is the --{name} file: write the translations to another file")
-        if Path(args.output).exists() and not args.overwrite:
-            raise ValueError(f"{args.output} exists: give --overwrite to replace it")
-    sources, references = _test_set(args)
-    glossary = glossary_from_args(args)
-    translator = translator_from_args(args)
-    start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", TermWarning)
-        hypotheses = translator.translate(sources, glossary=glossary)
-    elapsed = time.perf_counter() - start
-    for w in caught[:5]:
-        print(f"warning: {w.message}", file=sys.stderr)
-    if len(caught) > 5:
-        print(f"warning: {len(caught)} sentences in all lack a glossary term", file=sys.stderr)
-    if args.output:
-        write_atomic(args.output, "".join(h + "\n" for h in hypotheses).encode("utf-8"))
-    s = score(hypotheses, references)
-    print(f"BLEU = {s.bleu:.2f}  {s.bleu_signature}")
-    print(f"chrF = {s.chrf:.2f}  {s.chrf_signature}")
-    print(f"exact match = {s.exact_match:.1%}; {s.n} sentences translated in {elapsed:.1f} s "
-          f"({_strategy(translator.decoding)})")
-    if args.json:
-        print(json.dumps({**s.as_dict(), "seconds": round(elapsed, 2)}))
-    return 0
-
-
-def _test_set(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    given = [name for name, on in (("--corpus", args.corpus), ("--src/--ref", args.src or args.ref),
-                                   ("--test-set", args.test_set)) if on]
-    if len(given) > 1:
-        raise ValueError(f"give one test set: {' or '.join(given)}, not both")
-    if args.corpus:
-        return _corpus_test_set(args)
-    if args.test_set or not given:
-        data = _run_data(args.run_dir)
-        name = args.test_set or (data.test_set if data else None)
-        if name:
-            return _sacrebleu_test_set(args, name, data)
-    if not (args.src and args.ref):
-        raise ValueError("give --src FILE and --ref FILE, --corpus NAME or --test-set NAME (the run names no "
-                         "data.test_set)")
-    sources, references = read_lines(args.src), read_lines(args.ref)
-    if len(sources) != len(references):
-        raise ValueError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
-    if not sources:
-        raise ValueError(f"{args.src} is empty")
-    return sources, references
-
-
-def _run_data(run_dir: str):  # -> DataConfig | None
-    """The run's data settings, or None when the directory holds no run configuration."""
-    from transformer.run.config import RunConfig
-
-    run_config = Path(run_dir) / RUN_CONFIG_FILE
-    return RunConfig.read(run_config).data if run_config.exists() or run_config.is_symlink() else None
-
-
-def _sacrebleu_test_set(args: argparse.Namespace, name: str, data) -> tuple[list[str], list[str]]:
-    from transformer.corpus.testsets import sacrebleu_pairs
-
-    src = args.src_lang or (data.src_lang if data else None)
-    tgt = args.tgt_lang or (data.tgt_lang if data else None)
-    if not (src and tgt):
-        raise ValueError("give --src-lang and --tgt-lang (the run directory does not say)")
-    pairs = sacrebleu_pairs(name, src=src, tgt=tgt)
-    return [s for s, _ in pairs], [t for _, t in pairs]
-
-
-def _corpus_test_set(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    from transformer.corpus.registry import corpus_pairs, fetch, tatoeba_splits
-
-    data = _run_data(args.run_dir)
-    src = args.src_lang or (data.src_lang if data else None)
-    tgt = args.tgt_lang or (data.tgt_lang if data else None)
-    if not (src and tgt):
-        raise ValueError("give --src-lang and --tgt-lang (the run directory does not say)")
-    directory = fetch(args.corpus, local_dir=args.data_dir)
-    if args.corpus == "multi30k":
-        pairs = corpus_pairs("multi30k", src=src, tgt=tgt, split=args.split or "test_2016_flickr", directory=directory)
-    else:
-        pairs = corpus_pairs("tatoeba", src=src, tgt=tgt, split="all", directory=directory)
-        split = args.split or "test"
-        splits = tatoeba_splits(pairs, seed=data.seed if data else 0)
-        if split not in splits:
-            raise ValueError(f"tatoeba has splits {sorted(splits)}, not {split!r}")
-        pairs = splits[split]
-    return [s for s, _ in pairs], [t for _, t in pairs]
-
-
-def _strategy(decoding: DecodeConfig) -> str:
-    """How the sentences were decoded, for the summary line."""
-    if decoding.strategy == "beam":
-        return f"beam {decoding.beam_size}"
-    if decoding.strategy == "sample":
-        return f"sampling, {decoding.n_best} per sentence" if decoding.n_best > 1 else "sampling"
-    return "greedy"
