@@ -29,7 +29,7 @@ from transformer.decoding import DecodeConfig, Hypothesis
 from transformer.model import Transformer
 from transformer.text import Vocabularies
 from transformer.run.model import save_model
-from transformer.translate.cli import read_lines
+from transformer.translate.inputs import read_lines
 from transformer.translate.document import translate_lines
 from transformer.translate.segment import segment_text
 from transformer.translate.translator import TranslationWarning, Translator
