@@ -67,7 +67,10 @@ def test_translate_in_every_request_form(client, translator):
     }
     for form, response in forms.items():
         assert response.status_code == 200, (form, response.text)
-        assert response.json() == {"translatedText": want}, form
+        detected = response.json().pop("detectedLanguage", None)
+        assert response.json() == {"translatedText": want, **({"detectedLanguage": detected} if detected else {})}, form
+        assert (detected is not None) == (form == "auto source"), form
+    assert forms["auto source"].json()["detectedLanguage"]["language"] == "fr"
     assert want.count("\n") == 2  # paragraphs kept
 
 
@@ -175,9 +178,9 @@ def test_libretranslatepy_against_a_real_server(run_dir, translator):
             lt.translate("Le chat.", "fr", "de", timeout=10)
         assert bad.value.code == 400
         assert "de is not supported as the target language" in json.loads(bad.value.read())["error"]
-        with pytest.raises(urllib.error.HTTPError) as missing:  # no /detect: one source language, nothing detected
-            lt.detect("Le chat.", timeout=10)
-        assert missing.value.code == 404
+        detected = lt.detect("Le chat noir dort sur la table.", timeout=10)  # among the server's languages
+        assert detected[0]["language"] == "fr" and {d["language"] for d in detected} <= {"fr", "en"}
+        assert 50 < detected[0]["confidence"] <= 100
         assert proc.poll() is None
     finally:
         proc.terminate()

@@ -42,6 +42,7 @@ unknown fields, wrong types), 503 overloaded or timed out.
 """
 
 import json
+from collections.abc import Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -54,6 +55,7 @@ from transformer.serve import libretranslate, routes
 from transformer.serve.batching import Overloaded, TimedOut
 from transformer.serve.documents import Unprocessable
 from transformer.serve.limits import ServeLimits
+from transformer.serve.models import PIVOT, ModelSet
 from transformer.serve.middleware import BodyGuard, SecurityHeaders, error_json, unreadable_json
 from transformer.serve.schemas import ONE_TEXT, TEXT_LIST, request_models
 from transformer.serve.service import TranslationService
@@ -62,33 +64,45 @@ from transformer.translate.translator import Translator
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 415: "unsupported_media_type"}
 
 
-def create_app(translator: Translator, limits: ServeLimits | None = None, *, src_lang: str | None = None,
-               tgt_lang: str | None = None) -> FastAPI:
-    """The API and web page for ``translator`` (loaded once, shared by every request).
+def create_app(translator: Translator | Sequence[Translator], limits: ServeLimits | None = None, *,
+               src_lang: str | None = None, tgt_lang: str | None = None, pivot: str | None = PIVOT) -> FastAPI:
+    """The API and web page for one model or several (each loaded once, shared by every request).
 
     Args:
-        translator: the model, its tokenizers and its default decoding (``beam_size``).
-        limits: the bounds on requests (default :class:`ServeLimits`).
-        src_lang, tgt_lang: the language pair reported to clients and checked by the
-            LibreTranslate API (None: the run does not say).
+        translator: the model, its tokenizers and its default decoding (``beam_size``); or a list
+            of them, one per language pair (each run's ``src_lang`` and ``tgt_lang``), the first
+            being what a request that names no languages gets.
+        limits: the bounds on requests (default :class:`ServeLimits`), the same for every model.
+        src_lang, tgt_lang: one model's language pair as reported to clients and checked by the
+            LibreTranslate API (None: the run does not say); a list of models reports their own.
+        pivot: the language pairs without a model of their own are translated through (None: none).
 
     Returns:
-        The app; ``app.state.service`` is its :class:`TranslationService` (``app.state.batcher``
-        its batcher), closed when the app's lifespan ends.
+        The app; ``app.state.models`` is its :class:`~transformer.serve.models.ModelSet`,
+        ``app.state.service`` the first model's :class:`TranslationService` (``app.state.batcher``
+        its batcher); every batcher is closed when the app's lifespan ends.
     """
-    service = TranslationService(translator, limits, src_lang=src_lang, tgt_lang=tgt_lang)
+    if isinstance(translator, Translator):
+        services = [TranslationService(translator, limits, src_lang=src_lang, tgt_lang=tgt_lang)]
+    else:
+        if src_lang is not None or tgt_lang is not None:
+            raise ValueError("src_lang and tgt_lang name one model's languages; several models report their own")
+        services = [TranslationService(t, limits, src_lang=t.src_lang, tgt_lang=t.tgt_lang) for t in translator]
+    models = ModelSet(services, pivot=pivot)
+    service = models.primary
     limits = service.limits
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
-        await service.close()
+        await models.close()
 
     app = FastAPI(title="transformer translation server", version=__version__, lifespan=lifespan,
                   docs_url=None, redoc_url=None,
                   description="Translate texts of any length (cut into sentences, translated, put back in their "
                   "structure) with a Transformer (Vaswani et al., 2017) and see its attention. Offsets are "
                   f"Unicode code points. Limits: {json.dumps(limits.to_dict())}.")
+    app.state.models = models
     app.state.service = service
     app.state.batcher = service.batcher
     app.state.limits = limits
@@ -96,10 +110,10 @@ def create_app(translator: Translator, limits: ServeLimits | None = None, *, src
     app.add_middleware(SecurityHeaders)  # outermost: BodyGuard's errors get the headers too
     _install_error_handlers(app)
     requests = request_models(limits, service.default.beam_size)  # the limits written into the schema
-    app.include_router(routes.translate_router(service, requests.translate))
-    app.include_router(routes.attention_router(service, requests.attention))
-    app.include_router(libretranslate.router(service))
-    app.include_router(routes.status_router(service))
+    app.include_router(routes.translate_router(models, requests.translate))
+    app.include_router(routes.attention_router(models, requests.attention))
+    app.include_router(libretranslate.router(models))
+    app.include_router(routes.status_router(models))
     app.include_router(routes.page_router(service))
     return app
 

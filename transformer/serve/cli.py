@@ -23,6 +23,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from transformer.serve.limits import ConnectionLimits, ServeLimits
+from transformer.serve.models import PIVOT
 from transformer.cuda import decoding as cuda_decoding
 from transformer.precision import DEVICES, add_precision_option, precision_option, resolve_device
 from transformer.translate.cli import DEVICE_HELP
@@ -83,7 +84,13 @@ def register_serve_command(subparsers: argparse._SubParsersAction) -> argparse.A
         "gives a 4xx JSON error when exceeded (503 for --max-queue and --timeout). See docs/serving.md. Needs the "
         "'serve' extra (fastapi, uvicorn).",
     )
-    p.add_argument("run_dir", help="run directory with config.json, model.safetensors and the tokenizer")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                   help="run directory with config.json, model.safetensors and the tokenizer; several: one per "
+                   "language pair (each run's data.src_lang and data.tgt_lang), the first being what a request "
+                   "naming no languages gets")
+    p.add_argument("--pivot", default=PIVOT, metavar="CODE",
+                   help=f"a language pair without a model of its own is translated through this language when "
+                   f"one model translates into it and another out of it (default: {PIVOT}; 'none': never)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
     p.add_argument("--beam-size", type=int, default=4, help="default beam size of requests (default: 4, the paper's)")
@@ -155,6 +162,9 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from transformer.serve.protocol import ConnectionStats, GuardedServer, bind_sockets, uvicorn_config
 
+    pivot = None if args.pivot.lower() == "none" else args.pivot.lower()
+    if len(set(map(str, (Path(d).resolve() for d in args.run_dirs)))) != len(args.run_dirs):
+        raise ValueError("a run directory is given twice: each model is loaded once")
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in 0..65535, got {args.port}")
     precision = precision_option(args)
@@ -180,16 +190,25 @@ def run_serve(args: argparse.Namespace) -> int:
     port = sockets[0].getsockname()[1]
     host = f"[{args.host}]" if ":" in args.host else args.host
     try:
-        run_dir = Path(args.run_dir)
-        translator = load_translator(run_dir, precision=precision, device=args.device)
-        translator = translator.with_decoding(beam_size=args.beam_size)
-        src_lang, tgt_lang = translator.src_lang, translator.tgt_lang
-        app = create_app(translator, limits, src_lang=src_lang, tgt_lang=tgt_lang)
+        run_dirs = [Path(d) for d in args.run_dirs]
+        translators = []
+        for run_dir in run_dirs:  # each model loaded once
+            translator = load_translator(run_dir, precision=precision, device=args.device)
+            translators.append(translator.with_decoding(beam_size=args.beam_size))
+        if len(translators) == 1:
+            translator = translators[0]
+            app = create_app(translator, limits, src_lang=translator.src_lang, tgt_lang=translator.tgt_lang,
+                             pivot=pivot)
+        else:
+            app = create_app(translators, limits, pivot=pivot)
         stats = ConnectionStats()
+        served = ", ".join(f"{d} ({t.src_lang or '?'} -> {t.tgt_lang or '?'})" for d, t in zip(run_dirs, translators))
+        through = [f"{p.source} -> {p.target}" for p in _pivot_pairs(app)]
 
         def listening() -> None:
-            print(f"transformer serve: {run_dir} ({src_lang or '?'} -> {tgt_lang or '?'}) listening on "
-                  f"http://{host}:{port}/", flush=True)
+            if through:
+                print(f"transformer serve: through {pivot}: {', '.join(through)}", flush=True)
+            print(f"transformer serve: {served} listening on http://{host}:{port}/", flush=True)
 
         server = GuardedServer(uvicorn_config(app, connection_limits, stats, log_level=args.log_level),
                                connection_limits, stats, on_started=listening)
@@ -211,6 +230,13 @@ def run_serve(args: argparse.Namespace) -> int:
     if stopped:
         print(stop_message("SIGTERM", stats, connection_limits.shutdown_grace_s), flush=True)
     return 0
+
+
+def _pivot_pairs(app) -> list:
+    """The language pairs the app translates through its pivot language."""
+    models = app.state.models
+    return [route for s in models.languages() for t in models.targets(s)
+            if (route := models.route(s, t)).via is not None] if models.primary.src_lang else []
 
 
 def _raise_open_files_limit(max_connections: int) -> None:

@@ -54,42 +54,30 @@ from transformer.serve.documents import Unprocessable
 from transformer.serve.limits import ServeLimits
 from transformer.serve.middleware import plain_error_json, unreadable_json
 from transformer.serve.schemas import check_text
-from transformer.serve.service import TranslationService
+from transformer.serve.service import _off_the_loop
+from transformer.serve.models import AUTO, UNKNOWN, ModelSet, NoRoute, language_name
 
-PATHS = frozenset({"/translate", "/languages"})
-
-# English names of the languages LibreTranslate and the usual corpora offer (ISO 639-1); a code
-# not listed here is its own name.
-LANGUAGE_NAMES = {
-    "ar": "Arabic", "az": "Azerbaijani", "bg": "Bulgarian", "bn": "Bengali", "ca": "Catalan", "cs": "Czech",
-    "da": "Danish", "de": "German", "el": "Greek", "en": "English", "eo": "Esperanto", "es": "Spanish",
-    "et": "Estonian", "eu": "Basque", "fa": "Persian", "fi": "Finnish", "fr": "French", "ga": "Irish",
-    "gl": "Galician", "he": "Hebrew", "hi": "Hindi", "hu": "Hungarian", "id": "Indonesian", "it": "Italian",
-    "ja": "Japanese", "ko": "Korean", "lt": "Lithuanian", "lv": "Latvian", "ms": "Malay", "nb": "Norwegian",
-    "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sk": "Slovak",
-    "sl": "Slovenian", "sq": "Albanian", "sv": "Swedish", "th": "Thai", "tl": "Tagalog", "tr": "Turkish",
-    "uk": "Ukrainian", "ur": "Urdu", "vi": "Vietnamese", "zh": "Chinese",
-}
-UNKNOWN = "und"  # ISO 639's "undetermined": a run that does not record a language
-
+PATHS = frozenset({"/translate", "/languages", "/detect"})
 
 class BadRequest(Exception):
     """A LibreTranslate request with a missing or bad parameter (400)."""
 
 
-def language_name(code: str) -> str:
-    return LANGUAGE_NAMES.get(code.lower(), code)
+def languages(models: ModelSet) -> list[dict[str, Any]]:
+    """``GET /languages``: every language served with the languages it is translated into
+    (directly or through the pivot); a language only translated into has no targets."""
+    if models.single and not (models.primary.src_lang and models.primary.tgt_lang):
+        src, tgt = models.primary.src_lang, models.primary.tgt_lang
+        out = [{"code": src or UNKNOWN, "name": language_name(src) if src else _UNDETERMINED,
+                "targets": [tgt or UNKNOWN]}]
+        if (tgt or UNKNOWN) != (src or UNKNOWN):
+            out.append({"code": tgt or UNKNOWN, "name": language_name(tgt) if tgt else _UNDETERMINED, "targets": []})
+        return out
+    return [{"code": code, "name": language_name(code), "targets": models.targets(code)}
+            for code in models.languages()]
 
 
-def languages(src_lang: str | None, tgt_lang: str | None) -> list[dict[str, Any]]:
-    """``GET /languages``: the source with its one target, then the target (no targets)."""
-    src, tgt = src_lang or UNKNOWN, tgt_lang or UNKNOWN
-    out = [{"code": src, "name": language_name(src) if src_lang else "Undetermined (the run does not say)",
-            "targets": [tgt]}]
-    if tgt != src:
-        out.append({"code": tgt, "name": language_name(tgt) if tgt_lang else "Undetermined (the run does not say)",
-                    "targets": []})
-    return out
+_UNDETERMINED = "Undetermined (the run does not say)"
 
 
 def _form_fields(body: bytes, content_type: str) -> list[tuple[str, str]]:
@@ -226,23 +214,35 @@ def _glossary(params: dict[str, Any], limits: ServeLimits, beam_size: int,
     return [(t["source"], t["target"]) for t in value]
 
 
-def _check_language(given: str, served: str | None, what: str, src_lang: str | None, tgt_lang: str | None) -> None:
-    if served is not None and given.lower() != served.lower():
-        raise BadRequest(f"{given} is not supported as the {what} language: this server translates "
-                         f"{src_lang or UNKNOWN} ({language_name(src_lang or UNKNOWN)}) to "
-                         f"{tgt_lang or UNKNOWN} ({language_name(tgt_lang or UNKNOWN)})")
+def _detection(found) -> dict[str, Any]:
+    """A detected language as LibreTranslate gives it: the confidence in percent."""
+    return {"confidence": round(found.confidence * 100, 1), "language": found.language}
 
 
-def router(service: TranslationService) -> APIRouter:
-    """``POST /translate`` and ``GET /languages`` (see the module doc) over ``service``: its
-    translations, language pair and limits. The service raises :class:`Unprocessable`,
-    :class:`Overloaded` or :class:`TimedOut`, which become LibreTranslate errors here."""
+def router(models: ModelSet) -> APIRouter:
+    """``POST /translate``, ``POST /detect`` and ``GET /languages`` (see the module doc) over the
+    server's models: their routes, languages and limits. The services raise
+    :class:`Unprocessable`, :class:`Overloaded` or :class:`TimedOut`, which become
+    LibreTranslate errors here."""
     routes = APIRouter()
-    src_lang, tgt_lang, limits = service.src_lang, service.tgt_lang, service.limits
+    limits = models.primary.limits
 
     @routes.get("/languages", include_in_schema=False)
     async def get_languages() -> JSONResponse:
-        return JSONResponse(languages(src_lang, tgt_lang))
+        return JSONResponse(languages(models))
+
+    @routes.post("/detect", include_in_schema=False)
+    async def post_detect(request: Request) -> JSONResponse:
+        try:
+            params = await read_parameters(request)
+            texts, batch = _texts(params, limits)
+            found = await _off_the_loop(models.detect_any, texts)
+        except BadRequest as err:
+            return plain_error_json(400, str(err))
+        except Unprocessable as err:
+            return plain_error_json(400, f"Invalid request: {err}")
+        answers = [[_detection(d) for d in one] for one in found]
+        return JSONResponse(answers if batch else answers[0])
 
     @routes.post("/translate", include_in_schema=False)
     async def post_translate(request: Request) -> JSONResponse:
@@ -254,31 +254,42 @@ def router(service: TranslationService) -> APIRouter:
             text_format = _string(params, "format", required=False) or "text"
             if text_format not in ("text", "html"):
                 raise BadRequest(f"{text_format} format is not supported (text or html)")
-            if source.lower() != "auto":
-                _check_language(source, src_lang, "source", src_lang, tgt_lang)
-            _check_language(target, tgt_lang, "target", src_lang, tgt_lang)
+            auto = source.lower() == AUTO
+            if not auto:
+                models.route(source, target)  # a pair not served: 400 before anything is read further
             count = _alternatives(params, limits)
-            pairs = _glossary(params, limits, service.default.beam_size, _is_json(request))
-            settings = replace(service.default, glossary=service.glossary(pairs))
+            pairs = _glossary(params, limits, models.primary.default.beam_size, _is_json(request))
             out = list(texts)
             others: list[list[str]] = [[] for _ in texts]
             todo = [i for i, t in enumerate(texts) if t.strip()]  # blank texts come back as they are
             names = [f"q[{i}]" if batch else "q" for i in todo]
+            detected: list[Any] = [None] * len(texts)
             if todo:
-                translate = service.translate_pages if text_format == "html" else service.translate_texts
-                results, _ = await translate([texts[i] for i in todo], settings, names=names, alternatives=count)
-                for i, result in zip(todo, results):
+                def settings_for(route):
+                    service = route.last
+                    return replace(service.default, glossary=service.glossary(pairs))
+
+                results, _, found, _ = await models.translate(
+                    [texts[i] for i in todo], source, target, settings_for, html=text_format == "html",
+                    names=names, alternatives=count)
+                for k, (i, result) in enumerate(zip(todo, results)):
                     out[i] = result["translation"]
                     others[i] = result.get("alternatives", [])
+                    if found is not None:
+                        detected[i] = found[k]
         except BadRequest as err:
             return plain_error_json(400, str(err))
         except Unprocessable as err:
-            return plain_error_json(400, f"Invalid request: {err}")
+            message = str(err) if isinstance(err, NoRoute) else f"Invalid request: {err}"
+            return plain_error_json(400, message)
         except (Overloaded, TimedOut) as err:
             return plain_error_json(503, str(err), headers={"Retry-After": "1"})
         answer: dict[str, Any] = {"translatedText": out if batch else out[0]}
         if count:
             answer["alternatives"] = others if batch else others[0]
+        if auto:
+            shown = [_detection(d) if d is not None else {"confidence": 0.0, "language": UNKNOWN} for d in detected]
+            answer["detectedLanguage"] = shown if batch else shown[0]
         return JSONResponse(answer)
 
     return routes

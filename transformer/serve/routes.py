@@ -1,9 +1,9 @@
-"""The routes of the native API and of the page: FastAPI routers over one
-:class:`~transformer.serve.service.TranslationService`.
+"""The routes of the native API and of the page: FastAPI routers over the server's models
+(:class:`~transformer.serve.models.ModelSet`; a request names its languages, or gets the first model's).
 
 * :func:`translate_router`: ``POST /v1/translate``;
 * :func:`attention_router`: ``POST /v1/attention``;
-* :func:`status_router`: ``GET /health`` and ``GET /v1/model``;
+* :func:`status_router`: ``GET /health``, ``GET /v1/model`` and ``GET /v1/models``;
 * :func:`page_router`: ``GET /``, the web page.
 
 (LibreTranslate's API has its own router, :func:`transformer.serve.libretranslate.router`.) A
@@ -25,7 +25,9 @@ from pydantic import BaseModel
 
 from transformer.serve.batching import BatchInfo
 from transformer.serve.page import index_html, page_csp
-from transformer.serve.schemas import ErrorResponse, Health, ModelInfo, TranslateResponse
+from transformer.serve.documents import Unprocessable
+from transformer.serve.models import ModelSet, Route
+from transformer.serve.schemas import ErrorResponse, Health, ModelInfo, ModelList, PairInfo, TranslateResponse
 from transformer.serve.service import DecodingSettings, TranslationService
 
 _ERRORS = {400: "invalid JSON or UTF-8", 413: "request body too large", 422: "invalid request fields",
@@ -67,7 +69,19 @@ def _glossary(service: TranslationService, body: Any) -> tuple[tuple[str, str], 
     return service.glossary([(term.source, term.target) for term in body.glossary or ()])
 
 
-def translate_router(service: TranslationService, TranslateRequest: type[BaseModel]) -> APIRouter:  # noqa: N803
+def _settings_for(body: Any, beam_size: int | None = None):
+    """The decoding a request asks for, on the route that translates it (its last model's glossary
+    check and calibration)."""
+    def settings_for(route: Route) -> DecodingSettings:
+        service = route.last
+        # A model without a calibration has no confidence to give: such a request is answered as without it.
+        return DecodingSettings(body.beam_size if beam_size is None else beam_size, getattr(body, "n_best", 1),
+                                body.max_length, glossary=_glossary(service, body),
+                                confidence=getattr(body, "confidence", False) and service.calibrated)
+    return settings_for
+
+
+def translate_router(models: ModelSet, TranslateRequest: type[BaseModel]) -> APIRouter:  # noqa: N803
     """``POST /v1/translate``; ``TranslateRequest``: its body, built for the service's limits
     (:func:`transformer.serve.schemas.request_models`)."""
     router = APIRouter()
@@ -80,18 +94,20 @@ def translate_router(service: TranslationService, TranslateRequest: type[BaseMod
     async def translate(body: TranslateRequest) -> TranslateResponse:  # type: ignore[valid-type]
         start = time.perf_counter()
         texts = [body.text] if isinstance(body.text, str) else list(body.text)
-        # A model without a calibration has no confidence to give: such a request is answered as without it.
-        settings = DecodingSettings(body.beam_size, body.n_best, body.max_length, glossary=_glossary(service, body),
-                                    confidence=body.confidence and service.calibrated)
-        run = service.translate_pages if body.format == "html" else service.translate_texts
-        translations, info = await run(texts, settings, alternatives=body.alternatives)
-        return TranslateResponse(translations=translations, decoding=service.decoding(settings),
-                                 timing=_timing(start, info))
+        settings_for = _settings_for(body)
+        translations, info, detected, _ = await models.translate(texts, body.source, body.target, settings_for,
+                                                                 html=body.format == "html",
+                                                                 alternatives=body.alternatives)
+        for result, found in zip(translations, detected or ()):
+            result["detected_language"] = {"language": found.language, "confidence": round(found.confidence, 4)}
+        shown = models.primary if detected is not None else models.route(body.source, body.target).last
+        return TranslateResponse(translations=translations, decoding=shown.decoding(settings_for(Route(
+            None, None, (shown,)))), timing=_timing(start, info))
 
     return router
 
 
-def attention_router(service: TranslationService, AttentionRequest: type[BaseModel]) -> APIRouter:  # noqa: N803
+def attention_router(models: ModelSet, AttentionRequest: type[BaseModel]) -> APIRouter:  # noqa: N803
     """``POST /v1/attention``: the document of ``transformer/visualize/schema.json`` for one
     sentence of a text, where it is in the text in the ``X-Sentence-*`` and ``X-Piece-*`` headers."""
     router = APIRouter()
@@ -103,7 +119,13 @@ def attention_router(service: TranslationService, AttentionRequest: type[BaseMod
                  summary="Translate one sentence of a text and return every attention weight of that translation")
     async def attention(body: AttentionRequest) -> JSONResponse:  # type: ignore[valid-type]
         start = time.perf_counter()
-        settings = DecodingSettings(body.beam_size, max_length=body.max_length, glossary=_glossary(service, body))
+        route = models.route(body.source, body.target)
+        if route.via is not None:
+            raise Unprocessable(f"the attention of one model is drawn: no model translates {route.source} into "
+                                f"{route.target} (it is translated through {route.via}); ask for "
+                                f"{route.source} -> {route.via} or {route.via} -> {route.target}")
+        service = route.last
+        settings = _settings_for(body)(route)
         result = await service.attention(body.text, settings, sentence=body.sentence, piece=body.piece)
         timing, where = _timing(start, result.info), result.piece
         return JSONResponse(result.data, headers={
@@ -116,17 +138,29 @@ def attention_router(service: TranslationService, AttentionRequest: type[BaseMod
     return router
 
 
-def status_router(service: TranslationService) -> APIRouter:
-    """``GET /health`` (the batcher's queue and counters) and ``GET /v1/model`` (what is served)."""
+def status_router(models: ModelSet) -> APIRouter:
+    """``GET /health`` (the batchers' queues and counters), ``GET /v1/model`` (the first model) and
+    ``GET /v1/models`` (every model, and the pairs translated through the pivot)."""
     router = APIRouter()
+    service = models.primary
 
-    @router.get("/health", response_model=Health, summary="Liveness and the batcher's queue and counters")
+    @router.get("/health", response_model=Health, response_model_exclude_unset=True,
+                summary="Liveness and the batchers' queues and counters")
     async def health() -> Health:
-        return Health(status="ok", batching=service.health())
+        if models.single:
+            return Health(status="ok", batching=service.health())
+        return Health(status="ok", batching=service.health(), models=models.health())
 
-    @router.get("/v1/model", response_model=ModelInfo, summary="The model being served")
+    @router.get("/v1/model", response_model=ModelInfo, summary="The model being served (the first, of several)")
     async def model_info() -> ModelInfo:
         return service.model_info()
+
+    @router.get("/v1/models", response_model=ModelList, summary="Every model served and every language pair")
+    async def model_list() -> ModelList:
+        pairs = [PairInfo(source=s, target=t, via=models.route(s, t).via)
+                 for s in models.languages() for t in models.targets(s)] if not models.single or \
+            models.primary.src_lang else []
+        return ModelList(models=[s.model_info() for s in models.services], pairs=pairs, pivot=models.pivot)
 
     return router
 

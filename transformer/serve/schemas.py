@@ -101,8 +101,24 @@ class TextWarning(BaseModel):
     message: str = Field(description="what happened, naming the text, sentence and line")
 
 
+class DetectedLanguage(BaseModel):
+    """The language detected for a text (a request whose source is "auto")."""
+
+    language: str = Field(description="its code (ISO 639-1)")
+    confidence: float = Field(description="the detector's probability, 0 to 1, among the languages it chose from")
+
+
+class Via(BaseModel):
+    """A text translated through a pivot language (no model translates its pair directly)."""
+
+    language: str = Field(description="the pivot language")
+    translation: str = Field(description="the text in the pivot language: what the second model translated, and "
+                             "what the sentence alignment's source spans refer to")
+
+
 class Translation(BaseModel):
-    source: str
+    source: str = Field(description="what was translated: the request's text, or (through a pivot) its "
+                        "translation into the pivot language")
     translation: str = Field(description="the text with each sentence translated, its lines, blank lines and "
                              "spacing kept")
     score: float = Field(description="the sentences' mean score (a one-sentence text: its score)")
@@ -115,6 +131,9 @@ class Translation(BaseModel):
     warnings: list[TextWarning] = Field(description="one per sentence translated in pieces (over "
                                         "max_input_tokens), and one per sentence lacking glossary terms "
                                         "(missing_terms); empty when every sentence fit")
+    detected_language: DetectedLanguage | None = Field(None, description="only when the request's source is "
+                                                       "auto: the language detected for this text")
+    via: Via | None = Field(None, description="only when the text was translated through a pivot language")
     alternatives: list[str] = Field(default_factory=list, description="only when the request asks for "
                                     "alternatives: up to that many distinct translations of the text other than "
                                     "translation, best first (from the beam's hypotheses, deduplicated after "
@@ -174,7 +193,23 @@ class ModelInfo(BaseModel):
 
 class Health(BaseModel):
     status: str
-    batching: dict[str, int | float] = Field(description="queue state and counters of the dynamic batcher")
+    batching: dict[str, int | float] = Field(description="queue state and counters of the dynamic batcher (of the "
+                                             "first model, when there are several)")
+    models: dict[str, dict[str, int | float]] | None = Field(None, description="only with several models: each "
+                                                             "one's batcher, by language pair ('fr-en')")
+
+
+class PairInfo(BaseModel):
+    source: str
+    target: str
+    via: str | None = Field(description="the pivot language it is translated through; null: a model of its own")
+
+
+class ModelList(BaseModel):
+    models: list[ModelInfo] = Field(description="every model served; the first is what a request naming no "
+                                    "languages gets")
+    pairs: list[PairInfo] = Field(description="every language pair translated")
+    pivot: str | None = Field(description="the language pairs without a model of their own are translated through")
 
 
 # Tags of the two forms of ``text``; error locations leave them out ("text.2", not "text.list.2").
@@ -213,6 +248,14 @@ def request_models(limits: ServeLimits, default_beam: int) -> RequestModels:
                              "beam_size must be >= 2")
         return self
 
+    language = Annotated[str | None, Field(min_length=2, max_length=16, pattern=r"^[A-Za-z]{2,3}(-[A-Za-z0-9]+)*$",
+                                           description="a language code (ISO 639-1, as the runs record it)")]
+    source = (language | Literal["auto"], Field(None, description="the language of the texts, or auto (detected per "
+                                                "text among the languages served); default: the first model's "
+                                                "source"))
+    target = (language, Field(None, description="the language to translate into; default: the first model's "
+                              "target. A pair without a model of its own is translated through the pivot "
+                              "language (GET /v1/models)"))
     side = Annotated[str, Field(min_length=1, max_length=limits.max_chars)]
     term = create_model("GlossaryTermRequest", __config__=strict, __doc__=GlossaryTerm.__doc__,
                         source=(side, Field(description="the source term, found case-insensitively as whole "
@@ -251,6 +294,8 @@ def request_models(limits: ServeLimits, default_beam: int) -> RequestModels:
                                 "without one (GET /v1/model: confidence.calibrated) answers without them. It costs "
                                 "a teacher-forced pass over the translations; requests asking for it share model "
                                 "calls with each other only")),
+        source=source,
+        target=target,
         format=(Literal["text", "html"], Field("text", description="text: plain text; html: each text is an "
                                                "HTML page (or fragment) whose text is translated and whose markup "
                                                "is kept (tags, attributes, entities; script, style, code and pre "
@@ -272,6 +317,10 @@ def request_models(limits: ServeLimits, default_beam: int) -> RequestModels:
         beam_size=(beam, default_beam),
         max_length=(max_length, None),
         glossary=glossary,
+        source=(language, Field(None, description="the text's language; default: the first model's source")),
+        target=(language, Field(None, description="the language to translate into; default: the first model's "
+                                "target. One model draws the attention: a pair translated through the pivot "
+                                "language is refused")),
         __validators__={"glossary_needs_a_beam": model_validator(mode="after")(glossary_needs_a_beam)},
     )
     return RequestModels(translate, attention)
