@@ -264,12 +264,13 @@ def router(models: ModelSet) -> APIRouter:
             todo = [i for i, t in enumerate(texts) if t.strip()]  # blank texts come back as they are
             names = [f"q[{i}]" if batch else "q" for i in todo]
             detected: list[Any] = [None] * len(texts)
+            vias: set[str] = set()
             if todo:
                 def settings_for(route):
                     service = route.last
                     return replace(service.default, glossary=service.glossary(pairs))
 
-                results, _, found, _ = await models.translate(
+                results, _, found, through = await models.translate(
                     [texts[i] for i in todo], source, target, settings_for, html=text_format == "html",
                     names=names, alternatives=count)
                 for k, (i, result) in enumerate(zip(todo, results)):
@@ -277,6 +278,7 @@ def router(models: ModelSet) -> APIRouter:
                     others[i] = result.get("alternatives", [])
                     if found is not None:
                         detected[i] = found[k]
+                vias = {v for v in through if v is not None}
         except BadRequest as err:
             return plain_error_json(400, str(err))
         except Unprocessable as err:
@@ -290,6 +292,7 @@ def router(models: ModelSet) -> APIRouter:
         if auto:
             shown = [_detection(d) if d is not None else {"confidence": 0.0, "language": UNKNOWN} for d in detected]
             answer["detectedLanguage"] = shown if batch else shown[0]
-        return JSONResponse(answer)
+        # LibreTranslate's answer has no field for it: a pivot language is said in a header.
+        return JSONResponse(answer, headers={"X-Translated-Via": ",".join(sorted(vias))} if vias else None)
 
     return routes
