@@ -387,6 +387,12 @@ def _register_translate(sub: argparse._SubParsersAction) -> None:
     register_evaluate_command(sub)
 
 
+def _register_detect(sub: argparse._SubParsersAction) -> None:
+    from transformer.translate.detect_cli import register_detect_command
+
+    register_detect_command(sub)
+
+
 def _register_calibrate(sub: argparse._SubParsersAction) -> None:
     from transformer.translate.calibrate import register_calibrate_command
 
@@ -432,7 +438,7 @@ def _register_report(sub: argparse._SubParsersAction) -> None:
 
 
 _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _register_demo, _register_train, _register_translate, _register_calibrate, _register_attend, _register_report,
+    _register_demo, _register_train, _register_translate, _register_detect, _register_calibrate, _register_attend, _register_report,
     _register_average, _register_data, _register_serve, _register_info, _register_interop,
 ]
 

@@ -96,10 +96,11 @@ class LanguageDetector:
             if isinstance(languages, str):
                 raise TypeError(f"languages is a collection of codes, such as ['en', 'de'], not the string "
                                 f"{languages!r}")
-            wanted = {code.strip().lower() if isinstance(code, str) else code for code in languages}
-            if not wanted:
+            given = {code.strip().lower() if isinstance(code, str) else code: code for code in languages}
+            if not given:
                 raise ValueError("no languages given to detect among")
-            unknown = sorted(map(str, wanted - set(known)))
+            wanted = set(given)
+            unknown = sorted(str(given[code]) for code in wanted - set(known))
             if unknown:
                 hint = " (give the language alone: 'pt', not 'pt-BR')" if any("-" in c or "_" in c for c in unknown) \
                     else ""

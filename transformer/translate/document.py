@@ -115,27 +115,32 @@ def translate_document(translator: SentenceTranslator, text: str, *, lang: str |
 
 
 def translate_lines(translator: SentenceTranslator, lines: Sequence[str], *, lang: str | None = None,
-                    first_line: int = 1, glossary=None, confidence: bool = False) -> list[TranslatedLine]:
+                    first_line: int = 1, glossary=None, confidence: bool = False,
+                    line_langs: Sequence[str | None] | None = None) -> list[TranslatedLine]:
     """Translate the lines of a file (or a chunk of one), all their sentences batched together.
 
     Line i is segmented on its own and named ``first_line + i`` in warnings and alignments; the
     result has one ``TranslatedLine`` per line, in order. A line that starts with a language code
     (``>>fra<<``, multilingual Marian models) gives that code to each of its sentences, and the
     code is not part of the translated line (as when the line is translated whole).
-    ``glossary`` and ``confidence``: as for ``translate_document``.
+    ``glossary`` and ``confidence``: as for ``translate_document``. ``line_langs``: each line's
+    own language for sentence splitting (a detected one, ``--src-lang auto``), ``lang`` where it
+    is None.
     """
     if isinstance(lines, str):
         raise TypeError("translate_lines() takes a list of lines; use translate_document for one text")
     lines = list(lines)
+    if line_langs is not None and len(line_langs) != len(lines):
+        raise ValueError(f"{len(line_langs)} line languages for {len(lines)} lines")
     for i, line in enumerate(lines):
         if not isinstance(line, str):
             raise TypeError(f"line {first_line + i} is {type(line).__name__}, not str")
     lang = lang or translator.src_lang
     documents, codes = [], []
-    for line in lines:
+    for i, line in enumerate(lines):
         match = _LANGUAGE_CODE.match(line)
         code, rest = (match.group(1) + " ", line[match.end():]) if match else ("", line)
-        documents.append(segment_text(rest, lang))
+        documents.append(segment_text(rest, (line_langs[i] if line_langs is not None else None) or lang))
         codes.append(code)
     items = [(s.text, f"line {first_line + i}", code) for i, (d, code) in enumerate(zip(documents, codes))
              for s in d.segments]

@@ -57,7 +57,8 @@ class Reporter:
 
 KINDS = {"utf8": "invalid UTF-8 replaced", "nul": "NUL bytes removed", "long-line": "lines copied untranslated",
          "long-sentence": "sentences over the model's input limit",
-         "term": "glossary terms that could not be placed"}
+         "term": "glossary terms that could not be placed",
+         "language": "lines detected in another language than the run's source"}
 
 
 @dataclass(frozen=True)
