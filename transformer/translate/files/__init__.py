@@ -1,0 +1,273 @@
+"""Translating files: the formats, chosen by the file's name, and the one way their units are translated.
+
+::
+
+    read_file(data, name) -> TranslatableFile          # by extension, case-insensitive
+    translate_units(units, translate_texts, translate_pages) -> list[str]
+    translate_file(data, name, translator, *, target_lang=None, src_lang=None, glossary=None,
+                   progress=None) -> bytes
+    translated_name(name, target_lang) -> str          # "report.docx", "de" -> "report_de.docx"
+
+A file is read into a :class:`~transformer.translate.files.base.TranslatableFile` (one class per
+format, :data:`FORMATS`), whose units are translated in (at most) two calls, the plain texts in
+one and the HTML fragments in the other (:func:`translate_units`: what the command line and the
+server share), and written back with the translations in place (``TranslatableFile.write``).
+:func:`translate_file` does all of it with a :class:`~transformer.translate.translator.Translator`:
+the plain texts cut into sentences as ``translate_document`` cuts them, the fragments translated
+as ``translate_html`` translates a page, every sentence of the file batched together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import PurePath, PureWindowsPath
+
+from transformer.translate.files.base import FileFormatError, TranslatableFile, Unit
+from transformer.translate.files.markdown import MarkdownFile
+from transformer.translate.files.po import PoFile
+from transformer.translate.files.srt import SrtFile
+from transformer.translate.files.text import HtmlFile, TextFile
+
+__all__ = ["FORMATS", "SUPPORTED_EXTENSIONS", "MAX_FILE_BYTES", "FileFormatError", "TranslatableFile", "Unit",
+           "read_file", "format_for", "translate_units", "translate_units_async", "translate_file",
+           "translated_name"]
+
+_CLASSES: list[type[TranslatableFile]] = [TextFile, HtmlFile, MarkdownFile, SrtFile, PoFile]
+# The office and e-book formats live in their own modules; a missing one leaves the others working.
+try:
+    from transformer.translate.files.office import DocxFile, OdtFile, PptxFile
+except ImportError:  # pragma: no cover - only while the module is absent
+    pass
+else:
+    _CLASSES += [DocxFile, PptxFile, OdtFile]
+try:
+    from transformer.translate.files.epub import EpubFile
+except ImportError:  # pragma: no cover - only while the module is absent
+    pass
+else:
+    _CLASSES.append(EpubFile)
+
+FORMATS: dict[str, type[TranslatableFile]] = {ext: cls for cls in _CLASSES for ext in cls.extensions}
+"""Each file name ending read (lowercase, with the dot) and the class that reads it."""
+SUPPORTED_EXTENSIONS: tuple[str, ...] = tuple(sorted(FORMATS))
+MAX_FILE_BYTES = 50 * 1024 * 1024
+"""The largest file :func:`read_file` reads (50 MiB): a word processor's file with its pictures
+fits; its text is what costs time to translate."""
+
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # an archive with files, an empty archive
+_ARCHIVES = frozenset({".docx", ".pptx", ".odt", ".epub"})
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def _extension(name: str) -> str:
+    return PurePath(PureWindowsPath(name).name).suffix.lower()
+
+
+def format_for(name: str) -> type[TranslatableFile]:
+    """The class that reads a file called ``name`` (its extension, case-insensitive);
+    :class:`FileFormatError` listing the supported extensions for another one."""
+    ext = _extension(name)
+    cls = FORMATS.get(ext)
+    if cls is None:
+        what = f"a {ext} file" if ext else "a file without an extension"
+        raise FileFormatError(f"{name}: {what} cannot be translated; the formats read are "
+                              f"{', '.join(SUPPORTED_EXTENSIONS)}")
+    return cls
+
+
+def read_file(data: bytes, name: str) -> TranslatableFile:
+    """Read a file for translation, its format told by the extension of ``name``.
+
+    Args:
+        data: the file's bytes (at most :data:`MAX_FILE_BYTES`).
+        name: its name (a path is fine: only the last part is used); messages name it.
+
+    Returns:
+        The file, whose ``units()`` are the texts to translate.
+
+    Raises:
+        FileFormatError: an unknown extension, a file too large, or one that is not what its
+            extension says (a ``.docx`` that is not a zip archive, a ``.srt`` that is one), or a
+            malformed file of its format; the message names the file and the problem.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"data must be bytes, got {type(data).__name__}")
+    data = bytes(data)
+    cls = format_for(name)
+    if len(data) > MAX_FILE_BYTES:
+        raise FileFormatError(f"{name}: {len(data):,} bytes, over the limit of {MAX_FILE_BYTES:,} bytes for a file "
+                              "to translate")
+    ext = _extension(name)
+    if ext in _ARCHIVES:
+        if not data.startswith(_ZIP_MAGIC):
+            raise FileFormatError(f"{name} is not a {ext} file: a {ext} file is a zip archive, and this one "
+                                  "does not start like one")
+    else:
+        if data.startswith(_ZIP_MAGIC):
+            raise FileFormatError(f"{name} is a zip archive, not a {ext} text file (a .docx, .odt or .epub "
+                                  "renamed?)")
+        if data.startswith(b"%PDF-"):
+            raise FileFormatError(f"{name} is a PDF document, not a {ext} text file")
+        if data.startswith(_UTF16_BOMS):
+            raise FileFormatError(f"{name} is UTF-16 (it starts with a UTF-16 byte-order mark); {ext} files are "
+                                  "read as UTF-8: convert it first, e.g. iconv -f UTF-16 -t UTF-8")
+        nul = data.find(b"\x00", 0, 1 << 16)
+        if nul >= 0:
+            raise FileFormatError(f"{name} holds a NUL byte at offset {nul}: a binary file, not a {ext} text file")
+    return cls.read(data, name)
+
+
+TranslateMany = Callable[[list[str]], Sequence[str]]
+
+
+def _grouped(units: Sequence[Unit]) -> tuple[list[int], list[int]]:
+    for unit in units:
+        if not isinstance(unit, Unit):
+            raise TypeError(f"units must be Unit objects, got {type(unit).__name__}")
+    texts = [i for i, unit in enumerate(units) if not unit.html]
+    pages = [i for i, unit in enumerate(units) if unit.html]
+    return texts, pages
+
+
+def _place(out: list, units: Sequence[Unit], indices: list[int], results, what: str) -> None:
+    results = list(results)
+    if len(results) != len(indices):
+        raise ValueError(f"{what} returned {len(results)} translations for {len(indices)} texts")
+    for i, result in zip(indices, results):
+        if not isinstance(result, str):
+            raise TypeError(f"{what} must return str, got {type(result).__name__}")
+        out[i] = result
+
+
+def translate_units(units: Sequence[Unit], translate_texts: TranslateMany, translate_pages: TranslateMany) -> list[str]:
+    """The translation of each unit, in the units' order.
+
+    Args:
+        units: a file's units (``TranslatableFile.units()``).
+        translate_texts: plain texts -> their translations, in order, each text's structure kept
+            (lines, blank lines: as ``translate_document`` does); called once, with every plain
+            unit's text, and not at all when there is none.
+        translate_pages: HTML fragments -> their translations, markup kept (as
+            ``translate_html`` does); called once, with every HTML unit's text, or not at all.
+
+    Raises:
+        ValueError: a function returned another number of translations than it was given texts.
+    """
+    texts, pages = _grouped(units)
+    out: list[str] = [""] * len(units)
+    if texts:
+        _place(out, units, texts, translate_texts([units[i].text for i in texts]), "translate_texts")
+    if pages:
+        _place(out, units, pages, translate_pages([units[i].text for i in pages]), "translate_pages")
+    return out
+
+
+async def translate_units_async(units: Sequence[Unit], translate_texts: Callable[[list[str]], Awaitable[Sequence[str]]],
+                                translate_pages: Callable[[list[str]], Awaitable[Sequence[str]]]) -> list[str]:
+    """:func:`translate_units` for coroutine functions (a server's): the same calls, awaited."""
+    texts, pages = _grouped(units)
+    out: list[str] = [""] * len(units)
+    if texts:
+        _place(out, units, texts, await translate_texts([units[i].text for i in texts]), "translate_texts")
+    if pages:
+        _place(out, units, pages, await translate_pages([units[i].text for i in pages]), "translate_pages")
+    return out
+
+
+# Sentences given to the translator at a time: big enough for its batching by length, small enough
+# for the progress to move.
+SENTENCES_PER_CALL = 512
+
+Progress = Callable[[int, int], None]  # (sentences translated so far, sentences in all)
+
+
+class _Sentences:
+    """The sentences of a whole file, translated in calls of ``SENTENCES_PER_CALL`` with the progress
+    reported after each (``progress(done, total)``)."""
+
+    def __init__(self, translator, glossary, progress: Progress | None, total: int) -> None:
+        self.translator, self.glossary, self.progress = translator, glossary, progress
+        self.total, self.done = total, 0
+
+    def translate(self, items: list[tuple[str, str, str]]) -> list[str]:
+        from transformer.translate.document import translate_with_notes
+
+        out: list[str] = []
+        for start in range(0, len(items), SENTENCES_PER_CALL):
+            part = items[start:start + SENTENCES_PER_CALL]
+            hypotheses, _ = translate_with_notes(self.translator, part, glossary=self.glossary)
+            out += [h[0][0] if h else "" for h in hypotheses]
+            self.done += len(part)
+            if self.progress is not None:
+                self.progress(self.done, self.total)
+        return out
+
+
+def translate_file(data: bytes, name: str, translator, *, target_lang: str | None = None,
+                   src_lang: str | None = None, glossary=None, progress: Progress | None = None) -> bytes:
+    """Translate a file with a :class:`~transformer.translate.translator.Translator`.
+
+    Args:
+        data: the file's bytes; ``name``: its name (the extension tells its format).
+        translator: what translates the sentences.
+        target_lang: the language code written where the format records the document's language
+            (``<html lang>``, a PO file's ``Language:``); default: the translator's ``tgt_lang``.
+        src_lang: the source language, for cutting sentences (default: the translator's).
+        glossary: terms the translations must use (a :class:`~transformer.translate.glossary.Glossary`
+            or pairs); a term that cannot be placed gives a ``TermWarning`` naming the unit.
+        progress: called as ``progress(done, total)`` (sentences) after each call to the translator.
+
+    Returns:
+        The translated file's bytes.
+
+    Raises:
+        FileFormatError: the file cannot be read (see :func:`read_file`).
+    """
+    from transformer.translate.html import html_sentences, translate_html
+    from transformer.translate.segment import segment_text
+
+    document = read_file(data, name)
+    units = document.units()
+    lang = src_lang or translator.src_lang
+    plain = [u for u in units if not u.html]
+    segmented = [segment_text(u.text, lang) for u in plain]
+    page_units = [u for u in units if u.html]
+    page_sentences = [html_sentences(u.text, lang=lang) for u in page_units]
+    total = sum(len(d.segments) for d in segmented) + sum(len(s) for s in page_sentences)
+    sentences = _Sentences(translator, glossary, progress, total)
+
+    def translate_texts(texts: list[str]) -> list[str]:
+        items = [(s.text, _where(unit, s.line), "") for unit, doc in zip(plain, segmented) for s in doc.segments]
+        found = iter(sentences.translate(items))
+        return [doc.rebuild([next(found) for _ in doc.segments]) for doc in segmented]
+
+    def translate_pages(pages: list[str]) -> list[str]:
+        items = [(s, f"{unit.where}, sentence {k + 1}", "") for unit, found in zip(page_units, page_sentences)
+                 for k, s in enumerate(found)]
+        found = iter(sentences.translate(items))
+        out = []
+        for page, asked in zip(pages, page_sentences):
+            given = [next(found) for _ in asked]
+            out.append(translate_html(page, lambda got, given=given: given if len(got) == len(given) else
+                                      _mismatch(len(got), len(given)), lang=lang))
+        return out
+
+    translations = translate_units(units, translate_texts, translate_pages)
+    return document.write(translations, target_lang=target_lang or getattr(translator, "tgt_lang", None))
+
+
+def _where(unit: Unit, line: int) -> str:
+    return unit.where if "\n" not in unit.text.strip("\n") else f"{unit.where}, line {line + 1}"
+
+
+def _mismatch(got: int, expected: int) -> list[str]:
+    raise RuntimeError(f"the page gave {got} sentences to translate, not the {expected} counted before")
+
+
+def translated_name(name: str, target_lang: str) -> str:
+    """The name of a translated file, as LibreTranslate names its downloads: the target language's
+    code after the name's stem (``"report.docx"``, ``"de"`` -> ``"report_de.docx"``); a path's
+    folders are dropped."""
+    base = PurePath(PureWindowsPath(name).name)
+    return f"{base.stem}_{target_lang}{base.suffix}"
+
