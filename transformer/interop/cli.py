@@ -6,7 +6,7 @@ import argparse
 
 from transformer.precision import PRECISIONS
 
-FORMATS = ("hf", "ctranslate2", "onnx")
+FORMATS = ("hf", "ctranslate2", "onnx", "argos")
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
 
@@ -30,21 +30,38 @@ def register_interop_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "export",
-        help="export a run directory to Hugging Face (MarianMTModel), CTranslate2 or ONNX",
+        help="export a run directory to Hugging Face (MarianMTModel), CTranslate2, ONNX or Argos Translate",
         description="Write RUN_DIR's model in another format into OUT (which must not exist): 'hf' a "
         "MarianMTModel directory, 'ctranslate2' a CTranslate2 model directory, 'onnx' encoder.onnx and a "
-        "one-step decoder_step.onnx with key/value cache.",
+        "one-step decoder_step.onnx with key/value cache, 'argos' an OUT.argosmodel package that Argos "
+        "Translate and LibreTranslate install (a CTranslate2 model and the BPE tokenizer as a SentencePiece "
+        "model, refused where that model would segment a sample text differently from ours).",
     )
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--format", required=True, choices=FORMATS, dest="fmt")
     p.add_argument("out", metavar="OUT")
     p.add_argument("--precision", choices=PRECISIONS,
-                   help="the weights' number format, as translate --precision names it (--format ctranslate2; "
+                   help="the weights' number format, as translate --precision names it (--format ctranslate2 "
+                   "and argos; "
                    "default: fp32, as trained): fp32, bf16, int8 and fp16 are CTranslate2's float32, bfloat16, "
                    "int8 and float16")
     p.add_argument("--quantization", choices=QUANTIZATIONS,
                    help="CTranslate2's weight type by its own name, with the types --precision has no name for "
                    "(int8_float16, int16...); --quantization int8 is the same as --precision int8")
+    argos = p.add_argument_group("--format argos")
+    argos.add_argument("--from-code", metavar="CODE",
+                       help="the source language's ISO 639 code (default: the run's data.src_lang; required "
+                       "where the run does not record it)")
+    argos.add_argument("--to-code", metavar="CODE", help="the target language's code (default: data.tgt_lang)")
+    argos.add_argument("--package-version", default="1.0", metavar="VERSION",
+                       help="the package's version in metadata.json (default: 1.0)")
+    argos.add_argument("--sentence-model", metavar="FILE.onnx",
+                       help="a MiniSBD sentence-splitter model to put in the package, so that Argos Translate "
+                       "splits sentences without fetching one (default: none; Argos fetches MiniSBD's model "
+                       "of the source language on first use)")
+    argos.add_argument("--check-text", metavar="FILE",
+                       help="more texts (UTF-8, one a line) to check the converted tokenizer on, besides the "
+                       "vocabulary's words and built-in probe sentences")
     p.set_defaults(handler=_export)
 
 
@@ -61,12 +78,23 @@ def _import_hf(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from transformer.interop import export_ctranslate2, export_hf, export_onnx
+    from transformer.interop import export_argos, export_ctranslate2, export_hf, export_onnx
 
     for option in ("precision", "quantization"):
-        if getattr(args, option) and args.fmt != "ctranslate2":
-            raise ValueError(f"--{option} applies to --format ctranslate2 only")
-    if args.fmt == "hf":
+        if getattr(args, option) and args.fmt not in ("ctranslate2", "argos"):
+            raise ValueError(f"--{option} applies to --format ctranslate2 only (and argos, which packages a "
+                             "CTranslate2 model)")
+    for option in ("from_code", "to_code", "sentence_model", "check_text"):
+        if getattr(args, option) and args.fmt != "argos":
+            raise ValueError(f"--{option.replace('_', '-')} applies to --format argos only")
+    if args.package_version != "1.0" and args.fmt != "argos":
+        raise ValueError("--package-version applies to --format argos only")
+    if args.fmt == "argos":
+        sample = _read_lines(args.check_text) if args.check_text else []
+        out = export_argos(args.run_dir, args.out, from_code=args.from_code, to_code=args.to_code,
+                           package_version=args.package_version, precision=args.precision,
+                           quantization=args.quantization, sentence_model=args.sentence_model, sample=sample)
+    elif args.fmt == "hf":
         out = export_hf(args.run_dir, args.out)
     elif args.fmt == "ctranslate2":
         out = export_ctranslate2(args.run_dir, args.out, precision=args.precision, quantization=args.quantization)
@@ -74,3 +102,12 @@ def _export(args: argparse.Namespace) -> int:
         out = export_onnx(args.run_dir, args.out)
     print(f"exported {args.run_dir} as {args.fmt} into {out}")
     return 0
+
+
+def _read_lines(path: str) -> list[str]:
+    """The lines of a UTF-8 text file; ValueError naming the file when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"cannot read --check-text {path}: {err}") from None

@@ -101,7 +101,7 @@ def _ffn(spec, layer) -> None:
     _norm(spec.layer_norm, layer.ffn_block.norm)
 
 
-def _weight_type(precision: str | None, quantization: str | None) -> str | None:
+def weight_type(precision: str | None, quantization: str | None) -> str | None:
     """CTranslate2's weight type of ``precision`` or ``quantization`` (None: as trained)."""
     if precision is not None and precision not in CTRANSLATE2_TYPES:
         raise ValueError(f"precision must be one of {tuple(CTRANSLATE2_TYPES)}, got {precision!r}")
@@ -109,6 +109,18 @@ def _weight_type(precision: str | None, quantization: str | None) -> str | None:
     if len(types) > 1:
         raise ValueError(f"give one weight type: precision {precision} and quantization {quantization} disagree")
     return types.pop() if types else None
+
+
+def optimized_spec(model: Transformer, vocab: Vocabularies, quantization: str | None):
+    """The validated spec of ``model`` with its weights in ``quantization`` (CTranslate2's name of
+    a weight type, None: as trained), ready to ``save``; InteropError if CTranslate2 refuses it."""
+    spec = build_spec(model, vocab)
+    try:
+        spec.validate()
+        spec.optimize(quantization=quantization)
+    except (ValueError, TypeError) as err:
+        raise InteropError(f"CTranslate2 refused the model: {err}") from None
+    return spec
 
 
 def export_ctranslate2(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], *,
@@ -122,14 +134,9 @@ def export_ctranslate2(run_dir: str | os.PathLike[str], out: str | os.PathLike[s
     Feed it our tokenizer's pieces (``vocab.src.pieces(vocab.src.encode(text))``) and read back
     target pieces; with float32 weights greedy and beam outputs equal ours token for token.
     """
-    quantization = _weight_type(precision, quantization)
+    quantization = weight_type(precision, quantization)
     model, vocab = load_run(run_dir)
-    spec = build_spec(model, vocab)
-    try:
-        spec.validate()
-        spec.optimize(quantization=quantization)
-    except (ValueError, TypeError) as err:
-        raise InteropError(f"CTranslate2 refused the model: {err}") from None
+    spec = optimized_spec(model, vocab, quantization)
     with staged_output(out) as tmp:
         spec.save(str(tmp))
         copy_tokenizer_files(Path(run_dir), tmp)
