@@ -47,13 +47,10 @@ __all__ = ["DocxFile", "PptxFile", "OdtFile"]
 
 _MC = "http://schemas.openxmlformats.org/markup-compatibility/2006"
 _DC = "http://purl.org/dc/elements/1.1/"
-_RELS = "http://schemas.openxmlformats.org/package/2006/relationships"
-_CONTENT_TYPES = "http://schemas.openxmlformats.org/package/2006/content-types"
 _TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
 _STYLE = "urn:oasis:names:tc:opendocument:xmlns:style:1.0"
 _FO = "urn:oasis:names:tc:opendocument:xmlns:xsl-fo-compatible:1.0"
 _OFFICE = "urn:oasis:names:tc:opendocument:xmlns:office:1.0"
-_META = "urn:oasis:names:tc:opendocument:xmlns:meta:1.0"
 
 
 def _ns(element: Element) -> str:

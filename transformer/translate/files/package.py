@@ -382,7 +382,8 @@ class ArchiveFile(TranslatableFile):
 class Splicer:
     """A part's bytes with edits applied. Edits may nest (a paragraph in a text box inside a
     changed paragraph): an edit inside another one is applied when the outer one's ``render``
-    asks for its bytes with :meth:`bytes`."""
+    asks for its bytes with :meth:`bytes`. Of two edits with the same extent, the first given is
+    applied."""
 
     def __init__(self, data: bytes, edits: list[Edit]):
         self.data = data
