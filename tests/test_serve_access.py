@@ -114,7 +114,7 @@ def test_unknown_key_is_refused_with_403():
     keys.check("", client="10.0.0.1")
     with pytest.raises(InvalidKey) as caught:
         keys.check("bogus-key-123", client="10.0.0.1")
-    assert (caught.value.status, caught.value.message) == (403, "Invalid API key")
+    assert (caught.value.status, caught.value.message, caught.value.headers) == (403, "Invalid API key", {})
     assert isinstance(caught.value, AccessDenied)
 
 
@@ -170,6 +170,7 @@ def test_per_minute_limit_per_address():
         keys.check(None, client="10.0.0.1")
     assert (caught.value.status, caught.value.message) == (429, "Slowdown: 3 per 1 minute")
     assert caught.value.retry_after == 60
+    assert caught.value.headers == {"Retry-After": "60"}
     keys.check(None, client="10.0.0.2")  # another address has its own count
     clock.now += 59
     with pytest.raises(RateLimited) as caught:

@@ -73,6 +73,11 @@ class AccessDenied(Exception):
         self.message = message
         self.retry_after = retry_after
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """The answer's headers: ``Retry-After`` when the wait is known."""
+        return {} if self.retry_after is None else {"Retry-After": str(self.retry_after)}
+
 
 class InvalidKey(AccessDenied):
     """An ``api_key`` that is not in the keys file (403)."""
