@@ -55,8 +55,9 @@ from transformer.serve import libretranslate, routes
 from transformer.serve.batching import Overloaded, TimedOut
 from transformer.serve.documents import Unprocessable
 from transformer.serve.limits import ServeLimits
+from transformer.serve.files import FileStore
 from transformer.serve.models import PIVOT, ModelSet
-from transformer.serve.middleware import BodyGuard, SecurityHeaders, error_json, unreadable_json
+from transformer.serve.middleware import BodyGuard, Cors, SecurityHeaders, error_json, unreadable_json
 from transformer.serve.schemas import ONE_TEXT, TEXT_LIST, request_models
 from transformer.serve.service import TranslationService
 from transformer.translate.translator import Translator
@@ -65,7 +66,8 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_la
 
 
 def create_app(translator: Translator | Sequence[Translator], limits: ServeLimits | None = None, *,
-               src_lang: str | None = None, tgt_lang: str | None = None, pivot: str | None = PIVOT) -> FastAPI:
+               src_lang: str | None = None, tgt_lang: str | None = None, pivot: str | None = PIVOT,
+               libretranslate_options: libretranslate.LibreTranslateOptions | None = None) -> FastAPI:
     """The API and web page for one model or several (each loaded once, shared by every request).
 
     Args:
@@ -76,6 +78,8 @@ def create_app(translator: Translator | Sequence[Translator], limits: ServeLimit
         src_lang, tgt_lang: one model's language pair as reported to clients and checked by the
             LibreTranslate API (None: the run does not say); a list of models reports their own.
         pivot: the language pairs without a model of their own are translated through (None: none).
+        libretranslate_options: API keys and limits, suggestions, files, the web page's defaults
+            of the LibreTranslate API (default: no keys, no limits, no suggestions, files on).
 
     Returns:
         The app; ``app.state.models`` is its :class:`~transformer.serve.models.ModelSet`,
@@ -92,10 +96,13 @@ def create_app(translator: Translator | Sequence[Translator], limits: ServeLimit
     service = models.primary
     limits = service.limits
 
+    store = FileStore(limits.file_ttl_s)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
         await models.close()
+        store.close()
 
     app = FastAPI(title="transformer translation server", version=__version__, lifespan=lifespan,
                   docs_url=None, redoc_url=None,
@@ -103,19 +110,32 @@ def create_app(translator: Translator | Sequence[Translator], limits: ServeLimit
                   "structure) with a Transformer (Vaswani et al., 2017) and see its attention. Offsets are "
                   f"Unicode code points. Limits: {json.dumps(limits.to_dict())}.")
     app.state.models = models
+    app.state.files = store
     app.state.service = service
     app.state.batcher = service.batcher
     app.state.limits = limits
-    app.add_middleware(BodyGuard, max_body_bytes=limits.max_body_bytes, plain_error_paths=libretranslate.PATHS)
+    app.add_middleware(BodyGuard, max_body_bytes=limits.max_body_bytes, plain_errors=_libretranslate_errors,
+                       file_paths={"/translate_file": limits.max_file_bytes + _FORM_OVERHEAD})
+    app.add_middleware(Cors, applies=libretranslate.is_libretranslate_path)
     app.add_middleware(SecurityHeaders)  # outermost: BodyGuard's errors get the headers too
     _install_error_handlers(app)
     requests = request_models(limits, service.default.beam_size)  # the limits written into the schema
     app.include_router(routes.translate_router(models, requests.translate))
     app.include_router(routes.attention_router(models, requests.attention))
-    app.include_router(libretranslate.router(models))
+    app.include_router(libretranslate.router(models, libretranslate_options, store))
     app.include_router(routes.status_router(models))
     app.include_router(routes.page_router(service))
     return app
+
+
+_FORM_OVERHEAD = 64 * 1024  # a file's form: its other fields and the part headers
+_NATIVE = ("/v1/", "/health", "/openapi.json")
+
+
+def _libretranslate_errors(path: str) -> bool:
+    """Whether an error on ``path`` has LibreTranslate's shape: its routes, and any path outside
+    the native API (an unknown path is most likely a LibreTranslate client's)."""
+    return libretranslate.is_libretranslate_path(path) or not (path == "/" or path.startswith(_NATIVE))
 
 
 def _location(loc: tuple) -> str:
@@ -161,7 +181,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if request.url.path in libretranslate.PATHS:  # LibreTranslate's error shape there
+        if _libretranslate_errors(request.url.path):  # LibreTranslate's error shape there
             return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code,
                                 headers=getattr(exc, "headers", None))
         # FastAPI answers JSON its parser cannot read (too deep, a huge integer) with a bare 400 whose

@@ -50,6 +50,11 @@ _OPTIONS = {  # field -> (option, type, help)
     "confidence_threshold": ("--confidence-threshold", float, "the web page marks the sentences whose confidence "
                              "is below this (0 to 1) with a dotted underline and 'check this sentence'; where "
                              "RUN_DIR is calibrated (transformer calibrate)"),
+    "max_file_bytes": ("--max-file-bytes", int, "the size of a file sent to /translate_file (413 beyond)"),
+    "max_file_sentences": ("--max-file-sentences", int, "sentences in a file sent to /translate_file (400 beyond); "
+                           "they are translated a model call at a time, between other requests"),
+    "file_ttl_s": ("--file-ttl", float, "seconds a translated file can be downloaded (/download_file) before it "
+                   "is deleted"),
 }
 assert set(_OPTIONS) == {f.name for f in fields(ServeLimits)}
 

@@ -40,24 +40,38 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from email.parser import BytesParser
 from email.policy import HTTP
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
+from transformer import __version__
+from transformer.serve import lt_spec
+from transformer.serve.access import AccessDenied, KeyRing
 from transformer.serve.batching import Overloaded, TimedOut
+from transformer.serve.files import FileStore, translate_upload
 from transformer.serve.documents import Unprocessable
 from transformer.serve.limits import ServeLimits
 from transformer.serve.middleware import plain_error_json, unreadable_json
 from transformer.serve.schemas import check_text
 from transformer.serve.service import _off_the_loop
 from transformer.serve.models import AUTO, UNKNOWN, ModelSet, NoRoute, language_name
+from transformer.serve.suggestions import BadSuggestion, SuggestionStore, SuggestionStoreError
+from transformer.translate.files import SUPPORTED_EXTENSIONS, FileFormatError, format_for, read_file
+from transformer.translate.html import html_sentences
 
-PATHS = frozenset({"/translate", "/languages", "/detect"})
+PATHS = frozenset({"/translate", "/languages", "/detect", "/translate_file", "/suggest", "/frontend/settings",
+                   "/spec"})
+PREFIXES = ("/download_file/",)  # LibreTranslate's routes with a parameter in the path
+
+
+def is_libretranslate_path(path: str) -> bool:
+    """Whether ``path`` is one of LibreTranslate's routes (its errors have LibreTranslate's shape)."""
+    return path in PATHS or path.startswith(PREFIXES)
 
 class BadRequest(Exception):
     """A LibreTranslate request with a missing or bad parameter (400)."""
@@ -219,13 +233,58 @@ def _detection(found) -> dict[str, Any]:
     return {"confidence": round(found.confidence * 100, 1), "language": found.language}
 
 
-def router(models: ModelSet) -> APIRouter:
-    """``POST /translate``, ``POST /detect`` and ``GET /languages`` (see the module doc) over the
-    server's models: their routes, languages and limits. The services raise
-    :class:`Unprocessable`, :class:`Overloaded` or :class:`TimedOut`, which become
+@dataclass
+class LibreTranslateOptions:
+    """How the LibreTranslate API of a server is set up (``transformer serve``'s options).
+
+    Attributes:
+        keys: the API keys and request limits (:class:`~transformer.serve.access.KeyRing`; the
+            default has no keys and no limits).
+        suggestions: where ``/suggest`` stores suggestions; None: it answers 403, as
+            LibreTranslate does with suggestions off.
+        files: whether ``/translate_file`` and ``/download_file`` are on.
+        frontend_source, frontend_target: the languages LibreTranslate's web page starts with
+            (``/frontend/settings``); "auto" (detect) and the first model's target by default.
+        frontend_timeout_ms: how long the web page waits after typing before it translates.
+    """
+
+    keys: KeyRing = field(default_factory=KeyRing)
+    suggestions: SuggestionStore | None = None
+    files: bool = True
+    frontend_source: str = AUTO
+    frontend_target: str | None = None
+    frontend_timeout_ms: int = 500
+
+
+def _client(request: Request) -> str | None:
+    return request.client.host if request.client else None
+
+
+def _access(options: LibreTranslateOptions, request: Request, params: dict[str, Any], *, cost: int = 1) -> None:
+    """Count the request against its key's or its address's limits (:class:`AccessDenied` when refused)."""
+    q = params.get("q")
+    texts = q if isinstance(q, list) else [q]
+    chars = max((len(t) for t in texts if isinstance(t, str)), default=0)
+    key = params.get("api_key")
+    options.keys.check(key if isinstance(key, str) else None, client=_client(request),
+                       origin=request.headers.get("origin"), chars=chars, cost=max(1, cost))
+
+
+def _denied(err: AccessDenied) -> JSONResponse:
+    headers = {"Retry-After": str(err.retry_after)} if err.retry_after else None
+    return plain_error_json(err.status, err.message, headers=headers)
+
+
+def router(models: ModelSet, options: LibreTranslateOptions | None = None, store: FileStore | None = None
+           ) -> APIRouter:
+    """LibreTranslate's routes (see the module doc) over the server's models: their routes,
+    languages and limits; ``store`` keeps the translated files (the app closes it). The services
+    raise :class:`Unprocessable`, :class:`Overloaded` or :class:`TimedOut`, which become
     LibreTranslate errors here."""
+    options = options or LibreTranslateOptions()
     routes = APIRouter()
     limits = models.primary.limits
+    store = store or FileStore(limits.file_ttl_s)
 
     @routes.get("/languages", include_in_schema=False)
     async def get_languages() -> JSONResponse:
@@ -235,8 +294,11 @@ def router(models: ModelSet) -> APIRouter:
     async def post_detect(request: Request) -> JSONResponse:
         try:
             params = await read_parameters(request)
+            _access(options, request, params)
             texts, batch = _texts(params, limits)
             found = await _off_the_loop(models.detect_any, texts)
+        except AccessDenied as err:
+            return _denied(err)
         except BadRequest as err:
             return plain_error_json(400, str(err))
         except Unprocessable as err:
@@ -248,6 +310,8 @@ def router(models: ModelSet) -> APIRouter:
     async def post_translate(request: Request) -> JSONResponse:
         try:
             params = await read_parameters(request)
+            q = params.get("q")
+            _access(options, request, params, cost=len(q) if isinstance(q, list) else 1)
             texts, batch = _texts(params, limits)
             source = _string(params, "source")
             target = _string(params, "target")
@@ -279,6 +343,8 @@ def router(models: ModelSet) -> APIRouter:
                     if found is not None:
                         detected[i] = found[k]
                 vias = {v for v in through if v is not None}
+        except AccessDenied as err:
+            return _denied(err)
         except BadRequest as err:
             return plain_error_json(400, str(err))
         except Unprocessable as err:
@@ -295,4 +361,142 @@ def router(models: ModelSet) -> APIRouter:
         # LibreTranslate's answer has no field for it: a pivot language is said in a header.
         return JSONResponse(answer, headers={"X-Translated-Via": ",".join(sorted(vias))} if vias else None)
 
+    @routes.post("/translate_file", include_in_schema=False)
+    async def post_translate_file(request: Request) -> JSONResponse:
+        if not options.files:
+            return plain_error_json(403, "Files translation are disabled on this server.")
+        try:
+            params, upload = await _file_form(request, limits)
+            _access(options, request, params, cost=max(1, len(upload[1]) // max(1, limits.max_chars)))
+            source = _string(params, "source")
+            target = _string(params, "target")
+            name, data = upload
+            if not name:
+                raise BadRequest("Invalid request: empty file")
+            if format_for_name(name) is None:
+                raise BadRequest(f"Invalid request: file format not supported ({name}; supported: "
+                                 f"{', '.join(SUPPORTED_EXTENSIONS)})")
+            if source.lower() == AUTO:
+                source = await _off_the_loop(_file_language, models, data, name, target)
+            route = models.route(source, target)
+            translated_name, out = await translate_upload(route, data, name, max_sentences=limits.max_file_sentences)
+        except AccessDenied as err:
+            return _denied(err)
+        except BadRequest as err:
+            return plain_error_json(400, str(err))
+        except FileFormatError as err:
+            return plain_error_json(400, f"Invalid request: {err}")
+        except Unprocessable as err:
+            message = str(err) if isinstance(err, NoRoute) else f"Invalid request: {err}"
+            return plain_error_json(400, message)
+        except (Overloaded, TimedOut) as err:
+            return plain_error_json(503, str(err), headers={"Retry-After": "1"})
+        stored = store.put(translated_name, out)
+        return JSONResponse({"translatedFileUrl": str(request.url_for("download_file", filename=stored))})
+
+    @routes.get("/download_file/{filename}", name="download_file", include_in_schema=False)
+    async def get_download_file(filename: str) -> Response:
+        if not options.files:
+            return plain_error_json(400, "Files translation are disabled on this server.")
+        found = store.get(filename)
+        if found is None:
+            return plain_error_json(404, f"No translated file {filename}: it does not exist or has expired (files "
+                                    f"are kept {limits.file_ttl_s:g} s)")
+        download_name, data = found
+        media = format_for_name(download_name)
+        return Response(data, media_type=media.media_type if media else "application/octet-stream",
+                        headers={"Content-Disposition": _attachment(download_name)})
+
+    @routes.post("/suggest", include_in_schema=False)
+    async def post_suggest(request: Request) -> JSONResponse:
+        if options.suggestions is None:
+            return plain_error_json(403, "Suggestions are disabled on this server.")
+        try:
+            params = await read_parameters(request)
+            _access(options, request, params)
+            await _off_the_loop(options.suggestions.add, params.get("q"), params.get("s"), params.get("source"),
+                                params.get("target"))
+        except AccessDenied as err:
+            return _denied(err)
+        except BadRequest as err:
+            return plain_error_json(400, str(err))
+        except BadSuggestion as err:
+            return plain_error_json(400, str(err))
+        except SuggestionStoreError as err:
+            return plain_error_json(500, str(err))
+        return JSONResponse({"success": True})
+
+    @routes.get("/frontend/settings", include_in_schema=False)
+    async def get_frontend_settings() -> JSONResponse:
+        return JSONResponse(frontend_settings(models, options))
+
+    @routes.get("/spec", include_in_schema=False)
+    async def get_spec(request: Request) -> JSONResponse:
+        return JSONResponse(lt_spec.spec(languages(models), version=__version__, title="transformer (LibreTranslate API)",
+                                         files=options.files, suggestions=options.suggestions is not None,
+                                         max_alternatives=limits.max_alternatives))
+
     return routes
+
+
+def frontend_settings(models: ModelSet, options: LibreTranslateOptions) -> dict[str, Any]:
+    """``GET /frontend/settings``: what LibreTranslate's web page reads to set itself up."""
+    policy_chars = options.keys.policy.char_limit
+    limit = models.primary.limits.max_chars
+    listed = languages(models)
+    codes = {language["code"] for language in listed}
+    target = options.frontend_target or models.primary.tgt_lang
+    return lt_spec.frontend_settings(
+        listed, char_limit=limit if policy_chars == -1 else min(limit, policy_chars),
+        frontend_timeout_ms=options.frontend_timeout_ms, api_keys=options.keys.api_keys,
+        key_required=options.keys.key_required, suggestions=options.suggestions is not None,
+        file_formats=list(SUPPORTED_EXTENSIONS) if options.files else None,
+        source=options.frontend_source if options.frontend_source in codes | {AUTO} else AUTO,
+        target=target if target in codes else None)
+
+
+def format_for_name(name: str):
+    """The file format class for ``name``'s extension; None when not supported."""
+    try:
+        return format_for(name)
+    except FileFormatError:
+        return None
+
+
+def _attachment(name: str) -> str:
+    """A Content-Disposition naming the download (RFC 6266: an ASCII fallback, the UTF-8 name)."""
+    ascii_name = name.encode("ascii", "replace").decode("ascii").replace('"', "_").replace("?", "_")
+    return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name)}"
+
+
+def _file_language(models: ModelSet, data: bytes, name: str, target: str | None) -> str:
+    """The language of an uploaded file's text (its first few thousand characters)."""
+    document = read_file(data, name)
+    text = " ".join(" ".join(html_sentences(u.text)) if u.html else u.text for u in document.units())[:4000]
+    return models.detect([text], target)[0].language
+
+
+async def _file_form(request: Request, limits: ServeLimits) -> tuple[dict[str, Any], tuple[str, bytes]]:
+    """The fields and the ``file`` part of a ``multipart/form-data`` upload."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "multipart/form-data":
+        raise BadRequest("Invalid request: send the file as multipart/form-data with a file field")
+    try:
+        form = await request.form(max_files=1, max_fields=32, max_part_size=limits.max_file_bytes)
+    except Exception as err:  # python-multipart's and Starlette's parse errors
+        raise BadRequest(f"Invalid request: the multipart/form-data body cannot be read ({err})") from None
+    params: dict[str, Any] = dict(request.query_params)
+    upload = None
+    for key, value in form.multi_items():
+        if isinstance(value, str):
+            params.setdefault(key, value)
+        elif key == "file" and upload is None:
+            data = await value.read()
+            if len(data) > limits.max_file_bytes:
+                raise BadRequest(f"Invalid request: the file is {len(data)} bytes; at most {limits.max_file_bytes} "
+                                 "are translated (--max-file-bytes)")
+            upload = (value.filename or "", data)
+    await form.close()
+    if upload is None:
+        raise BadRequest("Invalid request: missing file parameter")
+    return params, upload

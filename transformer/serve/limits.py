@@ -43,6 +43,11 @@ class ServeLimits:
     timeout_s: seconds a request may wait and run; after that it gets 503.
     confidence_threshold: the web page marks a sentence whose confidence is below this (0 to 1) as
         one to check; the confidence itself is the run's calibration's (a run without one has none).
+    max_file_bytes: the size of a file sent to LibreTranslate's /translate_file (413 beyond); its
+        request body may be this and a little more.
+    max_file_sentences: sentences in such a file (400 beyond): a file's sentences are not bound by
+        max_sentences, they are fed to the batcher a call at a time, between other requests.
+    file_ttl_s: seconds a translated file can be downloaded (/download_file) before it is deleted.
     """
 
     max_chars: int = 5000
@@ -59,6 +64,9 @@ class ServeLimits:
     max_queue: int = 1024
     timeout_s: float = 30.0
     confidence_threshold: float = 0.5
+    max_file_bytes: int = 10 * 1024 * 1024
+    max_file_sentences: int = 5000
+    file_ttl_s: float = 1800.0
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -4,6 +4,7 @@ and the security headers of every response."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from starlette.datastructures import MutableHeaders
@@ -74,26 +75,30 @@ def unreadable_json(err: BaseException) -> str:
 class BodyGuard:
     """ASGI middleware: refuse a body over ``max_body_bytes`` with 413 (by Content-Length when sent,
     else while reading it) and a body that is not UTF-8 with 400; pass the body on otherwise.
-    On ``plain_error_paths`` (LibreTranslate's API) the errors have its shape, ``{"error": message}``."""
+    Where ``plain_errors(path)`` (LibreTranslate's API) the errors have its shape, ``{"error": message}``.
+    ``file_paths`` maps the paths that take files to their own body limit (no UTF-8 check there)."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int, plain_error_paths: frozenset[str] = frozenset()) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int, plain_errors: Callable[[str], bool] = lambda path: False,
+                 file_paths: dict[str, int] | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
-        self.plain_error_paths = plain_error_paths
+        self.plain_errors = plain_errors
+        self.file_paths = file_paths or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
             return
-        plain = scope.get("path") in self.plain_error_paths
+        path = scope.get("path", "")
+        plain = self.plain_errors(path)
+        limit = self.file_paths.get(path, self.max_body_bytes)
 
         def error(status: int, code: str, message: str) -> JSONResponse:
             return plain_error_json(status, message) if plain else error_json(status, code, message)
 
-        too_large = error(413, "payload_too_large",
-                          f"request body is larger than the limit of {self.max_body_bytes} bytes")
+        too_large = error(413, "payload_too_large", f"request body is larger than the limit of {limit} bytes")
         length = dict(scope.get("headers", ())).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+        if length is not None and length.isdigit() and int(length) > limit:
             await too_large(scope, receive, send)
             return
         chunks: list[bytes] = []
@@ -104,7 +109,7 @@ class BodyGuard:
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_body_bytes:
+            if size > limit:
                 await too_large(scope, receive, send)
                 return
             chunks.append(chunk)
@@ -112,7 +117,8 @@ class BodyGuard:
                 break
         body = b"".join(chunks)
         try:
-            body.decode("utf-8")
+            if path not in self.file_paths:  # a file is bytes, its form parts say their own encoding
+                body.decode("utf-8")
         except UnicodeDecodeError as err:
             bad = body[err.start: err.start + 1].hex()
             await error(400, "invalid_utf8", f"request body is not valid UTF-8: byte 0x{bad} at offset "
@@ -128,3 +134,41 @@ class BodyGuard:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+# What LibreTranslate sends on every answer, so that a web page of another origin may call it.
+CORS_HEADERS: tuple[tuple[str, str], ...] = (
+    ("access-control-allow-origin", "*"),
+    ("access-control-allow-headers", "Authorization, Content-Type"),
+    ("access-control-expose-headers", "Authorization"),
+    ("access-control-allow-methods", "GET, POST"),
+    ("access-control-max-age", "1728000"),
+)
+
+
+class Cors:
+    """ASGI middleware: on the paths where ``applies(path)`` (LibreTranslate's API), the answers
+    carry :data:`CORS_HEADERS` and a preflight ``OPTIONS`` is answered 204 with them."""
+
+    def __init__(self, app: ASGIApp, applies: Callable[[str], bool]) -> None:
+        self.app = app
+        self.applies = applies
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.applies(scope.get("path", "")):
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] == "OPTIONS":
+            await send({"type": "http.response.start", "status": 204,
+                        "headers": [(k.encode(), v.encode()) for k, v in CORS_HEADERS]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in CORS_HEADERS:
+                    headers.setdefault(name, value)
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

@@ -108,6 +108,13 @@ class Route:
                                 f"{self.source} into {self.target} (it is translated through {self.via}), and a "
                                 "glossary's terms are source -> target words")
 
+    async def translate_sentences(self, sentences: list[str]) -> list[str]:
+        """The best translation of each sentence along the route, each step with its model's
+        default decoding (:meth:`TranslationService.translate_sentences`: a whole file's)."""
+        for service in self.steps:
+            sentences = await service.translate_sentences(sentences)
+        return sentences
+
     async def translate(self, texts: list[str], settings: DecodingSettings | None = None, *, html: bool = False,
                         names: list[str] | None = None, alternatives: int = 0) -> tuple[list[dict[str, Any]],
                                                                                         BatchInfo]:

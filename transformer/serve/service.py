@@ -29,7 +29,9 @@ A service serves one model in one direction; a server of several models has one 
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -39,7 +41,7 @@ import anyio.to_thread
 import torch
 
 from transformer.decoding import Hypothesis
-from transformer.serve.batching import BatchInfo, DynamicBatcher
+from transformer.serve.batching import BatchInfo, DynamicBatcher, Overloaded
 from transformer.serve.documents import (
     Document,
     InputPiece,
@@ -50,6 +52,7 @@ from transformer.serve.documents import (
     assemble_html,
     html_sentences_of,
     input_piece,
+    model_inputs,
     per_text,
     segment_texts,
     text_name,
@@ -259,6 +262,44 @@ class TranslationService:
         """The decoding that gives ``alternatives``: every hypothesis the beam keeps (its best is
         the same; the answer's ``n_best`` keeps the request's count)."""
         return replace(settings, n_best=settings.beam_size) if alternatives else settings
+
+    async def translate_sentences(self, sentences: list[str], settings: DecodingSettings | None = None, *,
+                                  busy_wait_s: float = 0.05) -> list[str]:
+        """The best translation of each sentence, for the sentences of a whole file: no sentence
+        limit (``max_sentences`` is a request's), fed to the batcher in calls of at most
+        ``max_batch_size`` so other requests' sentences still get their turn; a call that finds
+        the queue full waits for room (``busy_wait_s`` between tries) until ``timeout_s``. A
+        sentence over ``max_input_tokens`` is translated in pieces; one without a token the model
+        reads, or without a letter, is kept as it is.
+        """
+        settings = replace(settings or self.default, n_best=1, confidence=False)
+        encode = self.translator.vocab.src.encode_batch
+        ids = await _off_the_loop(encode, sentences) if sentences else []
+        todo = [i for i, (s, seq) in enumerate(zip(sentences, ids)) if seq and any(c.isalpha() for c in s)]
+        out = list(sentences)
+        step = max(1, self.limits.max_batch_size)
+        for start in range(0, len(todo), step):
+            rows = todo[start:start + step]
+            inputs = await _off_the_loop(model_inputs, [[sentences[i]] for i in rows],
+                                         [[f"sentence {i + 1}"] for i in rows], encode_batch=encode,
+                                         input_limit=self.input_limit)
+            results = await self._when_there_is_room(settings, inputs.texts, busy_wait_s)
+            for i, hyps in zip(rows, inputs.hypotheses(results)):
+                out[i] = hyps[0][0] if hyps else sentences[i]
+        return out
+
+    async def _when_there_is_room(self, settings: DecodingSettings, texts: list[str],
+                                  busy_wait_s: float) -> list[ModelOutput]:
+        """The batcher's results for ``texts``, waiting (up to ``timeout_s``) while its queue is full."""
+        deadline = time.monotonic() + self.limits.timeout_s
+        while True:
+            try:
+                results, _ = await self.batcher.translate(settings, texts)
+                return results
+            except Overloaded:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(busy_wait_s)
 
     async def translate_pages(self, pages: list[str], settings: DecodingSettings | None = None, *,
                               names: list[str] | None = None,

@@ -1,0 +1,146 @@
+"""Files on the LibreTranslate API: a document translated whole, then downloaded once it is ready.
+
+``POST /translate_file`` reads an uploaded file with :mod:`transformer.translate.files` (its
+format chosen by its name: .txt, .html, .md, .srt, .po, .docx, .pptx, .odt, .epub), cuts every
+unit of text into sentences as the command line does (plain text as ``translate_document``,
+HTML fragments as ``translate_html``), translates all the sentences along the request's
+:class:`~transformer.serve.models.Route` (:func:`translate_upload`: through the batcher a call
+at a time, so other requests keep their turn), writes the file back with the translations in
+place, and keeps it in a :class:`FileStore`; the answer is the URL of ``GET
+/download_file/<name>``, which serves it until ``file_ttl_s`` has passed.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from transformer.serve.documents import Unprocessable
+from transformer.serve.service import _off_the_loop
+from transformer.translate.files import read_file, translated_name
+from transformer.translate.html import html_sentences, translate_html
+from transformer.translate.segment import segment_text
+
+_STORED = re.compile(r"[0-9a-f]{32}\.[^/\\]{1,255}")
+
+
+class FileStore:
+    """Translated files kept for download for ``ttl_s`` seconds, in a private temporary folder.
+
+    A stored file's name is a random token, a dot and its download name (``<token>.report_de.docx``);
+    the token cannot be guessed, so one client cannot fetch another's file. Expired files are
+    deleted whenever a file is stored or asked for, and the folder when the store is closed.
+
+    Args:
+        ttl_s: how long a file can be downloaded.
+        clock: the time in seconds (``time.monotonic``; injectable for tests).
+    """
+
+    def __init__(self, ttl_s: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self._folder: Path | None = None
+        self._expires: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def _path(self) -> Path:
+        if self._folder is None:
+            self._folder = Path(tempfile.mkdtemp(prefix="transformer-serve-files-"))
+        return self._folder
+
+    def put(self, download_name: str, data: bytes) -> str:
+        """Keep ``data``; returns the name to download it by."""
+        stored = f"{secrets.token_hex(16)}.{download_name}"
+        with self._lock:
+            self._sweep()
+            path = self._path() / stored
+            path.write_bytes(data)
+            self._expires[stored] = self.clock() + self.ttl_s
+        return stored
+
+    def get(self, stored: str) -> tuple[str, bytes] | None:
+        """The download name and bytes of a stored file; None when unknown or expired."""
+        if not _STORED.fullmatch(stored):
+            return None
+        with self._lock:
+            self._sweep()
+            if stored not in self._expires:
+                return None
+            return stored.split(".", 1)[1], (self._path() / stored).read_bytes()
+
+    def _sweep(self) -> None:
+        now = self.clock()
+        for stored in [s for s, expires in self._expires.items() if expires <= now]:
+            del self._expires[stored]
+            (self._path() / stored).unlink(missing_ok=True)
+
+    def __len__(self) -> int:
+        return len(self._expires)
+
+    def close(self) -> None:
+        """Delete every stored file and the folder."""
+        with self._lock:
+            self._expires.clear()
+            if self._folder is not None:
+                shutil.rmtree(self._folder, ignore_errors=True)
+                self._folder = None
+
+
+def _cut(units, lang: str | None) -> tuple[list, list[list[str]]]:
+    """Each unit's sentences: a plain unit's ``Document`` (or None) and every unit's sentences."""
+    documents, sentences = [], []
+    for unit in units:
+        if unit.html:
+            documents.append(None)
+            sentences.append(html_sentences(unit.text, lang=lang))
+        else:
+            document = segment_text(unit.text, lang)
+            documents.append(document)
+            sentences.append([segment.text for segment in document.segments])
+    return documents, sentences
+
+
+def _rebuild(units, documents, sentences, translations: list[str], lang: str | None) -> list[str]:
+    out, k = [], 0
+    for unit, document, found in zip(units, documents, sentences):
+        given = translations[k:k + len(found)]
+        k += len(found)
+        if document is not None:
+            out.append(document.rebuild(given))
+        else:
+            out.append(translate_html(unit.text, lambda asked, given=given: given, lang=lang) if found else unit.text)
+    return out
+
+
+async def translate_upload(route, data: bytes, name: str, *, max_sentences: int) -> tuple[str, bytes]:
+    """Translate an uploaded file along ``route``.
+
+    Args:
+        route: the :class:`~transformer.serve.models.Route` of the request's language pair.
+        data, name: the file's bytes and name (its extension tells its format).
+        max_sentences: the most sentences the file may hold (:class:`Unprocessable` beyond).
+
+    Returns:
+        The translated file's name (LibreTranslate's: the target's code after the stem) and bytes.
+
+    Raises:
+        FileFormatError: a format not supported, or a corrupt file (the message names it).
+    """
+    lang = route.steps[0].segment_lang
+    document = await _off_the_loop(read_file, data, name)
+    units = document.units()
+    documents, sentences = await _off_the_loop(_cut, units, lang)
+    flat = [s for found in sentences for s in found]
+    if len(flat) > max_sentences:
+        raise Unprocessable(f"the file holds {len(flat)} sentences; at most {max_sentences} are translated per "
+                            "file (--max-file-sentences)")
+    translated = await route.translate_sentences(flat)
+    texts = await _off_the_loop(_rebuild, units, documents, sentences, translated, lang)
+    out = await _off_the_loop(document.write, texts, target_lang=route.target)
+    return translated_name(name, route.target or "translated"), out
