@@ -248,6 +248,11 @@ def test_src_lang_auto_for_html_documents(run_dir, capsys):
                            *FAST)
     assert status == 0 and len(out.splitlines()) == 2
     assert err.count("detected as") == 1 and "text: document 1: detected as de" in err
+    # the German page is cut into sentences by the German rules: "am 3. Mai" ends no sentence
+    page = "<p>Wir treffen uns am 3. Mai in Berlin und gehen dann essen.</p>"
+    outputs = {lang: run(capsys, "translate", run_dir, "--format", "html", "--src-lang", lang, page, *FAST)[1]
+               for lang in ("auto", "de", "fr")}
+    assert outputs["auto"] == outputs["de"] != outputs["fr"]
 
 
 def test_detect_command(tmp_path, capsys):
