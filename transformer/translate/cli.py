@@ -26,6 +26,7 @@ from typing import Iterable
 from transformer.decoding import DecodeConfig
 from transformer.run.layout import WEIGHTS_FILE
 from transformer.run_files import write_atomic
+from transformer.translate.files_cli import FILE_FORMATS, file_kind, read_document, sample_text, translate_document_file
 from transformer.translate.inputs import InputText, Line, Reporter, count_lines
 from transformer.translate.stream import (
     CHUNK_CHARS, PROGRESS_EVERY, Progress, encode_output, open_output, same_file, write_chunks,
@@ -159,13 +160,19 @@ def register_translate_command(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("sentences", nargs="*", metavar="TEXT", help="texts to translate (each may hold several sentences)")
-    p.add_argument("--input", "-i", help="file to translate, plain or gzip ('-' = standard input)")
+    p.add_argument("--input", "-i", help="file to translate, plain or gzip ('-' = standard input); a Markdown, "
+                   "subtitle, gettext, HTML, Word, PowerPoint, OpenDocument or EPUB file by its extension (--format)")
     p.add_argument("--output", "-o", help="write the translation here instead of standard output (whole chunks, "
-                   "synced to disk, with the progress in OUTPUT.resume until the run completes)")
+                   "synced to disk, with the progress in OUTPUT.resume until the run completes; a file format is "
+                   "written whole, '-' = standard output)")
     p.add_argument("--segment", choices=("sentences", "lines"), default="sentences", help=SEGMENT_HELP)
-    p.add_argument("--format", choices=("text", "html"), default="text",
-                   help="text (default), or html: translate the text of an HTML page or fragment and keep its "
-                   "markup (the whole input is one document)")
+    p.add_argument("--format", choices=("text", "html", *FILE_FORMATS), default=None,
+                   help="text (the default, streamed line by line), or html: translate the text of an HTML page "
+                   "or fragment and keep its markup (the whole input is one document), or a file format, read "
+                   f"whole and written whole ({', '.join(FILE_FORMATS)}). Without it, an --input file ending in "
+                   ".md, .markdown, .srt, .po, .pot, .html, .htm, .docx, .pptx, .odt or .epub is translated as that "
+                   "format (the output the same format: a binary one needs --output), any other as text "
+                   "(docs/translate.md#translating-files)")
     p.add_argument("--src-lang", default=None, metavar="CODE",
                    help="the source language, for sentence splitting (default: the run's data.src_lang; "
                    "English rules when it does not say). auto: detect each line's language (each document's with "
@@ -205,6 +212,10 @@ def translate_command(args: argparse.Namespace) -> int:
         raise ValueError("--chunk-lines and --max-line-chars must be >= 1")
     if not (args.sentences or args.input) and sys.stdin.isatty():
         raise ValueError("nothing to translate: give texts, --input FILE, or pipe text into standard input")
+    kind = file_kind(args)
+    if kind is not None:
+        return _translate_file(args, kind)
+    args.format = args.format or "text"
     if args.format == "html":
         return _translate_html(args)
     if args.scores and (args.json or args.n_best > 1):
@@ -396,6 +407,23 @@ def _sentence_notes(confidence: float | None, missing_terms) -> dict:
     if missing_terms:
         notes["missing_terms"] = [{"source": t.source, "target": t.target} for t in missing_terms]
     return notes
+
+
+def _translate_file(args: argparse.Namespace, kind: str) -> int:
+    """A file format (``files_cli.py``): the input read whole (refusals before the model loads),
+    translated through the registry of ``translate/files``, written whole."""
+    reporter = Reporter()
+    document, name = read_document(args, kind, reporter)
+    glossary = glossary_from_args(args)
+    translator = translator_from_args(args)
+    lang = args.src_lang or translator.src_lang
+    detector = _language_detector(args)
+    if detector is not None:
+        found = detector.best(sample_text(document))
+        if message := _language_warning(translator, found):
+            reporter.warn("language", f"{name}: {message}")
+        lang = found.language if found.confidence >= DETECTION_CONFIDENCE else translator.src_lang
+    return translate_document_file(args, document, name, translator, glossary=glossary, lang=lang, reporter=reporter)
 
 
 def _translate_html(args: argparse.Namespace) -> int:

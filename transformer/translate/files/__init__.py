@@ -2,10 +2,11 @@
 
 ::
 
-    read_file(data, name) -> TranslatableFile          # by extension, case-insensitive
+    read_file(data, name, *, kind=None) -> TranslatableFile   # by extension, case-insensitive
     translate_units(units, translate_texts, translate_pages) -> list[str]
     translate_file(data, name, translator, *, target_lang=None, src_lang=None, glossary=None,
                    progress=None) -> bytes
+    translate_parsed(file, translator, ...) -> bytes        # the same, for a file already read
     translated_name(name, target_lang) -> str          # "report.docx", "de" -> "report_de.docx"
 
 A file is read into a :class:`~transformer.translate.files.base.TranslatableFile` (one class per
@@ -23,39 +24,32 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import PurePath, PureWindowsPath
 
 from transformer.translate.files.base import FileFormatError, TranslatableFile, Unit
+from transformer.translate.files.epub import EpubFile
 from transformer.translate.files.markdown import MarkdownFile
+from transformer.translate.files.office import DocxFile, OdtFile, PptxFile
 from transformer.translate.files.po import PoFile
 from transformer.translate.files.srt import SrtFile
 from transformer.translate.files.text import HtmlFile, TextFile
 
-__all__ = ["FORMATS", "SUPPORTED_EXTENSIONS", "MAX_FILE_BYTES", "FileFormatError", "TranslatableFile", "Unit",
-           "read_file", "format_for", "translate_units", "translate_units_async", "translate_file",
-           "translated_name"]
+__all__ = ["FORMATS", "KINDS", "SUPPORTED_EXTENSIONS", "ARCHIVE_EXTENSIONS", "MAX_FILE_BYTES", "FileFormatError",
+           "TranslatableFile", "Unit", "read_file", "format_for", "translate_units", "translate_units_async",
+           "translate_file", "translate_parsed", "translated_name"]
 
-_CLASSES: list[type[TranslatableFile]] = [TextFile, HtmlFile, MarkdownFile, SrtFile, PoFile]
-# The office and e-book formats live in their own modules; a missing one leaves the others working.
-try:
-    from transformer.translate.files.office import DocxFile, OdtFile, PptxFile
-except ImportError:  # pragma: no cover - only while the module is absent
-    pass
-else:
-    _CLASSES += [DocxFile, PptxFile, OdtFile]
-try:
-    from transformer.translate.files.epub import EpubFile
-except ImportError:  # pragma: no cover - only while the module is absent
-    pass
-else:
-    _CLASSES.append(EpubFile)
+_CLASSES: list[type[TranslatableFile]] = [TextFile, HtmlFile, MarkdownFile, SrtFile, PoFile, DocxFile, PptxFile,
+                                          OdtFile, EpubFile]
 
 FORMATS: dict[str, type[TranslatableFile]] = {ext: cls for cls in _CLASSES for ext in cls.extensions}
 """Each file name ending read (lowercase, with the dot) and the class that reads it."""
+KINDS: dict[str, type[TranslatableFile]] = {cls.kind: cls for cls in _CLASSES}
+"""Each format's short name (``"markdown"``, ``"srt"``, ``"docx"``...) and its class."""
 SUPPORTED_EXTENSIONS: tuple[str, ...] = tuple(sorted(FORMATS))
+ARCHIVE_EXTENSIONS = frozenset({".docx", ".pptx", ".odt", ".epub"})
+"""The formats that are zip archives (binary files: not for a terminal)."""
 MAX_FILE_BYTES = 50 * 1024 * 1024
 """The largest file :func:`read_file` reads (50 MiB): a word processor's file with its pictures
 fits; its text is what costs time to translate."""
 
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # an archive with files, an empty archive
-_ARCHIVES = frozenset({".docx", ".pptx", ".odt", ".epub"})
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
@@ -75,12 +69,13 @@ def format_for(name: str) -> type[TranslatableFile]:
     return cls
 
 
-def read_file(data: bytes, name: str) -> TranslatableFile:
+def read_file(data: bytes, name: str, *, kind: str | None = None) -> TranslatableFile:
     """Read a file for translation, its format told by the extension of ``name``.
 
     Args:
         data: the file's bytes (at most :data:`MAX_FILE_BYTES`).
         name: its name (a path is fine: only the last part is used); messages name it.
+        kind: the format (a key of :data:`KINDS`), whatever the name's extension says.
 
     Returns:
         The file, whose ``units()`` are the texts to translate.
@@ -93,12 +88,17 @@ def read_file(data: bytes, name: str) -> TranslatableFile:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"data must be bytes, got {type(data).__name__}")
     data = bytes(data)
-    cls = format_for(name)
+    if kind is None:
+        cls = format_for(name)
+    elif kind in KINDS:
+        cls = KINDS[kind]
+    else:
+        raise FileFormatError(f"{kind!r} is not a file format; the formats are {', '.join(sorted(KINDS))}")
     if len(data) > MAX_FILE_BYTES:
         raise FileFormatError(f"{name}: {len(data):,} bytes, over the limit of {MAX_FILE_BYTES:,} bytes for a file "
                               "to translate")
-    ext = _extension(name)
-    if ext in _ARCHIVES:
+    ext = cls.extensions[0] if kind is not None else _extension(name)
+    if ext in ARCHIVE_EXTENSIONS:
         if not data.startswith(_ZIP_MAGIC):
             raise FileFormatError(f"{name} is not a {ext} file: a {ext} file is a zip archive, and this one "
                                   "does not start like one")
@@ -223,10 +223,16 @@ def translate_file(data: bytes, name: str, translator, *, target_lang: str | Non
     Raises:
         FileFormatError: the file cannot be read (see :func:`read_file`).
     """
+    return translate_parsed(read_file(data, name), translator, target_lang=target_lang, src_lang=src_lang,
+                            glossary=glossary, progress=progress)
+
+
+def translate_parsed(document: TranslatableFile, translator, *, target_lang: str | None = None,
+                     src_lang: str | None = None, glossary=None, progress: Progress | None = None) -> bytes:
+    """:func:`translate_file` for a file already read (:func:`read_file`)."""
     from transformer.translate.html import html_sentences, translate_html
     from transformer.translate.segment import segment_text
 
-    document = read_file(data, name)
     units = document.units()
     lang = src_lang or translator.src_lang
     plain = [u for u in units if not u.html]

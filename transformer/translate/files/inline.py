@@ -80,10 +80,12 @@ class Fragment:
         return [p for p in pieces if p[0]]
 
 
-def join_lines(pieces: list[tuple[str, str]], count: int) -> list[str]:
-    """``pieces`` (as :meth:`Fragment.restore` gives them) written on at most ``count`` lines of
-    about equal length, broken at spaces of the text only (never inside markup); line breaks the
-    translation holds become spaces."""
+def join_lines(pieces: list[tuple[str, str]], widths: list[int], *, after_punctuation: bool = False) -> list[str]:
+    """``pieces`` (as :meth:`Fragment.restore` gives them) written on at most ``len(widths)``
+    lines, their lengths in the proportions of ``widths`` (the source's lines), broken at spaces of
+    the text only (never inside markup); line breaks the translation holds become spaces.
+    ``after_punctuation``: prefer a break after a comma or a full stop near the place (as
+    subtitles are broken)."""
     text, breakable = [], []
     for piece, tag in pieces:
         is_text = not tag
@@ -92,16 +94,19 @@ def join_lines(pieces: list[tuple[str, str]], count: int) -> list[str]:
         text.append(piece)
         breakable += [is_text and c == " " for c in piece]
     joined = "".join(text)
+    count = len(widths)
     if count <= 1:
         return [joined]
     spaces = [i for i, ok in enumerate(breakable) if ok and 0 < i < len(joined) - 1]
+    total = max(sum(widths), 1)
+    bonus = len(joined) / (4 * count) if after_punctuation else 0.0
     cuts: list[int] = []
     for k in range(1, count):
-        target = k * len(joined) / count
+        target = len(joined) * sum(widths[:k]) / total
         options = [i for i in spaces if not cuts or i > cuts[-1]]
         if not options:
             break
-        cuts.append(min(options, key=lambda i: abs(i - target)))
+        cuts.append(min(options, key=lambda i: abs(i - target) - (bonus if joined[i - 1] in ",;:.!?" else 0.0)))
     lines, start = [], 0
     for cut in cuts:
         lines.append(joined[start:cut])

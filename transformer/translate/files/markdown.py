@@ -133,7 +133,7 @@ class MarkdownFile(TranslatableFile):
                 warnings.warn(TranslationWarning(f"{self.name}: line {block.line + 1}: kept untranslated ({err})"),
                               stacklevel=2)
                 continue
-            new = _lines(pieces, block.group_lines)
+            new = _lines(_without_empty_emphasis(pieces), block.group_lines, [b - a for _, a, b in block.spans])
             # Each source line keeps what is around its text (a prefix, a table's pipes, the line end).
             for k, (line, start, end) in enumerate(block.spans):
                 current = lines[line]
@@ -147,15 +147,35 @@ class MarkdownFile(TranslatableFile):
         return self.bom + "".join(line for line in lines if line is not None).encode("utf-8")
 
 
-def _lines(pieces: list[tuple[str, str]], group_lines: list[int]) -> list[str]:
+def _without_empty_emphasis(pieces: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The pieces without emphasis left around no word (``**`` then ``**``: written together, the
+    delimiters would mean something else)."""
+    out: list[tuple[str, str]] = []
+    for piece in pieces:
+        tag = piece[1]
+        if tag in ("</i>", "</b>", "</s>"):
+            k = len(out) - 1
+            while k >= 0 and not out[k][1] and not out[k][0].strip():
+                k -= 1
+            if k >= 0 and out[k][1] == tag.replace("/", ""):
+                del out[k]  # the start tag; the whitespace between stays
+                continue
+        out.append(piece)
+    return out
+
+
+def _lines(pieces: list[tuple[str, str]], group_lines: list[int], widths: list[int]) -> list[str]:
     """The translated pieces on lines: each run between hard line breaks on as many lines as it
-    took in the source, a hard break's marker (two spaces, a backslash) ending its run's last line."""
+    took in the source, in the proportions of those lines' lengths (``widths``), a hard break's
+    marker (two spaces, a backslash) ending its run's last line."""
     out: list[str] = []
     group: list[tuple[str, str]] = []
     groups = iter(group_lines)
     for piece in pieces + [("", "<end>")]:
         if piece[1] in ("<br>", "<end>"):
-            run = join_lines(group, next(groups, 1))
+            count = next(groups, 1)
+            run = join_lines(group, widths[:count] or [1])
+            widths = widths[count:]
             if piece[1] == "<br>":
                 run[-1] = run[-1].rstrip(" ") + piece[0]
             out += run

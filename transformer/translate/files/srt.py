@@ -101,7 +101,7 @@ class SrtFile(TranslatableFile):
                     k = j
                     while k < len(lines) and not bodies[k].strip():
                         k += 1
-                    if k == len(lines) or header(k):
+                    if k == len(lines) or header(k) or _starts_cue(bodies, k):
                         break
                     j = k
                     continue
@@ -135,7 +135,7 @@ class SrtFile(TranslatableFile):
                               stacklevel=2)
                 continue
             source = lines[cue.first:cue.end]
-            new = join_lines(pieces, len(source))
+            new = join_lines(pieces, [len(_body(line)) for line in source], after_punctuation=True)
             endings = [line[len(_body(line)):] for line in source]
             replaced[cue.first] = [text + endings[min(k, len(endings) - 1)] if k < len(new) - 1 else
                                    text + endings[-1] for k, text in enumerate(new)]
@@ -153,6 +153,13 @@ class SrtFile(TranslatableFile):
                 continue
             out.append(line)
         return self.bom + "".join(out).encode("utf-8")
+
+
+def _starts_cue(bodies: list[str], k: int) -> bool:
+    """Whether line k looks like the start of a cue whose timing line is malformed (a timing arrow on
+    it, or a number and then one): it ends the cue before it, and is then refused."""
+    return "-->" in bodies[k] or bool(_NUMBER.fullmatch(bodies[k]) and k + 1 < len(bodies)
+                                       and "-->" in bodies[k + 1])
 
 
 def _fragment(lines: list[str]) -> Fragment:
