@@ -119,10 +119,12 @@ class _Paragraph:
             elif isinstance(node, _Group):
                 yield from self._texts(node.content)
 
-    def style(self, opening: bytes, closing: bytes) -> int:
-        index = self._style_index.get(opening)
+    def style(self, properties: bytes, opening: bytes, closing: bytes) -> int:
+        """The style of a run with these ``properties`` (runs that differ in their start tag only,
+        by revision ids, are one style: the first one's start tag is written)."""
+        index = self._style_index.get(properties)
         if index is None:
-            index = self._style_index[opening] = len(self.styles)
+            index = self._style_index[properties] = len(self.styles)
             self.styles.append(opening)
             self._style_ends.append(closing)
         return index
@@ -317,12 +319,13 @@ class _DocxParagraph(_Paragraph):
         if run.close_start == run.open_end:  # <w:r/>
             return []
         children = run.children()
-        opening = self.raw(run.start, run.open_end)
+        properties = b""
         if children and children[0].local == "rPr":
-            opening += self.raw(children[0].start, children[0].end)
+            properties = self.raw(children[0].start, children[0].end)
             children = children[1:]
+        opening = self.raw(run.start, run.open_end) + properties
         closing = self.raw(run.close_start, run.end)
-        style = self.style(opening, closing)
+        style = self.style(properties, opening, closing)
         content: list = []
         for child in children:
             local = child.local
@@ -394,7 +397,7 @@ class _OoxmlFile(_ParagraphFile):
     def _open(cls, data: bytes, name: str) -> tuple[_OoxmlFile, dict[str, str]]:
         self = cls(Package(data, name, cls._what))
         if "[Content_Types].xml" not in self.package:
-            raise FileFormatError(f"{name} is not a {cls._what}: it has no [Content_Types].xml")
+            raise FileFormatError(f"{name} is not {self.package.a_kind}: it has no [Content_Types].xml")
         types = {}
         for element in self._part("[Content_Types].xml").root.children():
             if element.local == "Override":
@@ -410,7 +413,7 @@ class _OoxmlFile(_ParagraphFile):
                 return part
         if usual in self.package:
             return usual
-        raise FileFormatError(f"{self.package.name} is not a {self._what}: it has no main part ({usual})")
+        raise FileFormatError(f"{self.package.name} is not {self.package.a_kind}: it has no main part ({usual})")
 
     def _relationships(self, member: str) -> dict[str, str]:
         """The targets of ``member``'s relationships inside the package, by id, as member names."""
@@ -494,11 +497,12 @@ class _PptxParagraph(_Paragraph):
         for element in children:
             if element.local == "r" and element.close_start != element.open_end:
                 parts = element.children()
-                opening = self.raw(element.start, element.open_end)
+                properties = b""
                 if parts and parts[0].local == "rPr":
-                    opening += self.raw(parts[0].start, parts[0].end)
+                    properties = self.raw(parts[0].start, parts[0].end)
                     parts = parts[1:]
-                style = self.style(opening, self.raw(element.close_start, element.end))
+                opening = self.raw(element.start, element.open_end) + properties
+                style = self.style(properties, opening, self.raw(element.close_start, element.end))
                 for part in parts:
                     if part.local == "t":
                         self.content.append(_Text(style, part.text()))
@@ -562,7 +566,7 @@ class PptxFile(_OoxmlFile):
 
 class _OdtParagraph(_Paragraph):
     def _read(self) -> None:
-        self.style(b"", b"")  # the one style: text is written where it stands, in its spans
+        self.style(b"", b"", b"")  # the one style: text is written where it stands, in its spans
         self._space = True  # whether a space read now is collapsed (at the start, after a space)
         self.content = self._walk(self.element.content)
 

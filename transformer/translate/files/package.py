@@ -48,21 +48,22 @@ class Package:
 
     def __init__(self, data: bytes, name: str, kind: str):
         self.data, self.name, self.kind = data, name, kind
+        a_kind = f"{'an' if kind[:1] in 'AEIOU' else 'a'} {kind}"
         if data.startswith(b"\xd0\xcf\x11\xe0"):  # an OLE compound file: what Office encrypts into
             raise FileFormatError(f"{name} is encrypted (password-protected) or in an old binary format, "
-                                  f"not a {kind} in a zip archive")
+                                  f"not {a_kind} in a zip archive")
         try:
             self._zip = zipfile.ZipFile(io.BytesIO(data))
             infos = self._zip.infolist()
         except _ZIP_ERRORS as error:
-            raise FileFormatError(f"{name} is not a readable {kind}: a corrupt zip archive ({error})") from None
+            raise FileFormatError(f"{name} is not {a_kind}: a corrupt zip archive ({error})") from None
         if len(infos) > MAX_MEMBERS:
             raise FileFormatError(f"{name}: {len(infos):,} members in its archive, over the limit of {MAX_MEMBERS:,}")
         total = sum(info.file_size for info in infos)
         if total > MAX_UNCOMPRESSED:
             raise FileFormatError(f"{name}: its archive holds {total:,} bytes uncompressed, over the limit of "
                                   f"{MAX_UNCOMPRESSED:,} bytes")
-        self.infos = infos
+        self.infos, self.a_kind = infos, a_kind
         self.members: dict[str, zipfile.ZipInfo] = {}
         for info in infos:
             if info.flag_bits & 0x1:
@@ -78,7 +79,7 @@ class Package:
         """The content of ``member`` (:class:`FileFormatError` when missing or unreadable)."""
         info = self.members.get(member)
         if info is None:
-            raise FileFormatError(f"{self.name} is not a {self.kind}: it has no {member}")
+            raise FileFormatError(f"{self.name} is not {self.a_kind}: it has no {member}")
         try:
             with self._zip.open(info) as stream:
                 return stream.read(info.file_size + 1)[: info.file_size]
