@@ -109,11 +109,13 @@ def test_conversion_mismatch_is_refused(run_dir, tmp_path, monkeypatch):
 
     tok = Vocabularies.load(run_dir).src
     proto = pb.ModelProto()
-    proto.ParseFromString(argos.sentencepiece_proto(tok, json.loads((run_dir / "tokenizer.json").read_text())["model"]["merges"]))
+    merges = json.loads((run_dir / "tokenizer.json").read_text(encoding="utf-8"))["model"]["merges"]
+    proto.ParseFromString(argos.sentencepiece_proto(tok, merges))
     for piece in proto.pieces:
         piece.score = -piece.score  # the last merges first
     reversed_proto = proto.SerializeToString()
-    with pytest.raises(InteropError, match=r"segments '.*' as \[.*\], ours as \[.*\] \(\d+ of \d+ sample texts differ\)"):
+    differ = r"segments '.*' as \[.*\], ours as \[.*\] \(\d+ of \d+ sample texts differ\)"
+    with pytest.raises(InteropError, match=differ):
         argos.check_sentencepiece(tok, reversed_proto, argos.vocabulary_words(tok))
     monkeypatch.setattr(argos, "sentencepiece_proto", lambda tokenizer, merges: reversed_proto)
     with pytest.raises(InteropError, match="export is refused"):

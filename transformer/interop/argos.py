@@ -130,7 +130,8 @@ def sentencepiece_proto(tokenizer: BPETokenizer, merges: list) -> bytes:
     trainer.vocab_size = tokenizer.vocab_size
     trainer.byte_fallback = True
     specials = tokenizer.special_ids
-    trainer.pad_id, trainer.bos_id, trainer.eos_id, trainer.unk_id = (specials[t] for t in ("<pad>", "<s>", "</s>", "<unk>"))
+    trainer.pad_id, trainer.bos_id = specials["<pad>"], specials["<s>"]
+    trainer.eos_id, trainer.unk_id = specials["</s>"], specials["<unk>"]
     piece_type = pb.ModelProto.SentencePiece
     bytes_ = set(BYTE_TOKENS)
     for i, piece in enumerate(tokenizer.pieces(range(tokenizer.vocab_size))):
