@@ -74,7 +74,7 @@ def test_pages_in_reading_order_and_the_table_of_contents():
 def test_translated_pages_keep_their_markup_and_stay_well_formed_xml():
     data = epub_bytes()
     file = EpubFile.read(data, "book.epub")
-    for fn in (upper, reverse_words):
+    for fn in (upper, reverse_words, lambda sentences: [s + "\x0c" for s in sentences]):
         out = members(file.write(translate(file, fn)))
         for name in ("OEBPS/ch1.xhtml", "OEBPS/ch2.xhtml", "OEBPS/nav.xhtml", "OEBPS/toc.ncx", "OEBPS/content.opf"):
             ElementTree.fromstring(out[name])

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from urllib.parse import unquote
 
 from transformer.translate.files.base import FileFormatError, Unit
-from transformer.translate.files.package import ArchiveFile, Edit, Package, Splicer
+from transformer.translate.files.package import NOT_XML, ArchiveFile, Edit, Package, Splicer
 
 __all__ = ["EpubFile"]
 
@@ -80,6 +80,8 @@ class _Page:
         self.size = len(data)
 
     def encode(self, page: str, lang: str | None) -> bytes:
+        if page != self.text:
+            page = NOT_XML.sub("", page)
         if "&nbsp;" not in self.text:  # XML knows no &nbsp; unless the page's DTD declares it
             page = page.replace("&nbsp;", "&#160;")
         if lang:

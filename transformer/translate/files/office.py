@@ -41,7 +41,7 @@ import re
 from urllib.parse import unquote
 
 from transformer.translate.files.base import FileFormatError, Unit
-from transformer.translate.files.package import ArchiveFile, Edit, Element, Package, Splicer, XmlPart
+from transformer.translate.files.package import NOT_XML, ArchiveFile, Edit, Element, Package, Splicer, XmlPart
 
 __all__ = ["DocxFile", "PptxFile", "OdtFile"]
 
@@ -213,7 +213,7 @@ class _Paragraph:
             text = translation[position : match.start()]
             position = match.end()
             if text:
-                events.append(("text", style(), html.unescape(text)))
+                events.append(("text", style(), NOT_XML.sub("", html.unescape(text))))
             closing, tag = match.group(1), match.group(2).lower()
             found = _DATA_INDEX.search(match.group(3))
             if closing:
@@ -234,7 +234,7 @@ class _Paragraph:
                 stack.append((tag, "", -1))
         text = translation[position:]
         if text:
-            events.append(("text", style(), html.unescape(text)))
+            events.append(("text", style(), NOT_XML.sub("", html.unescape(text))))
         close_to(0)
         # Points once each, in their order: a field's begin, code, separator and end stay in sequence.
         seen: set[int] = set()

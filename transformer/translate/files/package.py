@@ -129,6 +129,8 @@ def _without_zip64(extra: bytes) -> bytes:
 
 # A start tag (well-formed: attribute values quoted) and whether it closes itself.
 _START_TAG = re.compile(rb"""<[^\s/>]+(?:\s+[^\s=/>]+\s*=\s*(?:"[^"]*"|'[^']*'))*\s*(/?)>""")
+# Characters XML 1.0 does not allow in a document, even as references (a translation may hold one).
+NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 _ENCODING = re.compile(rb"""^(?:\xef\xbb\xbf)?<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
 
 
@@ -278,8 +280,9 @@ class XmlPart:
         return roots[0]
 
     def escape(self, text: str, *, quote: bool = False) -> bytes:
-        """``text`` as character data (or an attribute value) of this part, in its encoding."""
-        text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        """``text`` as character data (or an attribute value) of this part, in its encoding
+        (characters XML does not allow left out)."""
+        text = NOT_XML.sub("", text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
         if quote:
             text = text.replace('"', "&quot;")
         return text.encode(self.encoding, "xmlcharrefreplace")
