@@ -30,7 +30,8 @@ from transformer.translate.translator import Translator
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
 
-OPERATIONS = [("POST", "/v1/translate"), ("POST", "/v1/attention"), ("GET", "/health"), ("GET", "/v1/model")]
+OPERATIONS = [("POST", "/v1/translate"), ("POST", "/v1/attention"), ("GET", "/health"), ("GET", "/v1/model"),
+              ("GET", "/v1/models")]
 
 
 @pytest.fixture(scope="module")

@@ -117,8 +117,74 @@ def register_serve_command(subparsers: argparse._SubParsersAction) -> argparse.A
         connections.add_argument(option, dest=name, type=kind, default=getattr(_CONNECTION_DEFAULTS, name),
                                  metavar="SECONDS" if name.endswith("_s") else "N",
                                  help=f"{what} (default: {getattr(_CONNECTION_DEFAULTS, name):g})")
+    lt = p.add_argument_group("LibreTranslate API", "API keys, request limits, suggestions, files and the web page's "
+                              "defaults of the LibreTranslate routes (see docs/serving.md)")
+    lt.add_argument("--api-keys", metavar="FILE", help="the API keys and their own limits, one key a line (see "
+                    "docs/serving.md); without it, a request's api_key is ignored")
+    lt.add_argument("--require-api-key", action="store_true", help="every LibreTranslate request needs a valid key "
+                    "(needs --api-keys)")
+    lt.add_argument("--require-api-key-origin", metavar="REGEX", help="a key is required, except from a web page "
+                    "whose Origin header matches REGEX from its start (needs --api-keys)")
+    lt.add_argument("--get-api-key-link", metavar="URL", help="where users get a key, named when one is required")
+    lt.add_argument("--req-limit", type=int, default=-1, metavar="N",
+                    help="requests per minute per client (per key, for a valid key); -1: none (default)")
+    lt.add_argument("--daily-req-limit", type=int, default=-1, metavar="N",
+                    help="requests per day per client; -1: none (default)")
+    lt.add_argument("--char-limit", type=int, default=-1, metavar="N",
+                    help="characters per text on the LibreTranslate routes; -1: none but --max-chars (default)")
+    lt.add_argument("--req-flood-threshold", type=int, default=0, metavar="N",
+                    help="a client refused for a limit N times within an hour is refused everything (403) until "
+                    "then; 0: never (default)")
+    lt.add_argument("--suggestions", metavar="FILE", help="POST /suggest appends the suggestions it takes to FILE "
+                    "(JSON lines); without it, /suggest answers 403")
+    lt.add_argument("--disable-files-translation", action="store_true", help="no /translate_file and /download_file")
+    lt.add_argument("--frontend-language-source", default="auto", metavar="CODE",
+                    help="the source language LibreTranslate's web page starts with (default: auto)")
+    lt.add_argument("--frontend-language-target", default=None, metavar="CODE",
+                    help="the target language LibreTranslate's web page starts with (default: the first model's)")
+    lt.add_argument("--frontend-timeout", type=int, default=500, metavar="MS",
+                    help="milliseconds LibreTranslate's web page waits after typing before it translates "
+                    "(default: 500)")
     p.set_defaults(handler=run_serve)
     return p
+
+
+def libretranslate_options(args: argparse.Namespace):
+    """The LibreTranslate API's set-up from the command line (keys read, suggestions file opened):
+    a one-line ValueError naming the option for a bad one."""
+    from transformer.serve.access import AccessPolicy, KeyRing, KeysFileError
+    from transformer.serve.libretranslate import LibreTranslateOptions
+    from transformer.serve.suggestions import SuggestionStore, SuggestionStoreError
+
+    if (args.require_api_key or args.require_api_key_origin) and not args.api_keys:
+        raise ValueError("--require-api-key and --require-api-key-origin need --api-keys FILE")
+    for option, value in (("--req-limit", args.req_limit), ("--daily-req-limit", args.daily_req_limit),
+                          ("--char-limit", args.char_limit)):
+        if value < 1 and value != -1:
+            raise ValueError(f"{option} must be a positive number or -1 (no limit), got {value}")
+    if args.req_flood_threshold < 0:
+        raise ValueError(f"--req-flood-threshold must be >= 0, got {args.req_flood_threshold}")
+    if args.frontend_timeout < 0:
+        raise ValueError(f"--frontend-timeout must be >= 0, got {args.frontend_timeout}")
+    try:
+        policy = AccessPolicy(req_limit=args.req_limit, daily_req_limit=args.daily_req_limit,
+                              char_limit=args.char_limit, require_key=args.require_api_key,
+                              key_origin=args.require_api_key_origin, get_key_link=args.get_api_key_link,
+                              ban_threshold=args.req_flood_threshold)
+    except ValueError as err:
+        raise ValueError(f"--require-api-key-origin: {err}" if "key_origin" in str(err) else str(err)) from None
+    try:
+        keys = KeyRing.from_file(args.api_keys, policy)
+    except KeysFileError as err:
+        raise ValueError(f"--api-keys: {err}") from None
+    try:
+        suggestions = SuggestionStore(args.suggestions) if args.suggestions else None
+    except SuggestionStoreError as err:
+        raise ValueError(f"--suggestions: {err}") from None
+    return LibreTranslateOptions(keys=keys, suggestions=suggestions, files=not args.disable_files_translation,
+                                 frontend_source=args.frontend_language_source.lower(),
+                                 frontend_target=args.frontend_language_target,
+                                 frontend_timeout_ms=args.frontend_timeout)
 
 
 def _plural(n: int, word: str) -> str:
@@ -185,6 +251,7 @@ def run_serve(args: argparse.Namespace) -> int:
         raise ValueError(message if name is None else _CONNECTION_OPTIONS[name][0] + message[len(name):]) from None
     if not 1 <= args.beam_size <= limits.max_beam_size:
         raise ValueError(f"--beam-size must be in 1..{limits.max_beam_size} (--max-beam-size), got {args.beam_size}")
+    lt_options = libretranslate_options(args)
     _raise_open_files_limit(connection_limits.max_connections)
     try:  # bind before loading the model: a busy port is one line, at once
         sockets = bind_sockets(args.host, args.port)
@@ -203,9 +270,9 @@ def run_serve(args: argparse.Namespace) -> int:
         if len(translators) == 1:
             translator = translators[0]
             app = create_app(translator, limits, src_lang=translator.src_lang, tgt_lang=translator.tgt_lang,
-                             pivot=pivot)
+                             pivot=pivot, libretranslate_options=lt_options)
         else:
-            app = create_app(translators, limits, pivot=pivot)
+            app = create_app(translators, limits, pivot=pivot, libretranslate_options=lt_options)
         stats = ConnectionStats()
         served = ", ".join(f"{d} ({t.src_lang or '?'} -> {t.tgt_lang or '?'})" for d, t in zip(run_dirs, translators))
         through = [f"{p.source} -> {p.target}" for p in _pivot_pairs(app)]
@@ -232,6 +299,8 @@ def run_serve(args: argparse.Namespace) -> int:
     finally:
         for sock in sockets:
             sock.close()
+        if lt_options.suggestions is not None:
+            lt_options.suggestions.close()
     if stopped:
         print(stop_message("SIGTERM", stats, connection_limits.shutdown_grace_s), flush=True)
     return 0

@@ -77,6 +77,10 @@ class BadRequest(Exception):
     """A LibreTranslate request with a missing or bad parameter (400)."""
 
 
+class TooLarge(BadRequest):
+    """A file over ``max_file_bytes`` (413)."""
+
+
 def languages(models: ModelSet) -> list[dict[str, Any]]:
     """``GET /languages``: every language served with the languages it is translated into
     (directly or through the pivot); a language only translated into has no targets."""
@@ -284,7 +288,7 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
     options = options or LibreTranslateOptions()
     routes = APIRouter()
     limits = models.primary.limits
-    store = store or FileStore(limits.file_ttl_s)
+    store = FileStore(limits.file_ttl_s) if store is None else store
 
     @routes.get("/languages", include_in_schema=False)
     async def get_languages() -> JSONResponse:
@@ -383,7 +387,7 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
         except AccessDenied as err:
             return _denied(err)
         except BadRequest as err:
-            return plain_error_json(400, str(err))
+            return plain_error_json(413 if isinstance(err, TooLarge) else 400, str(err))
         except FileFormatError as err:
             return plain_error_json(400, f"Invalid request: {err}")
         except Unprocessable as err:
@@ -493,8 +497,8 @@ async def _file_form(request: Request, limits: ServeLimits) -> tuple[dict[str, A
         elif key == "file" and upload is None:
             data = await value.read()
             if len(data) > limits.max_file_bytes:
-                raise BadRequest(f"Invalid request: the file is {len(data)} bytes; at most {limits.max_file_bytes} "
-                                 "are translated (--max-file-bytes)")
+                raise TooLarge(f"the file is {len(data)} bytes, larger than the limit of {limits.max_file_bytes} "
+                               "bytes (--max-file-bytes)")
             upload = (value.filename or "", data)
     await form.close()
     if upload is None:
