@@ -1,39 +1,42 @@
 """The LibreTranslate API, so that existing clients of self-hosted translation servers work with ours.
 
-LibreTranslate (https://libretranslate.com, ``libretranslatepy`` and the other client libraries)
-is the de facto interface of self-hosted translation servers. The server answers the part of it
-a single-direction model can:
+LibreTranslate (https://libretranslate.com, its web page, ``libretranslatepy``, ``deep-translator``
+and the other client libraries) is the de facto interface of self-hosted translation servers.
+The server answers all of it that its clients call, over the server's models
+(:class:`~transformer.serve.models.ModelSet`: a model per language pair, others through a pivot):
 
-* ``POST /translate``: ``q`` (a string, or in a JSON body a list of strings), ``source``,
-  ``target``, ``format`` (``text``, the default, or ``html``), ``api_key`` (accepted and
-  ignored; so is any other parameter). The body is JSON (``Content-Type: application/json``) or
-  a form (``application/x-www-form-urlencoded`` or ``multipart/form-data``); form parameters may
-  also come in the query string, as LibreTranslate takes them. Answers
-  ``{"translatedText": "..."}``, a list when ``q`` is a list. Each text may hold paragraphs: it
-  is translated sentence by sentence in its structure, through the same dynamic batcher and
-  limits as ``/v1/translate``. Blank texts in a list come back as they are. ``source`` may be
-  ``auto``: it is taken as the model's source language (nothing is detected, and no
-  ``detectedLanguage`` is returned). ``alternatives`` (an integer, 0 by default, at most
-  ``max_alternatives``) adds ``"alternatives"``: up to that many distinct translations of each
-  text besides ``translatedText`` (a list of lists when ``q`` is a list; ``[]`` for a blank
-  text), from the beam's hypotheses (:mod:`transformer.translate.alternatives`: at most
-  ``beam_size - 1``, fewer where the beam has fewer distinct texts), for html too.
-  ``glossary`` (this server's extension, in a JSON body): ``[{"source", "target"}, ...]``, at
-  most ``max_glossary_terms``, as on ``/v1/translate``; LibreTranslate's answer has no place for
-  a term that could not be placed.
-* ``GET /languages``: ``[{"code", "name", "targets"}]``: the model's source language with its
-  target, and the target language (with no targets of its own, as LibreTranslate lists a
-  language it only translates into).
+* ``POST /translate``: ``q`` (a string, or in a JSON body a list of strings), ``source`` (a code,
+  or ``auto``: detected per text, and ``detectedLanguage`` answered), ``target``, ``format``
+  (``text``, the default, or ``html``), ``alternatives`` (up to that many distinct translations
+  of each text from the beam's hypotheses, :mod:`transformer.translate.alternatives`),
+  ``api_key``, and ``glossary`` (this server's extension, in a JSON body:
+  ``[{"source", "target"}, ...]`` as on ``/v1/translate``). The body is JSON or a form
+  (urlencoded or multipart; form parameters may also come in the query string, as LibreTranslate
+  takes them). Answers ``{"translatedText": ...}``, a list when ``q`` is a list; each text is
+  translated sentence by sentence in its structure, through the same dynamic batcher and limits
+  as ``/v1/translate``; blank texts in a list come back as they are. A pair translated through
+  the pivot is said in the ``X-Translated-Via`` header.
+* ``POST /detect``: every language the server knows, most likely first, confidences in percent.
+* ``GET /languages``: ``[{"code", "name", "targets"}]``: every language served, with the targets
+  reachable from it (a language only translated into has none).
+* ``POST /translate_file`` (multipart ``file``, ``source``, ``target``) and ``GET
+  /download_file/<name>``: a document translated whole (:mod:`transformer.serve.files`).
+* ``POST /suggest``: a suggested translation appended to the suggestions file, or 403 when off.
+* ``GET /frontend/settings`` and ``GET /spec``: what LibreTranslate's web page reads, and a
+  Swagger 2.0 description (:mod:`transformer.serve.lt_spec`).
 
-``/detect`` is not offered: the model serves one source language and detects nothing. Nor are
-``/translate_file``, ``/frontend/settings`` or API keys.
+API keys and request limits (:mod:`transformer.serve.access`) apply to ``/translate``,
+``/detect``, ``/translate_file`` and ``/suggest``, as in LibreTranslate.
 
 Errors have LibreTranslate's shape, ``{"error": message}``: 400 for a missing or bad parameter
-(a language the model does not serve, a format other than text or html, a text too long, too
-many texts or sentences, a control character, ``alternatives`` not an integer, negative or over
-``max_alternatives``, a bad ``glossary``), 413 for a body over ``max_body_bytes``, 503 when
-overloaded or timed out. A sentence over ``max_input_tokens`` is translated in pieces, as on
-``/v1/translate``; LibreTranslate's answer has no place for the warning ``/v1/translate`` gives.
+(a language or pair not served, a format other than text or html, a text too long, too many
+texts or sentences, a control character, ``alternatives`` not an integer, negative or over
+``max_alternatives``, a bad ``glossary``, a file of another format or a corrupt one), 403 for a
+bad key or a feature turned off, 404 for an unknown route or an expired download, 413 for a
+body over ``max_body_bytes`` (a file over ``max_file_bytes``), 429 over a request limit, 503
+when overloaded or timed out. A sentence over ``max_input_tokens`` is translated in pieces, as
+on ``/v1/translate``; LibreTranslate's answer has no place for the warning ``/v1/translate``
+gives.
 """
 
 from __future__ import annotations
