@@ -1,6 +1,6 @@
-"""``transformer serve RUN_DIR``: the translation API and web page, run by uvicorn.
+"""``transformer serve RUN_DIR [RUN_DIR ...]``: the translation API and web page, run by uvicorn.
 
-    transformer serve runs/demo [--host 127.0.0.1] [--port 8000] [--max-batch-size 32] [--timeout 30] ...
+    transformer serve runs/demo [runs/other-pair ...] [--host 127.0.0.1] [--port 8000] [--max-batch-size 32] [--timeout 30] ...
 
 The address is bound first (a busy port is one line on stderr, exit status 3, before the model
 is loaded); then the model is loaded once and uvicorn serves the FastAPI app of
@@ -81,10 +81,12 @@ def register_serve_command(subparsers: argparse._SubParsersAction) -> argparse.A
     p = subparsers.add_parser(
         "serve",
         help="serve a trained model over HTTP: a JSON API and a web page with its attention",
-        description="Serve the model of RUN_DIR over HTTP with uvicorn: POST /v1/translate (texts of any length: "
+        description="Serve the models of one or more RUN_DIRs (one per language pair; a pair without a model of "
+        "its own is translated through --pivot) over HTTP with uvicorn: POST /v1/translate (texts of any length: "
         "cut into sentences, translated, put back in their structure, with the sentence alignment), "
-        "POST /v1/attention (one sentence of a text), GET /health, GET /v1/model, the LibreTranslate API "
-        "(POST /translate, GET /languages), the OpenAPI schema at /openapi.json and a web page at /. The sentences "
+        "POST /v1/attention (one sentence of a text), GET /health, GET /v1/model, GET /v1/models, the LibreTranslate "
+        "API (POST /translate, /detect, /translate_file, /suggest; GET /languages, /download_file/NAME, "
+        "/frontend/settings, /spec), the OpenAPI schema at /openapi.json and a web page at /. The sentences "
         "of requests arriving within --batch-wait-ms are translated in the same model calls. Every limit below "
         "gives a 4xx JSON error when exceeded (503 for --max-queue and --timeout). See docs/serving.md. Needs the "
         "'serve' extra (fastapi, uvicorn).",
