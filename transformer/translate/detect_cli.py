@@ -32,7 +32,7 @@ def register_detect_command(sub: argparse._SubParsersAction) -> None:
                    help="the candidate languages, comma-separated ISO 639-1 codes (such as en,de,fr; default: "
                    "every language py3langid knows)")
     p.add_argument("--json", action="store_true",
-                   help="JSON lines: index, source, language, confidence, and the next candidates as alternatives")
+                   help="JSON lines: index, source, language, confidence, and the next two candidates as alternatives")
     p.set_defaults(handler=detect_command)
 
 
