@@ -325,7 +325,8 @@ def _language_detector(args: argparse.Namespace):  # -> LanguageDetector | None
     return LanguageDetector()
 
 
-def _detect_lines(translator: Translator, chunk: list[Line], args: argparse.Namespace, reporter: Reporter) -> list | None:
+def _detect_lines(translator: Translator, chunk: list[Line], args: argparse.Namespace,
+                  reporter: Reporter) -> list | None:
     """--src-lang auto: each line's ``Detection``, and a warning for each line detected with
     confidence >= DETECTION_CONFIDENCE as another language than the run's source; None otherwise."""
     detector = getattr(args, "language_detector", None)
