@@ -7,7 +7,7 @@ import re
 import pytest
 
 from office_helpers import (docx_bytes, encrypted, infos, members, odt_bytes, paragraph, pptx_bytes, reverse_words,
-                            run, slide, translate, upper, zip_bytes)
+                            run, slide, translate, zip_bytes)
 from transformer.translate.files import package
 from transformer.translate.files.base import FileFormatError
 from transformer.translate.files.office import DocxFile, OdtFile, PptxFile
@@ -402,4 +402,3 @@ def test_odt_built_by_odfpy_round_trips():
 def test_paragraphs_without_text_are_not_units():
     data = docx_bytes(paragraph() + paragraph(run("  ")) + paragraph('<w:r><w:tab/></w:r>') + paragraph(run("x")))
     assert [u.text for u in DocxFile.read(data, "a.docx").units()] == ["x"]
-    assert upper(["a"]) == ["A"]

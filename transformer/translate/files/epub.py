@@ -153,7 +153,8 @@ class EpubFile(ArchiveFile):
             if parent not in ("docTitle", "navLabel") or not element.text().strip():
                 continue
             count += 1
-            self._add(Unit(element.text(), False, f"{member}, label {count}"), member, self._label_editor(part, element))
+            self._add(Unit(element.text(), False, f"{member}, label {count}"), member,
+                      self._label_editor(part, element))
 
     @staticmethod
     def _label_editor(part, element) -> Callable[[str, dict[str, Splicer], str | None], Edit]:

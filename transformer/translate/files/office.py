@@ -53,10 +53,6 @@ _FO = "urn:oasis:names:tc:opendocument:xmlns:xsl-fo-compatible:1.0"
 _OFFICE = "urn:oasis:names:tc:opendocument:xmlns:office:1.0"
 
 
-def _ns(element: Element) -> str:
-    return element.name[1 : element.name.index("}")] if element.name.startswith("{") else ""
-
-
 # --- A paragraph as an HTML fragment, and back ------------------------------------------
 
 
@@ -309,7 +305,8 @@ class _DocxParagraph(_Paragraph):
                                           "a" if local == "hyperlink" else "span", self._walk(children)))
             elif local == "sdt" and element.find(element.name[: -len("sdt")] + "sdtContent") is not None:
                 inner = element.find(element.name[: -len("sdt")] + "sdtContent")
-                content.append(self.group(self.raw(element.start, inner.open_end), self.raw(inner.close_start, element.end),
+                content.append(self.group(self.raw(element.start, inner.open_end),
+                                          self.raw(inner.close_start, element.end),
                                           "span", self._walk(inner.children())))
             else:
                 content.append(self.point(element))
@@ -425,7 +422,10 @@ class _OoxmlFile(_ParagraphFile):
         for element in self._part(rels).root.children():
             if element.local == "Relationship" and element.attrs.get("TargetMode") != "External":
                 target = unquote(element.attrs.get("Target", ""))
-                path = target.lstrip("/") if target.startswith("/") else posixpath.normpath(posixpath.join(folder, target))
+                if target.startswith("/"):
+                    path = target.lstrip("/")
+                else:
+                    path = posixpath.normpath(posixpath.join(folder, target))
                 targets[element.attrs.get("Id", "")] = path
         return targets
 
@@ -439,7 +439,8 @@ class _OoxmlFile(_ParagraphFile):
         return {member: [edit for edit in edits if edit is not None]}
 
 
-_W = ("http://schemas.openxmlformats.org/wordprocessingml/2006/main", "http://purl.oclc.org/ooxml/wordprocessingml/main")
+_W = ("http://schemas.openxmlformats.org/wordprocessingml/2006/main",
+      "http://purl.oclc.org/ooxml/wordprocessingml/main")
 
 
 class DocxFile(_OoxmlFile):
