@@ -97,6 +97,10 @@ def test_languages_of_a_run_that_does_not_record_them(translator):
                                                "targets": ["und"]}]
         # nothing to check the codes against: any source and target are taken
         assert c.post("/translate", json={"q": "Le chat.", "source": "xx", "target": "yy"}).status_code == 200
+        auto = c.post("/translate", json={"q": "Le chat.", "source": "auto", "target": "yy"})  # nothing to choose from
+        assert auto.status_code == 200 and auto.json()["detectedLanguage"] == {"confidence": 0.0, "language": "und"}
+        detect = c.post("/detect", json={"q": "Le chat."})
+        assert detect.status_code == 400 and "does not record its languages" in detect.json()["error"]
 
 
 @pytest.mark.parametrize("kwargs, status, words", [

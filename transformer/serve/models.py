@@ -178,6 +178,12 @@ class ModelSet:
     def single(self) -> bool:
         return len(self.services) == 1
 
+    @property
+    def single_unlabelled(self) -> bool:
+        """One model whose run does not record its languages: it takes every request, and
+        ``auto`` is its source language, with nothing to detect among."""
+        return self.single and not (self.primary.src_lang and self.primary.tgt_lang)
+
     # -- languages -----------------------------------------------------------------------------
     def targets(self, source: str) -> list[str]:
         """The languages ``source`` is translated into: by a model of its own, then through the pivot."""
@@ -205,7 +211,7 @@ class ModelSet:
 
         None for either side means "the first model's" (a request of the native API that names
         no languages); "auto" is not a language here (detect first: :meth:`detect`)."""
-        if self.single and (self.primary.src_lang is None or self.primary.tgt_lang is None):
+        if self.single_unlabelled:
             return Route(source, target, (self.primary,))  # a run without languages takes every request
         source = self.primary.src_lang if source is None else source.lower()
         target = self.primary.tgt_lang if target is None else target.lower()
@@ -308,7 +314,7 @@ class ModelSet:
             detected as the target language comes back as it is (:func:`unchanged`).
         """
         detected = None
-        if source is not None and source.lower() == AUTO:
+        if source is not None and source.lower() == AUTO and not self.single_unlabelled:
             from transformer.serve.service import _off_the_loop
 
             detected = await _off_the_loop(self.detect, texts, target)
@@ -316,7 +322,7 @@ class ModelSet:
             for i, found in enumerate(detected):
                 groups.setdefault(found.language, []).append(i)
         else:
-            groups = {source: list(range(len(texts)))}
+            groups = {None if self.single_unlabelled else source: list(range(len(texts)))}
         target_code = (target or self.primary.tgt_lang or "").lower()
         results: list[dict[str, Any] | None] = [None] * len(texts)
         vias: list[str | None] = [None] * len(texts)
