@@ -26,27 +26,12 @@ from typing import Any
 from transformer.serve.batching import BatchInfo
 from transformer.serve.documents import Unprocessable
 from transformer.serve.service import DecodingSettings, TranslationService
+from transformer.text.languages import language_name
 
 PIVOT = "en"  # the language a pair without a model of its own is translated through
 
-# English names of the languages LibreTranslate and the usual corpora offer (ISO 639-1); a code
-# not listed here is its own name.
-LANGUAGE_NAMES = {
-    "ar": "Arabic", "az": "Azerbaijani", "bg": "Bulgarian", "bn": "Bengali", "ca": "Catalan", "cs": "Czech",
-    "da": "Danish", "de": "German", "el": "Greek", "en": "English", "eo": "Esperanto", "es": "Spanish",
-    "et": "Estonian", "eu": "Basque", "fa": "Persian", "fi": "Finnish", "fr": "French", "ga": "Irish",
-    "gl": "Galician", "he": "Hebrew", "hi": "Hindi", "hu": "Hungarian", "id": "Indonesian", "it": "Italian",
-    "ja": "Japanese", "ko": "Korean", "lt": "Lithuanian", "lv": "Latvian", "ms": "Malay", "nb": "Norwegian",
-    "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sk": "Slovak",
-    "sl": "Slovenian", "sq": "Albanian", "sv": "Swedish", "th": "Thai", "tl": "Tagalog", "tr": "Turkish",
-    "uk": "Ukrainian", "ur": "Urdu", "vi": "Vietnamese", "zh": "Chinese",
-}
 UNKNOWN = "und"  # ISO 639's "undetermined": a run that does not record a language
 AUTO = "auto"
-
-
-def language_name(code: str) -> str:
-    return LANGUAGE_NAMES.get(code.lower(), code)
 
 
 class NoRoute(Unprocessable):
