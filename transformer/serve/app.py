@@ -124,7 +124,7 @@ def create_app(translator: Translator | Sequence[Translator], limits: ServeLimit
     app.include_router(routes.attention_router(models, requests.attention))
     app.include_router(libretranslate.router(models, libretranslate_options, store))
     app.include_router(routes.status_router(models))
-    app.include_router(routes.page_router(service))
+    app.include_router(routes.page_router(models))
     return app
 
 

@@ -40,7 +40,11 @@ from __future__ import annotations
 
 import html
 import json
+import re
+from collections.abc import Sequence
+from typing import Any
 
+from transformer.serve.models import language_name
 from transformer.visualize.csp import inline_hashes
 from transformer.visualize.page import MIN_LINE_WEIGHT, PAGE_FORMAT, PAGE_VERSION, view_template
 
@@ -57,18 +61,48 @@ def attention_view_template() -> str:
 
 
 def index_html(*, src_lang: str | None = None, tgt_lang: str | None = None, max_chars: int = 5000,
-               max_sentences: int = 256, confidence_threshold: float | None = None) -> str:
-    """The HTML of ``/``; ``confidence_threshold``: where the model is calibrated, the confidence
-    below which a sentence is marked to be checked (None: the page shows no confidence)."""
+               max_sentences: int = 256, confidence_threshold: float | None = None,
+               pairs: Sequence[tuple[str, str, str | None]] | None = None) -> str:
+    """The HTML of ``/``.
+
+    Args:
+        src_lang, tgt_lang: the pair shown (and, with ``pairs``, chosen when the page opens).
+        max_chars, max_sentences: the server's limits, said in the hint.
+        confidence_threshold: where a model is calibrated, the confidence below which a sentence
+            is marked to be checked (None: the page shows no confidence).
+        pairs: with several models, every language pair served, as (source, target, pivot
+            language or None for a model of its own); the page then offers the languages to
+            choose from. None: one model, the page names its pair and sends no languages.
+    """
+    choice = _language_choice(pairs, src_lang, tgt_lang) if pairs else None
+    if choice is not None:
+        src_lang, tgt_lang = choice["source"], choice["target"]
     direction = f"{src_lang} \u2192 {tgt_lang}" if src_lang and tgt_lang else "source \u2192 target"
     settings = {"format": PAGE_FORMAT, "version": PAGE_VERSION, "min_line_weight": MIN_LINE_WEIGHT}
-    return (_INDEX.replace("__DIRECTION__", html.escape(direction))
-            .replace("__MAX_CHARS__", str(int(max_chars)))
-            .replace("__MAX_SENTENCES__", str(int(max_sentences)))
-            .replace("__CONFIDENCE__", _script_json(None if confidence_threshold is None
-                                                    else {"threshold": float(confidence_threshold)}))
-            .replace("__SETTINGS__", _script_json(settings))
-            .replace("__TEMPLATE__", _script_json(attention_view_template())))
+    values = {
+        "DIRECTION": html.escape(direction),
+        "MAX_CHARS": str(int(max_chars)),
+        "MAX_SENTENCES": str(int(max_sentences)),
+        "CONFIDENCE": _script_json(None if confidence_threshold is None
+                                   else {"threshold": float(confidence_threshold)}),
+        "LANGUAGES": _script_json(choice),
+        "SETTINGS": _script_json(settings),
+        "TEMPLATE": _script_json(attention_view_template()),
+    }
+    # One pass, so that nothing inserted (a language code from a run's config) is read as a placeholder.
+    return re.sub("__(" + "|".join(values) + ")__", lambda m: values[m.group(1)], _INDEX)
+
+
+def _language_choice(pairs: Sequence[tuple[str, str, str | None]], src_lang: str | None,
+                     tgt_lang: str | None) -> dict[str, Any]:
+    """The page's language data: the sources in the order served, every pair (with its pivot),
+    each language's English name, the pivot, and the pair chosen when the page opens."""
+    rows = [{"source": s, "target": t, "via": via} for s, t, via in pairs]
+    codes = dict.fromkeys(code for row in rows for code in (row["source"], row["target"], row["via"]) if code)
+    default = (src_lang, tgt_lang) if (src_lang, tgt_lang) in {(r["source"], r["target"]) for r in rows} \
+        else (rows[0]["source"], rows[0]["target"])
+    return {"sources": list(dict.fromkeys(row["source"] for row in rows)), "pairs": rows,
+            "names": {code: language_name(code) for code in codes}, "source": default[0], "target": default[1]}
 
 
 def page_csp(page: str) -> str:
@@ -119,17 +153,27 @@ _INDEX = """<!DOCTYPE html>
   #glossary-box { grid-column: 1 / -1; color: var(--muted); font-size: 13px; }
   #glossary-box textarea { min-height: 4em; font-size: 14px; color: var(--fg); margin-top: 4px; }
   #missing-terms, #confidence-note { color: var(--bad); font-size: 13px; }
+  #language-pickers { grid-column: 1 / -1; display: flex; gap: 8px; align-items: center; flex-wrap: wrap; }
+  #language-pickers select { font: inherit; }
+  #detected, #pivot-note, #attention-note { color: var(--muted); font-size: 13px; margin-top: 6px; }
+  #pivot-text { white-space: pre-wrap; overflow-wrap: anywhere; color: var(--fg); font-size: 15px; margin-top: 4px; }
   .sentence.doubtful { text-decoration: underline dotted var(--bad) 2px; text-underline-offset: 3px; }
   [hidden] { display: none !important; }
 </style>
 </head>
 <body>
 <header>
-  <h1>Transformer translation <span class="direction">__DIRECTION__</span></h1>
+  <h1>Transformer translation <span class="direction" id="h1-direction">__DIRECTION__</span></h1>
   <p class="hint">Paste a sentence or paragraphs (at most __MAX_CHARS__ characters, __MAX_SENTENCES__ sentences); click a sentence of the translation to see its attention.</p>
 </header>
 <main>
   <form id="form">
+    <div id="language-pickers" hidden>
+      <label for="source-lang">From</label>
+      <select id="source-lang"></select>
+      <label for="target-lang">into</label>
+      <select id="target-lang"></select>
+    </div>
     <textarea id="source" maxlength="__MAX_CHARS__" placeholder="Type or paste text, e.g. je suis \u00e9tudiant. le chat noir dort sur la table." autofocus></textarea>
     <button id="translate" type="submit">Translate</button>
     <details id="glossary-box">
@@ -143,6 +187,9 @@ _INDEX = """<!DOCTYPE html>
       <div><h2>Source</h2><div id="source-view"></div></div>
       <div><h2>Translation</h2><div id="translation"></div></div>
     </div>
+    <div id="detected" hidden></div>
+    <details id="pivot-note" hidden><summary id="pivot-summary"></summary><div id="pivot-text"></div></details>
+    <div id="attention-note" hidden></div>
     <div id="meta"></div>
     <div id="missing-terms" hidden></div>
     <div id="confidence-note" hidden></div>
@@ -158,6 +205,7 @@ _INDEX = """<!DOCTYPE html>
 <script type="application/json" id="view-settings">__SETTINGS__</script>
 <script type="application/json" id="view-template">__TEMPLATE__</script>
 <script type="application/json" id="confidence-settings">__CONFIDENCE__</script>
+<script type="application/json" id="languages">__LANGUAGES__</script>
 <script>
 (function () {
   "use strict";
@@ -165,10 +213,58 @@ _INDEX = """<!DOCTYPE html>
   const SETTINGS = JSON.parse($("view-settings").textContent);
   const TEMPLATE = JSON.parse($("view-template").textContent);
   const CONFIDENCE = JSON.parse($("confidence-settings").textContent);  /* {threshold} on a calibrated model, else null */
+  /* Several models: {sources, pairs: [{source, target, via}], names, source, target}; one model: null (no languages sent). */
+  const LANGUAGES = JSON.parse($("languages").textContent);
+  const AUTO = "auto";
   const escapeHtml = (s) => s.replace(/[&<>"']/g, (c) => "&#" + c.charCodeAt(0) + ";");
   const scriptJson = (o) => JSON.stringify(o).replace(/</g, "\\\\u003c").replace(/>/g, "\\\\u003e").replace(/&/g, "\\\\u0026");
-  let current = null;  /* {text, sentences}: the translated text and its alignment */
+  let current = null;  /* {text, sentences, glossary, source, target}: the translated text and its alignment */
   let generation = 0;  /* answers to older requests are ignored */
+
+  const nameOf = (code) => (LANGUAGES && Object.prototype.hasOwnProperty.call(LANGUAGES.names, code) ?
+    LANGUAGES.names[code] : code);
+
+  /* The targets a source is translated into ([{target, via}]); detected sources: every target served. */
+  function targetsOf(source) {
+    if (source !== AUTO) return LANGUAGES.pairs.filter((p) => p.source === source);
+    const seen = new Map();
+    LANGUAGES.pairs.forEach((p) => { if (!seen.has(p.target)) seen.set(p.target, { target: p.target, via: null }); });
+    return Array.from(seen.values());
+  }
+
+  function fillTargets() {
+    const select = $("target-lang");
+    const keep = select.value;
+    select.textContent = "";
+    targetsOf($("source-lang").value).forEach((p) => {
+      const option = new Option(nameOf(p.target) + (p.via ? ` (through ${nameOf(p.via)})` : ""), p.target);
+      if (p.via) option.dataset.via = p.via;
+      select.append(option);
+    });
+    if (Array.from(select.options).some((o) => o.value === keep)) select.value = keep;
+    showDirection();
+  }
+
+  function showDirection() {
+    const source = $("source-lang").value;
+    const option = $("target-lang").selectedOptions[0];
+    if (!option) return;
+    $("h1-direction").textContent = (source === AUTO ? "detected language" : nameOf(source)) + " \u2192 " +
+      option.textContent;
+  }
+
+  function setUpLanguages() {
+    const select = $("source-lang");
+    select.append(new Option("Detect language", AUTO));
+    LANGUAGES.sources.forEach((code) => select.append(new Option(nameOf(code), code)));
+    select.value = LANGUAGES.source;
+    fillTargets();
+    $("target-lang").value = LANGUAGES.target;
+    showDirection();
+    select.addEventListener("change", fillTargets);
+    $("target-lang").addEventListener("change", showDirection);
+    $("language-pickers").hidden = false;
+  }
 
   function viewHtml(doc) {  /* the visualization page for one attention document */
     const payload = Object.assign({}, SETTINGS, { sentences: [doc] });
@@ -214,6 +310,10 @@ _INDEX = """<!DOCTYPE html>
     $("sentence-picker").hidden = true;
     $("missing-terms").hidden = true;
     $("confidence-note").hidden = true;
+    $("detected").hidden = true;
+    $("pivot-note").hidden = true;
+    $("pivot-note").open = false;
+    $("attention-note").hidden = true;
     $("attention-frame").hidden = true;
     delete $("result").dataset.sentence;
   }
@@ -269,6 +369,34 @@ _INDEX = """<!DOCTYPE html>
     $("confidence-note").hidden = !low.length;
   }
 
+  /* "Detected: French (97%)"; a text already in the target language is given back as it is. */
+  function showDetected(found, target) {
+    $("detected").textContent = `Detected: ${nameOf(found.language)} (${Math.round(found.confidence * 100)}%)` +
+      (found.language === target ? `: already in ${nameOf(target)}, given back as it is` : "");
+    $("detected").hidden = false;
+  }
+
+  /* A translation with no attention to show: one that went through the pivot language (two models,
+     and the attention view draws one model's), or a text given back as it is. */
+  function showWithoutAttention(text, t, source, target, started) {
+    $("source-view").textContent = text;
+    $("translation").textContent = t.translation;
+    $("texts").hidden = false;
+    if (t.via) {
+      $("pivot-summary").textContent = `Translated through ${nameOf(t.via.language)}: no model translates ` +
+        `${nameOf(source)} into ${nameOf(target)}. Show the ${nameOf(t.via.language)} text`;
+      $("pivot-text").textContent = t.via.translation;
+      $("pivot-note").hidden = false;
+      $("attention-note").textContent = `No attention view: the attention of one model is drawn, and ` +
+        `${nameOf(source)} \u2192 ${nameOf(target)} takes two (${nameOf(source)} \u2192 ${nameOf(t.via.language)}, ` +
+        `${nameOf(t.via.language)} \u2192 ${nameOf(target)}). Choose a pair with a model of its own to see it.`;
+      $("attention-note").hidden = false;
+    }
+    const n = t.sentences.length;
+    $("meta").textContent = `${n} sentence${n === 1 ? "" : "s"} \u00b7 ${Math.round(performance.now() - started)} ms`;
+    setState("done");
+  }
+
   async function translate(event) {
     event.preventDefault();
     const text = $("source").value;
@@ -282,10 +410,17 @@ _INDEX = """<!DOCTYPE html>
       const glossary = glossaryTerms();
       const request = glossary.length ? { text, glossary } : { text };  /* no glossary: the request as before */
       if (CONFIDENCE) request.confidence = true;
+      if (LANGUAGES) Object.assign(request, { source: $("source-lang").value, target: $("target-lang").value });
       const body = await post("/v1/translate", request);
       if (mine !== generation) return;
       const t = body.translations[0];
-      current = { text, sentences: t.sentences, glossary };
+      const source = t.detected_language ? t.detected_language.language : request.source;
+      if (t.detected_language) showDetected(t.detected_language, request.target);
+      if (t.via || !t.sentences.length) {  /* through the pivot, or already in the target language */
+        showWithoutAttention(text, t, source, request.target, started);
+        return;
+      }
+      current = { text, sentences: t.sentences, glossary, source, target: request.target };
       showMissingTerms(t.sentences);
       renderSpans($("source-view"), text, t.sentences.map((s) => s.source_span));
       renderSpans($("translation"), t.translation, t.sentences.map((s) => s.target_span));
@@ -324,6 +459,7 @@ _INDEX = """<!DOCTYPE html>
     try {
       const request = { text: current.text, sentence: index };
       if (current.glossary.length) request.glossary = current.glossary;  /* the attention of the same translation */
+      if (LANGUAGES) Object.assign(request, { source: current.source, target: current.target });
       const doc = await post("/v1/attention", request);
       if (mine !== generation) return;
       $("attention-meta").textContent = `${doc.tokens.source.pieces.length} source tokens \u2192 ` +
@@ -358,6 +494,7 @@ _INDEX = """<!DOCTYPE html>
     $(id).addEventListener("keydown", pickFrom);
   }
   $("sentence-select").addEventListener("change", (e) => pick(Number(e.target.value)));
+  if (LANGUAGES) setUpLanguages();
   document.body.dataset.ready = "true";
 })();
 </script>

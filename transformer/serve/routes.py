@@ -165,12 +165,16 @@ def status_router(models: ModelSet) -> APIRouter:
     return router
 
 
-def page_router(service: TranslationService) -> APIRouter:
-    """``GET /``: the web page for the service's languages and limits (and confidence threshold,
-    where the model is calibrated), with its own Content-Security-Policy (built once)."""
-    threshold = service.limits.confidence_threshold if service.calibrated else None
+def page_router(models: ModelSet) -> APIRouter:
+    """``GET /``: the web page for the server's languages (with several models, every pair, to
+    choose from) and limits (and confidence threshold, where a model is calibrated), with its own
+    Content-Security-Policy (built once)."""
+    service = models.primary
+    threshold = service.limits.confidence_threshold if any(s.calibrated for s in models.services) else None
+    pairs = None if models.single else [(s, t, models.route(s, t).via)
+                                        for s in models.languages() for t in models.targets(s)]
     page = index_html(src_lang=service.src_lang, tgt_lang=service.tgt_lang, max_chars=service.limits.max_chars,
-                      max_sentences=service.limits.max_sentences, confidence_threshold=threshold)
+                      max_sentences=service.limits.max_sentences, confidence_threshold=threshold, pairs=pairs)
     headers = {"Content-Security-Policy": page_csp(page)}
     router = APIRouter()
 
