@@ -2,6 +2,7 @@
 (transformer/translate/files/office.py, package.py)."""
 
 import io
+import random
 import re
 
 import pytest
@@ -168,6 +169,8 @@ def test_docx_translation_that_lost_or_added_tags_still_writes_a_valid_paragraph
     assert xml.index("</w:hyperlink>") < xml.index("<w:drawing>")
     assert "".join(re.findall(r"<w:t[^>]*>([^<]*)", xml)) == "EIN LINK wieder x"
     assert word_runs(out)  # python-docx reads it
+    xml = document_xml(file.write(['EIN <a data-g="0"><span data-r="1">LINK</span> offen']))  # never closed
+    assert re.search(r"<w:hyperlink r:id=\"rId5\">.*LINK.* offen</w:t></w:r></w:hyperlink><w:r><w:drawing>", xml)
 
 
 def test_docx_target_language_is_set_in_translated_runs_styles_and_properties():
@@ -402,3 +405,37 @@ def test_odt_built_by_odfpy_round_trips():
 def test_paragraphs_without_text_are_not_units():
     data = docx_bytes(paragraph() + paragraph(run("  ")) + paragraph('<w:r><w:tab/></w:r>') + paragraph(run("x")))
     assert [u.text for u in DocxFile.read(data, "a.docx").units()] == ["x"]
+
+
+def test_any_translation_of_a_paragraph_gives_well_formed_xml_with_every_point_once():
+    from xml.etree import ElementTree
+
+    rng = random.Random(7)
+    pieces = [lambda: run(rng.choice(["one two", " three ", "four. Five", "&amp; six"]), rng.choice(["", BOLD, "<w:i/>"])),
+              lambda: f'<w:hyperlink r:id="rId5">{run("link text", LINK)}</w:hyperlink>',
+              lambda: '<w:r><w:tab/></w:r>', lambda: '<w:bookmarkStart w:id="1" w:name="b"/>',
+              lambda: '<w:r><w:drawing><wp:inline/></w:drawing></w:r>']
+    for _ in range(30):
+        body = "".join(paragraph(*(rng.choice(pieces)() for _ in range(rng.randint(1, 8)))) for _ in range(3))
+        data = docx_bytes(body)
+        file = DocxFile.read(data, "a.docx")
+
+        def scramble(sentences):  # words shuffled, some dropped, some new
+            out = []
+            for sentence in sentences:
+                words = sentence.split()
+                rng.shuffle(words)
+                out.append(" ".join(words[: rng.randint(0, len(words))] + ["neu"] * rng.randint(0, 2)))
+            return out
+
+        def align(sources, targets):
+            return [[rng.randint(-1, len(s.split()) - 1) for _ in t.split()] for s, t in zip(sources, targets)]
+
+        translations = [translate_html(u.text, scramble, align=align if rng.random() < 0.5 else None)
+                        for u in file.units()]
+        if rng.random() < 0.3:  # a translator that mangles the tags themselves
+            translations = [re.sub(r"</?(a|span|img|br)[^>]*>", "", t, count=rng.randint(0, 3)) for t in translations]
+        xml = members(file.write(translations))["word/document.xml"]
+        ElementTree.fromstring(xml)
+        for element in (b"<w:tab/>", b"<w:bookmarkStart", b"<w:drawing>"):
+            assert xml.count(element) == members(data)["word/document.xml"].count(element)
