@@ -19,7 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 from test_serve_browser import live_server
 from test_serve_models import FRENCH, GERMAN, LIMITS, runs, translators  # noqa: F401 (fixtures)
-from test_visualize_browser import browser  # noqa: F401 (the shared Chromium fixture)
+from test_visualize_browser import ARTIFACTS, browser  # noqa: F401 (browser: the shared Chromium fixture)
 
 from transformer.serve.app import create_app
 from transformer.serve.page import index_html, page_csp
@@ -126,6 +126,8 @@ def test_translate_through_english_and_directly(browser, server):  # noqa: F811
     assert page.inner_text("#pivot-text") == api["via"]["translation"]
     assert "No attention view" in page.inner_text("#attention-note")
     assert page.is_hidden("#attention-frame") and page.is_hidden("#sentence-picker")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "serve_page_pivot.png"), full_page=True)
     page.click("#translation")  # nothing to pick: no request
     assert len(sent) == 1 and page.is_hidden("#error")
 
@@ -160,6 +162,8 @@ def test_detect_the_source_language(browser, server):  # noqa: F811
     # the attention of the model that translated it: the detected language is sent
     assert sent[1] == ("/v1/attention", {"text": GERMAN, "sentence": 0, "source": "de", "target": "en"})
     shows_the_attention_of(page, server, {"text": GERMAN, "sentence": 0, "source": "de", "target": "en"})
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "serve_page_detected.png"))
 
     sent.clear()
     translate(page, GERMAN, "auto", "de")  # already German: given back, nothing to draw

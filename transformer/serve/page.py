@@ -29,6 +29,17 @@ and in the sentence list; a sentence whose confidence is below the threshold (``
 --confidence-threshold``) is underlined with dots (``.sentence.doubtful``) and named in
 ``#confidence-note`` as one to check. Without a calibration the page asks for none and shows none.
 
+With several models (``pairs`` given), the page offers the languages: ``#source-lang`` lists the
+languages served as sources and "Detect language" (``auto``), ``#target-lang`` the targets the
+chosen source reaches, a pair translated through the pivot language marked so ("German (through
+English)"); both are sent with every request as ``source`` and ``target`` (the attention request
+names the detected language). A detected language is shown in ``#detected`` ("Detected: French
+(97%)"; a text already in the target language is given back as it is). A text translated through
+the pivot says so in ``#pivot-note`` (a ``<details>`` holding the pivot text) and has no attention
+view: the view draws one model's attention and such a text went through two, which
+``#attention-note`` says. The choices come from data embedded when the page is built (the
+``#languages`` JSON block; null with one model, whose page names its pair and sends no languages).
+
 Hooks for tests and tools: ``#source`` (the text box), ``#translate`` (the button),
 ``#translation`` (the output; ``.sentence[data-index]`` spans, with ``data-confidence`` where
 confidences are shown), ``#source-view`` (the source, the same spans), ``#sentence-select``, ``#result[data-state]`` (``idle``, ``busy``, ``done`` or
