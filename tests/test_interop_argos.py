@@ -166,6 +166,18 @@ def test_separate_vocabularies_are_refused(tmp_path):
         export_argos(run, tmp_path / "x.argosmodel", from_code="fr", to_code="en")
 
 
+def test_sentencepiece_run_is_refused(tmp_path):
+    """An imported Marian model: its source ends with </s> and each side has its own SentencePiece model."""
+    pytest.importorskip("transformers")
+    from interop_helpers import built_marian
+
+    from transformer.interop import import_hf
+
+    run = import_hf(built_marian(tmp_path)[0], tmp_path / "marian-run")
+    with pytest.raises(InteropError, match="has a SentencePiece tokenizer .* takes runs with our BPE tokenizer"):
+        export_argos(run, tmp_path / "x.argosmodel", from_code="fr", to_code="en")
+
+
 def test_cli(run_dir, tmp_path, capsys):
     out = tmp_path / "cli.argosmodel"
     check = tmp_path / "check.txt"
@@ -201,13 +213,20 @@ def _check(tmp_path: Path, *options: str) -> dict:
 
 @pytest.mark.slow
 def test_real_argos_translate_agrees(tmp_path):
+    """In float32 Argos gives our translations; with its default compute type (int8 on most CPUs)
+    every difference is the number format's, none the tokenizer's or unexplained."""
     report = _check(tmp_path, "--only", "argos")
-    pair = report["pairs"][0]
-    assert pair["argos"]["installed"] and pair["argos"]["identical_share"] >= 0.9
+    argos_results = report["pairs"][0]["argos"]
+    assert not argos_results["float32"]["error"] and argos_results["float32"]["identical_share"] >= 0.95
+    reasons = {d["reason"].split(" ")[0] for result in argos_results.values() for d in result["differences"]}
+    assert reasons <= {"number", "decoding"}, reasons
 
 
 @pytest.mark.slow
 def test_real_libretranslate_agrees(tmp_path):
+    """The server, with only the exported package installed, differs from us only where it edits
+    the translation's final punctuation or case."""
     report = _check(tmp_path, "--only", "libretranslate")
-    pair = report["pairs"][0]
-    assert pair["libretranslate"]["identical_share"] >= 0.8
+    result = report["pairs"][0]["libretranslate"]
+    assert not result["error"] and result["compared"] == 20
+    assert {d["reason"] for d in result["differences"]} <= {"LibreTranslate's punctuation and case fixes"}

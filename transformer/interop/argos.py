@@ -246,7 +246,7 @@ def export_argos(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], *
             and ``data.tgt_lang``, required where the run does not record them.
         package_version: ``metadata.json``'s ``package_version`` (also in the directory's name).
         precision, quantization: the CTranslate2 model's weight type, as
-            :func:`~transformer.interop.export_ctranslate2` takes them (default: float32).
+            :func:`~transformer.interop.ctranslate2.export_ctranslate2` takes them (default: float32).
         sentence_model: a MiniSBD sentence-splitter model (``.onnx``) to package, so that Argos
             splits sentences without fetching one.
         sample: texts to check the converted tokenizer on, besides the vocabulary's words and
