@@ -252,10 +252,11 @@ def translate_parsed(document: TranslatableFile, translator, *, target_lang: str
                  for k, s in enumerate(found)]
         found = iter(sentences.translate(items))
         out = []
+        # Every page's sentences were translated in the calls above; each page now takes its own
+        # (translate_html refuses a count that differs from the sentences it finds).
         for page, asked in zip(pages, page_sentences):
             given = [next(found) for _ in asked]
-            out.append(translate_html(page, lambda got, given=given: given if len(got) == len(given) else
-                                      _mismatch(len(got), len(given)), lang=lang))
+            out.append(translate_html(page, lambda _sentences, given=given: given, lang=lang))
         return out
 
     translations = translate_units(units, translate_texts, translate_pages)
@@ -264,10 +265,6 @@ def translate_parsed(document: TranslatableFile, translator, *, target_lang: str
 
 def _where(unit: Unit, line: int) -> str:
     return unit.where if "\n" not in unit.text.strip("\n") else f"{unit.where}, line {line + 1}"
-
-
-def _mismatch(got: int, expected: int) -> list[str]:
-    raise RuntimeError(f"the page gave {got} sentences to translate, not the {expected} counted before")
 
 
 def translated_name(name: str, target_lang: str) -> str:
