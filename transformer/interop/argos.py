@@ -87,12 +87,17 @@ def _rules() -> dict[str, str]:
     return rules
 
 
+def _model_format():
+    """SentencePiece's model protobuf module (it needs ``protobuf``, also of the interop extra)."""
+    return require("sentencepiece.sentencepiece_model_pb2", "export --format argos")
+
+
 @functools.lru_cache(maxsize=1)
 def normalizer_spec() -> bytes:
     """The serialized ``NormalizerSpec`` of our normalizer; SentencePiece's trainer compiles the rules
     (it alone can), so a throwaway model is trained on a few characters and its spec kept."""
     spm = require("sentencepiece", "export --format argos")
-    from sentencepiece import sentencepiece_model_pb2 as pb
+    pb = _model_format()
 
     with tempfile.TemporaryDirectory() as tmp:
         tsv = Path(tmp) / "rules.tsv"
@@ -116,8 +121,7 @@ def sentencepiece_proto(tokenizer: BPETokenizer, merges: list) -> bytes:
 
     ``merges``: the tokenizer file's merge list (``model.merges``: ``["a", "b"]`` or ``"a b"`` items).
     """
-    require("sentencepiece", "export --format argos")
-    from sentencepiece import sentencepiece_model_pb2 as pb
+    pb = _model_format()
 
     rank: dict[str, int] = {}
     for r, merge in enumerate(merges):
