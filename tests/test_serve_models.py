@@ -158,6 +158,14 @@ def test_auto_detects_each_text_and_routes_it(client, translators):
     assert native["translations"][0]["via"]["language"] == "en"
 
 
+def test_auto_into_a_language_nothing_translates_into_is_refused(client):
+    """fr is only a source here: "detecting" among it alone would hand every text back unchanged."""
+    lt = client.post("/translate", json={"q": ENGLISH, "source": "auto", "target": "fr"})
+    assert lt.status_code == 400 and "fr is not supported as the target language" in lt.json()["error"], lt.text
+    native = client.post("/v1/translate", json={"text": ENGLISH, "source": "auto", "target": "fr"})
+    assert native.status_code == 422 and "fr is not supported as the target language" in native.json()["message"]
+
+
 def test_detect_answers_in_libretranslates_shape(client):
     answer = client.post("/detect", data={"q": GERMAN}).json()
     assert answer[0]["language"] == "de" and 50 < answer[0]["confidence"] <= 100

@@ -30,6 +30,11 @@ def test_one_json_line_per_suggestion(tmp_path):
     assert "fährt" in path.read_text(encoding="utf-8")  # written as UTF-8, not escaped
 
 
+def test_the_source_may_be_auto_as_libretranslates_page_sends_it(tmp_path):
+    with SuggestionStore(tmp_path / "s.jsonl") as store:
+        assert store.add("Le chat.", "The cat.", "auto", "en")["source"] == "auto"
+
+
 def test_appends_to_an_existing_file(tmp_path):
     path = tmp_path / "suggestions.jsonl"
     with SuggestionStore(path) as store:
@@ -87,6 +92,7 @@ def test_concurrent_writers_never_interleave(tmp_path):
     (("a", "b\ud800", "de", "en"), "Invalid request: s is not valid Unicode text"),
     (("a", "b", "german", "en"), "Invalid request: source 'german' is not a language code"),
     (("a", "b", "de", "en\n"), "Invalid request: target 'en\\n' is not a language code"),
+    (("a", "b", "de", "auto"), "Invalid request: target 'auto' is not a language code"),
 ])
 def test_bad_suggestions_are_refused_and_not_written(tmp_path, fields, message):
     path = tmp_path / "s.jsonl"

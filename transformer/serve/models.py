@@ -249,6 +249,9 @@ class ModelSet:
         to detect a language from (no letters) gets the first candidate, with confidence 0."""
         candidates = self.candidates(target)
         known = [c for c in candidates if c != UNKNOWN]
+        if known and len(known) == len(candidates) and not self.sources_for(known[-1]):
+            # nothing translates into the target: "detecting" it would hand every text back unchanged
+            raise NoRoute(f"{known[-1]} is not supported as the target language: {self.served()}")
         if len(known) < 1:
             raise Unprocessable("the source language cannot be detected: the model's run does not record its "
                                 "languages (data.src_lang, data.tgt_lang); name the source language")

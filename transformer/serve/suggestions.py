@@ -90,7 +90,7 @@ class SuggestionStore:
             except UnicodeEncodeError:  # a lone surrogate, which a JSON body can carry
                 raise BadSuggestion(f"Invalid request: {name} is not valid Unicode text") from None
         for name, value in (("source", source), ("target", target)):
-            if not _LANGUAGE.fullmatch(value):
+            if not (_LANGUAGE.fullmatch(value) or (name == "source" and value == "auto")):  # as LibreTranslate's page sends
                 raise BadSuggestion(f"Invalid request: {name} {value[:20]!r} is not a language code")
 
     def add(self, q: str, s: str, source: str, target: str) -> dict[str, str]:
