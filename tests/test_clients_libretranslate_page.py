@@ -134,10 +134,8 @@ def test_suggest_is_stored(replay, suggestions_file):
     assert ("The black cat sleeps.", "fr", "en") in stored_suggestions(suggestions_file)
 
 
-@pytest.mark.xfail(strict=True, reason="the server refuses a suggestion whose source is 'auto' (400: source 'auto' is "
-                                       "not a language code), which LibreTranslate stores and its page sends in its "
-                                       "default state (Auto Detect)")
 def test_suggest_with_the_pages_default_source_auto_is_stored(replay, suggestions_file):
+    """LibreTranslate's page sends its source as shown: ``auto`` in its default state (Auto Detect)."""
     assert replay["suggestAuto"] == {"status": 200, "body": {"success": True}}
     assert ("The black cat sleeps.", "auto", "en") in stored_suggestions(suggestions_file)
 
@@ -171,11 +169,6 @@ def test_text_already_in_the_target_language(browser, server, page_origin):  # n
     assert body["alternatives"] == []
 
 
-# A refused suggestion with source "auto" (the xfail above) also leaves LibreTranslate's page with
-# a script error of its own (its error handler calls preventDefault on the Error).
-SUGGEST_AUTO = ("a suggestion with source auto is stored", "no script error on the page")
-
-
 @pytest.mark.slow
 def test_the_real_libretranslate_page_in_front_of_the_server(tmp_path):
     """benchmarks/libretranslate_frontend.py: the libretranslate package's own page (its virtual
@@ -188,8 +181,4 @@ def test_the_real_libretranslate_page_in_front_of_the_server(tmp_path):
     if done.returncode == 3:
         pytest.skip(f"LibreTranslate's virtual environment cannot be made: {done.stderr.strip()[-300:]}")
     checks = json.loads(report.read_text(encoding="utf-8"))["checks"]
-    assert len(checks) == 8, done.stdout
-    failing = [c["check"] for c in checks if not c["ok"]]
-    assert not [f for f in failing if f not in SUGGEST_AUTO], done.stdout
-    if failing:
-        pytest.xfail("the server refuses a suggestion whose source is 'auto'")
+    assert len(checks) == 8 and all(c["ok"] for c in checks), done.stdout

@@ -99,3 +99,10 @@ def test_keys_and_pairs_not_served_are_refused(server, lt):
     assert "de -> fr is not supported" in refused(lambda: lt.translate(GERMAN, "de", "fr", timeout=10), 400)
     assert "es is not supported as the source language" in refused(lambda: lt.translate("Hola", "es", "en",
                                                                                          timeout=10), 400)
+
+
+def test_auto_into_a_language_nothing_translates_into_is_refused(lt):
+    """fr is served only as a source: an English text is not "detected" as French and handed back.
+    (LibreTranslate's page offers every language as a target under Auto Detect, fr included.)"""
+    message = refused(lambda: lt.translate(ENGLISH, "auto", "fr", timeout=10), 400)
+    assert "fr is not supported as the target language" in message
