@@ -42,8 +42,8 @@ def engine(request, monkeypatch):
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory):
     """The run ``transformer demo`` makes, trained once per test session with the demo's own settings
-    (900 steps; a few minutes on 2 cores): the model every example of README.md and docs/ is checked
-    against."""
+    (900 steps; a few minutes on 2 cores): the model whose figures, translations and printed outputs
+    README.md and docs/ quote. Only the checks marked ``slow`` use it (``pytest -m slow``)."""
     import torch
 
     from transformer.demo import run_demo
@@ -57,3 +57,18 @@ def demo_run(tmp_path_factory):
     finally:
         torch.set_num_threads(before)
     return run_dir, summary
+
+
+@pytest.fixture(scope="session")
+def short_demo_run(tmp_path_factory):
+    """``transformer demo --steps 40 --json`` run once per test session through the command line: a
+    run directory of the demo's shape (its corpus, tokenizer, model size, summary and attention page)
+    in seconds, for the checks that need the demo's run but not its trained model's outputs. Returns
+    ``(run_dir, completed_process)``."""
+    import subprocess
+    import sys
+
+    run_dir = tmp_path_factory.mktemp("short-demo") / "demo"
+    result = subprocess.run([sys.executable, "-m", "transformer.cli", "demo", "--run-dir", str(run_dir), "--steps", "40",
+                             "--json"], capture_output=True, text=True, timeout=900)
+    return run_dir, result

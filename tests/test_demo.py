@@ -1,9 +1,16 @@
-"""The main job: `transformer demo` end to end."""
+"""The main job: `transformer demo` end to end.
+
+The default run checks a short demo (40 steps, ``short_demo_run`` in conftest.py) end to end; the
+full demo's figures and translations, as docs/getting-started.md shows them, are checked against the
+900-step model (``demo_run``) by the test marked ``slow`` (``pytest -m slow tests/test_demo.py``).
+"""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from transformer.demo import DEMO_SENTENCES, free_run_dir
 
@@ -15,23 +22,22 @@ def run_demo(tmp_path, *extra: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=900)
 
 
-def test_demo_pipeline_writes_a_run_directory_and_a_json_summary(tmp_path):
-    result = run_demo(tmp_path, "--steps", "10", "--json")
+def test_demo_pipeline_writes_a_run_directory_and_a_json_summary(short_demo_run):
+    run, result = short_demo_run  # `transformer demo --steps 40 --json`
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert set(summary) >= {"bleu", "exact_match", "wall_seconds", "run_dir", "translations", "bleu_signature"}
     assert "je suis étudiant" in summary["translations"]
     assert summary["test_sentences"] == 500
-    assert summary["complete"] and summary["train_steps"] == summary["steps_planned"] == 10
+    assert summary["complete"] and summary["train_steps"] == summary["steps_planned"] == 40
     assert summary["stopped_by"] is None and summary["continue_with"] is None
-    assert "trained 10 of 10 steps" in result.stdout and "NOT FINISHED" not in result.stdout
-    run = tmp_path / "demo"
+    assert "trained 40 of 40 steps" in result.stdout and "NOT FINISHED" not in result.stdout
     for name in ("config.json", "model.safetensors", "tokenizer.json", "metrics.jsonl", "demo_summary.json",
                  "training_curve.png"):
         assert (run / name).exists(), name
     assert "held-out test (500 sentences never seen in training)" in result.stdout
     # a second demo never overwrites the first
-    assert free_run_dir(run) == tmp_path / "demo-2"
+    assert free_run_dir(run) == run.parent / "demo-2"
 
 
 def test_bad_time_limit(tmp_path):
@@ -72,16 +78,34 @@ def test_resume_needs_a_demo_run_and_keeps_its_steps(tmp_path):
     assert steps.returncode == 2 and "--steps does not go with --resume" in steps.stderr
 
 
+def shown_translations() -> list[list[str]]:
+    """The ``source  ->  translation`` pairs docs/getting-started.md shows under "The demo prints:"."""
+    page = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    shown = page[page.index("The demo prints:"):]
+    shown = shown[shown.index("```text") + 8:shown.index("```", shown.index("```text") + 8)]
+    return [line.split("  ->  ") for line in shown.strip().splitlines()]
+
+
+def test_the_page_shows_a_translation_of_each_demo_sentence(short_demo_run):
+    """The sentences docs/getting-started.md shows are the ones the demo translates, in its order
+    (their translations by the trained model: the slow test below)."""
+    run_dir, result = short_demo_run
+    pairs = shown_translations()
+    assert len(pairs) == len(DEMO_SENTENCES) and [src for src, _ in pairs] == DEMO_SENTENCES
+    assert all(len(pair) == 2 and pair[1] for pair in pairs)
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert list(summary["translations"]) == DEMO_SENTENCES
+    assert (run_dir / "attention" / "attention.html").is_file()
+
+
+@pytest.mark.slow  # trains the demo's 900 steps (a few minutes); the default run checks a 40-step demo
 def test_the_demo_model_meets_the_documented_figures(demo_run):
     """The model the demo trains (900 steps): held-out sacreBLEU within 2 of the documented 97.6, and
     the translations docs/getting-started.md shows."""
     run_dir, summary = demo_run
     assert summary["complete"] and summary["train_steps"] == 900
     assert summary["bleu"] >= 95.6 and summary["exact_match"] >= 0.90, summary
-    page = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
-    shown = page[page.index("The demo prints:"):]
-    shown = shown[shown.index("```text") + 8:shown.index("```", shown.index("```text") + 8)]
-    pairs = [line.split("  ->  ") for line in shown.strip().splitlines()]
+    pairs = shown_translations()
     assert len(pairs) == len(DEMO_SENTENCES) and [src for src, _ in pairs] == DEMO_SENTENCES
     assert summary["translations"] == dict(pairs)
     assert (run_dir / "attention" / "attention.html").is_file()
