@@ -10,7 +10,6 @@ import math
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -46,27 +45,32 @@ CLI_CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def cli_runs(tmp_path_factory):
-    """Each case's `transformer train` process (a few at a time: starting one takes seconds) and run dir."""
-    root = tmp_path_factory.mktemp("cli")
-
-    def run(case: int):
-        run_dir = root / f"run{case}"
-        return run_dir, subprocess.run(
-            [sys.executable, "-m", "transformer.cli", "train", "--run-dir", str(run_dir), "--quiet", "model.preset=tiny",
-             CLI_CASES[case][0]], capture_output=True, text=True, timeout=300)
-
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        return dict(zip((override for override, _ in CLI_CASES), pool.map(run, range(len(CLI_CASES)))))
+def train_command(run_dir: Path, override: str) -> list[str]:
+    return ["train", "--run-dir", str(run_dir), "--quiet", "model.preset=tiny", override]
 
 
-@pytest.mark.parametrize("override, message", CLI_CASES, ids=[case for case, _ in CLI_CASES])
-def test_the_command_line_refuses_the_number_in_one_line(cli_runs, override, message):
-    run_dir, done = cli_runs[override]
+def test_the_installed_command_refuses_a_number_with_exit_status_2(tmp_path):
+    """One case through a real ``python -m transformer.cli`` process (the others below run its
+    ``main`` in this process: starting a process takes seconds)."""
+    override, message = CLI_CASES[0]
+    done = subprocess.run([sys.executable, "-m", "transformer.cli", *train_command(tmp_path / "run", override)],
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr
     assert done.stderr == f"transformer train: error: {message}\n"
     assert "Traceback" not in done.stderr and done.stdout == ""
+    assert not (tmp_path / "run").exists()  # refused when the config is read: nothing written
+
+
+@pytest.mark.parametrize("override, message", CLI_CASES, ids=[case for case, _ in CLI_CASES])
+def test_the_command_line_refuses_the_number_in_one_line(tmp_path, capsys, override, message):
+    from transformer.cli import main
+
+    run_dir = tmp_path / "run"
+    status = main(train_command(run_dir, override))
+    done = capsys.readouterr()
+    assert status == 2, done.err
+    assert done.err == f"transformer train: error: {message}\n"
+    assert "Traceback" not in done.err and done.out == ""
     assert not run_dir.exists()  # refused when the config is read: nothing written
 
 
