@@ -1,5 +1,13 @@
-"""Training end to end: exact resume after SIGKILL, torchrun data parallelism, run directories, bad input."""
+"""Training end to end: exact resume after SIGKILL, torchrun data parallelism, run directories, bad input.
 
+The commands run through ``transformer.cli.main`` in the test's process (starting a process costs
+seconds of imports), except the run killed with SIGKILL and the torchrun launch. The torchrun test
+is marked slow: tests/test_multinode.py's default test of two processes against one (two torchrun
+nodes against one process accumulating twice) checks the same.
+"""
+
+import contextlib
+import io
 import json
 import os
 import signal
@@ -24,7 +32,23 @@ TINY = [
 ]
 
 
-def cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """``transformer ARGS`` through ``transformer.cli.main`` in this process, its exit status and
+    outputs captured as a process's would be (torch's thread count restored afterwards)."""
+    import torch
+
+    from transformer.cli import main
+
+    out, err, threads = io.StringIO(), io.StringIO(), torch.get_num_threads()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main(list(args))
+    finally:
+        torch.set_num_threads(threads)
+    return subprocess.CompletedProcess(["transformer", *args], status, out.getvalue(), err.getvalue())
+
+
+def cli_process(*args: str, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "transformer.cli", *args], capture_output=True, text=True, **kwargs)
 
 
@@ -84,6 +108,7 @@ def test_a_finished_run_goes_on_with_a_longer_run_length_as_one_run_would(tmp_pa
     assert recipe.returncode == 2 and "train.label_smoothing" in recipe.stderr  # the recipe itself may not change
 
 
+@pytest.mark.slow  # two torch processes and a third; test_multinode.py's default test checks the same
 def test_two_process_gloo_run_equals_one_process_with_the_same_global_batch(tmp_path):
     settings = TINY + ["train.max_steps=6", "train.eval_every=100", "train.eval_sentences=0", "model.dropout=0.0"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -93,7 +118,8 @@ def test_two_process_gloo_run_equals_one_process_with_the_same_global_batch(tmp_
         capture_output=True, text=True, env=env, timeout=300,
     )
     assert ddp.returncode == 0, ddp.stderr[-3000:]
-    single = cli("train", "--run-dir", str(tmp_path / "single"), "--quiet", *settings, "train.accumulate=2", env=env)
+    single = cli_process("train", "--run-dir", str(tmp_path / "single"), "--quiet", *settings, "train.accumulate=2",
+                         env=env)
     assert single.returncode == 0, single.stderr
     a = load_file(str(tmp_path / "ddp" / "checkpoints" / "step-00000006" / "model.safetensors"))
     b = load_file(str(tmp_path / "single" / "checkpoints" / "step-00000006" / "model.safetensors"))
