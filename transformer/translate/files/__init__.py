@@ -178,14 +178,14 @@ async def translate_units_async(units: Sequence[Unit], translate_texts: Callable
 # for the progress to move.
 SENTENCES_PER_CALL = 512
 
-Progress = Callable[[int, int], None]  # (sentences translated so far, sentences in all)
+OnProgress = Callable[[int, int], None]  # (sentences translated so far, sentences in all)
 
 
 class _Sentences:
     """The sentences of a whole file, translated in calls of ``SENTENCES_PER_CALL`` with the progress
     reported after each (``progress(done, total)``)."""
 
-    def __init__(self, translator, glossary, progress: Progress | None, total: int) -> None:
+    def __init__(self, translator, glossary, progress: OnProgress | None, total: int) -> None:
         self.translator, self.glossary, self.progress = translator, glossary, progress
         self.total, self.done = total, 0
 
@@ -204,7 +204,7 @@ class _Sentences:
 
 
 def translate_file(data: bytes, name: str, translator, *, target_lang: str | None = None,
-                   src_lang: str | None = None, glossary=None, progress: Progress | None = None) -> bytes:
+                   src_lang: str | None = None, glossary=None, progress: OnProgress | None = None) -> bytes:
     """Translate a file with a :class:`~transformer.translate.translator.Translator`.
 
     Args:
@@ -228,7 +228,7 @@ def translate_file(data: bytes, name: str, translator, *, target_lang: str | Non
 
 
 def translate_parsed(document: TranslatableFile, translator, *, target_lang: str | None = None,
-                     src_lang: str | None = None, glossary=None, progress: Progress | None = None) -> bytes:
+                     src_lang: str | None = None, glossary=None, progress: OnProgress | None = None) -> bytes:
     """:func:`translate_file` for a file already read (:func:`read_file`)."""
     from transformer.translate.html import html_sentences, translate_html
     from transformer.translate.segment import segment_text

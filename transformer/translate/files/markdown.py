@@ -9,7 +9,7 @@ and what must come back as written as kept elements: inline code (the model sees
 words; a picture's alt text is not translated). Each piece of syntax is written back with its
 source spelling: delimiters, a link's ``](url "title")`` or ``[ref]`` tail. A block's
 translation is written on as many lines as the block had, of about equal length, each with its
-line's prefix (``> ``, a list item's indentation), hard line breaks kept where they were.
+line's prefix (the quote marker ``>``, a list item's indentation), hard line breaks kept where they were.
 
 Kept byte for byte: front matter (``---`` ... ``---`` at the top), code blocks, fenced or
 indented, link reference definitions, thematic breaks, blank lines, every block's markers
