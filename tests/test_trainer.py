@@ -6,8 +6,6 @@ is marked slow: tests/test_multinode.py's default test of two processes against 
 nodes against one process accumulating twice) checks the same.
 """
 
-import contextlib
-import io
 import json
 import os
 import signal
@@ -17,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 from safetensors.torch import load_file
 
 from transformer.run.model import load_model
@@ -32,20 +31,7 @@ TINY = [
 ]
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    """``transformer ARGS`` through ``transformer.cli.main`` in this process, its exit status and
-    outputs captured as a process's would be (torch's thread count restored afterwards)."""
-    import torch
-
-    from transformer.cli import main
-
-    out, err, threads = io.StringIO(), io.StringIO(), torch.get_num_threads()
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            status = main(list(args))
-    finally:
-        torch.set_num_threads(threads)
-    return subprocess.CompletedProcess(["transformer", *args], status, out.getvalue(), err.getvalue())
+cli = run_cli  # the commands through transformer.cli.main in this process (tests/cli_helpers.py)
 
 
 def cli_process(*args: str, **kwargs) -> subprocess.CompletedProcess:

@@ -1,12 +1,11 @@
 """Translator and the translate / evaluate commands: order, batching, bad input."""
 
 import json
-import subprocess
-import sys
 from functools import partial
 
 import pytest
 import torch
+from cli_helpers import run_cli
 
 from transformer.run.model import load_model, save_model
 from transformer.config import preset
@@ -37,8 +36,7 @@ def run_dir(tmp_path_factory):
     return directory
 
 
-def cli(*args, **kwargs):
-    return subprocess.run([sys.executable, "-m", "transformer.cli", *args], capture_output=True, text=True, **kwargs)
+cli = run_cli  # the commands through transformer.cli.main in this process (tests/cli_helpers.py)
 
 
 def test_translations_come_back_in_input_order_whatever_the_batching(run_dir, engine):
