@@ -107,7 +107,7 @@ class ConnectionLimits:
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     keep_alive_s: float = 5.0
-    max_header_bytes: int = 16 * 1024
+    max_header_bytes: int = 64 * 1024  # LibreTranslate's clients may send a 5,000-character text in the URL
     shutdown_grace_s: float = 20.0
 
     def __post_init__(self) -> None:
