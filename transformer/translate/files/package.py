@@ -137,13 +137,12 @@ _ENCODING = re.compile(rb"""^(?:\xef\xbb\xbf)?<\?xml[^>]*?encoding\s*=\s*["']([A
 class Element:
     """An element of an XML part, with its byte extent.
 
-    Attributes:
-        name: ``{namespace}local`` (or ``local`` outside any namespace).
-        qname: the name as written (``w:p``).
-        attrs: attribute values by ``{namespace}local`` name; ``qnames``: their names as written.
-        start, open_end: where the start tag begins and ends (``open_end`` is after its ``>``).
-        close_start, end: where the end tag begins and ends (both ``open_end`` for ``<x/>``).
-        content: the children and the text between them (text merged, entities decoded).
+    ``name`` is ``{namespace}local`` (or ``local`` outside any namespace) and ``qname`` the name
+    as written (``w:p``); ``attrs`` holds the attribute values by ``{namespace}local`` name and
+    ``qnames`` their names as written. ``start`` and ``open_end`` are where the start tag begins
+    and ends (after its ``>``), ``close_start`` and ``end`` where the end tag begins and ends
+    (both ``open_end`` for ``<x/>``). ``content`` holds the children and the text between them
+    (text merged, entities decoded).
     """
 
     __slots__ = ("name", "qname", "attrs", "qnames", "start", "open_end", "close_start", "end", "content", "parent")
