@@ -4,13 +4,12 @@ as without a glossary, a term that cannot be placed is reported, greedy search r
 that applies, bad files are refused naming their line."""
 
 import json
-import subprocess
-import sys
 import warnings
 from functools import partial
 
 import pytest
 import torch
+from cli_helpers import run_cli
 
 from transformer.corpus.builtin import generate_pairs as generate_written_pairs
 from transformer.decoding import DecodeConfig
@@ -146,8 +145,7 @@ def test_web_pages_take_a_glossary(run_dir):
 
 
 # --------------------------------------------------------------------------------------------- commands
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "transformer.cli", *map(str, args)], capture_output=True, text=True)
+cli = run_cli  # the commands through transformer.cli.main in this process (tests/cli_helpers.py)
 
 
 def test_translate_places_the_terms_of_the_glossary(run_dir, tmp_path):
