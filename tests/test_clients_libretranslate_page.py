@@ -4,8 +4,9 @@ another origin than the server's (so every answer must pass the browser's CORS c
 ``tests/data/libretranslate_replay.html`` sends what ``app.js.template`` of LibreTranslate 1.9.6
 sends, the same way (XMLHttpRequest, FormData): ``GET /frontend/settings`` and ``/languages``,
 ``POST /translate`` with the page's starting languages (``auto`` into the first model's target),
-``format``, ``alternatives=3`` and an empty ``api_key``, ``POST /suggest``, ``POST
-/translate_file`` with a file made in the page, then a GET of ``translatedFileUrl``; and besides,
+``format`` (text, then html for markup), ``alternatives=3`` and an empty ``api_key``; ``POST
+/suggest``; ``POST /translate_file`` with a file made in the page, then a GET of
+``translatedFileUrl``; and besides,
 ``POST /detect`` and the JSON request the page shows as its code example (which the browser
 preflights). The page is served by a small static server on 127.0.0.1 and the API by uvicorn on
 another port, over two tiny runs (fr -> en, en -> de). Skipped without Playwright or Chromium,
@@ -38,6 +39,7 @@ from transformer.serve.limits import ServeLimits
 from transformer.serve.suggestions import SuggestionStore
 from transformer.translate.alternatives import translate_alternatives
 from transformer.translate.files import translate_file
+from transformer.translate.html import translate_html
 from transformer.translate.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,6 +118,16 @@ def test_translate_as_the_page_sends_it(replay, translators):
     want = translate_alternatives(translators["fr", "en"], [FRENCH], 4)[0]  # the server's beam of 4
     assert [body["translatedText"], *body["alternatives"]] == want and 1 <= len(body["alternatives"]) <= 3
     assert replay["example"] == answer  # the JSON request answers the same
+
+
+def test_translate_markup_as_html(replay, translators):
+    answer = replay["translateHtml"]
+    assert answer["status"] == 200, answer
+    page = f"<p>{FRENCH} <b>Il pleut.</b></p>"
+    got = answer["body"]["translatedText"]
+    assert got == translate_html(page, translators["fr", "en"].translate, lang="fr")
+    assert got.startswith("<p>") and got.count("<b>") == 1 and got.endswith("</b></p>")
+    assert answer["body"]["detectedLanguage"]["language"] == "fr"
 
 
 def test_detect(replay):
