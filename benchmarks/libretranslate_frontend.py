@@ -17,9 +17,10 @@ Then headless Chromium (Playwright, ``/usr/bin/chromium``) opens the page and, a
 types a French sentence (source "Auto Detect", the page's default) and waits for the
 translation and the detected language; picks German as the target (translated through English)
 and back; suggests a correction; switches to Files, picks a subtitles file, presses Translate
-and takes the download; picks French as the source and suggests again. Each answer is compared with the Python API's translation along the same route
-(through the pivot: the two models in turn). Exit status 0 when every check passes, 1 when one
-fails, 3 when LibreTranslate's virtual environment cannot be made.
+and takes the download; picks French as the source and suggests again. Each answer is compared
+with the Python API's translation along the same route (through the pivot: the two models in
+turn). Exit status 0 when every check passes, 1 when one fails, 3 when LibreTranslate's virtual
+environment cannot be made.
 
     python benchmarks/libretranslate_frontend.py RUN_FR_EN RUN_EN_DE [RUN_DE_EN] --json page.json
 """
@@ -234,7 +235,8 @@ def drive(page_url: str, reference: Reference, work: Path, suggestions: Path, ch
         got = Path(path).read_bytes() if path else b""
         want = reference.file("fr", target, SRT.encode(), "subtitles.srt")
         name = download.value.suggested_filename
-        check("a subtitles file (Auto Detect) translated and downloaded", got == want and name == f"subtitles_{target}.srt",
+        check("a subtitles file (Auto Detect) translated and downloaded",
+              got == want and name == f"subtitles_{target}.srt",
               name=name, got=got.decode(errors="replace"), want=want.decode())
 
         if suggesting:
@@ -261,11 +263,12 @@ def main() -> int:
     try:
         python = ensure_venv(args.venvs / "libretranslate-venv", LIBRETRANSLATE, "libretranslate", work)
         suggestions = work / "suggestions.jsonl"
-        api = f"http://127.0.0.1:{free_port()}"
+        api_port = free_port()
+        api = f"http://127.0.0.1:{api_port}"
         serve_log = work / "serve.log"
         with serve_log.open("w", encoding="utf-8") as out:
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "transformer.cli", "serve", *map(str, args.runs), "--port", api.rsplit(":", 1)[1],
+                [sys.executable, "-m", "transformer.cli", "serve", *map(str, args.runs), "--port", str(api_port),
                  "--log-level", "warning", "--suggestions", str(suggestions)],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
         wait_for(api + "/health", procs[0], serve_log)
