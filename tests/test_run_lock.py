@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import run_cli
 
 from transformer import cli as transformer_cli
 from transformer.training import trainer_setup
@@ -46,9 +47,7 @@ def _restore_threads():
     torch.set_num_threads(threads)
 
 
-def cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "transformer.cli", *args], capture_output=True, text=True,
-                          timeout=300, **kwargs)
+cli = run_cli  # the commands through transformer.cli.main in this process (tests/cli_helpers.py)
 
 
 @contextlib.contextmanager
