@@ -1,10 +1,9 @@
 """The recurrent baseline end to end: ``transformer train model=rnn``, translation, ``transformer attend``."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+from cli_helpers import run_cli
 
 from transformer import cli
 from transformer.run.model import load_model
@@ -23,8 +22,7 @@ SENTENCE = "je suis étudiant"
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     run = tmp_path_factory.mktemp("rnn") / "run"
-    result = subprocess.run([sys.executable, "-m", "transformer.cli", "train", "--run-dir", str(run), *TINY],
-                            capture_output=True, text=True)
+    result = run_cli("train", "--run-dir", run, *TINY)  # in this process (tests/cli_helpers.py)
     assert result.returncode == 0, result.stderr
     assert "validation at step 4" in result.stderr
     return run
@@ -49,8 +47,7 @@ def test_train_model_rnn_writes_a_run_directory_of_the_rnn(run_dir):
 
 def test_resuming_a_finished_rnn_run_changes_nothing(run_dir):
     weights = (run_dir / "model.safetensors").read_bytes()
-    result = subprocess.run([sys.executable, "-m", "transformer.cli", "train", "--run-dir", str(run_dir), *TINY],
-                            capture_output=True, text=True)
+    result = run_cli("train", "--run-dir", run_dir, *TINY)
     assert result.returncode == 0, result.stderr
     assert "resumed at step 4" in result.stderr
     assert (run_dir / "model.safetensors").read_bytes() == weights

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import run_cli
 from test_serve import make_run_dir
 
 from transformer.cli import main
@@ -105,8 +106,9 @@ def test_killed_and_resumed_gives_the_uninterrupted_output_byte_for_byte(run_dir
     left = output.read_bytes()
     assert lines_done(output) >= done + 300 and left.count(b"\n") == lines_done(output)
     assert reference.startswith(left)
-    finished = subprocess.run(command(run_dir, "--input", big_input, "--output", output, "--chunk-lines", 100,
-                                      "--resume", *FAST), capture_output=True, text=True, timeout=600)
+    # the rest in this process (tests/cli_helpers.py)
+    finished = run_cli("translate", run_dir, "--input", big_input, "--output", output, "--chunk-lines", 100, "--resume",
+                       *FAST)
     assert finished.returncode == 0, finished.stderr
     assert output.read_bytes() == reference
     assert not output.with_name("out.en.resume").exists()
