@@ -7,10 +7,10 @@ full demo's figures and translations, as docs/getting-started.md shows them, are
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 
 from transformer.demo import DEMO_SENTENCES, free_run_dir
 
@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_demo(tmp_path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "transformer.cli", "demo", "--run-dir", str(tmp_path / "demo"), *extra],
-                          capture_output=True, text=True, timeout=900)
+    """``transformer demo --run-dir TMP/demo EXTRA`` in this process (tests/cli_helpers.py)."""
+    return run_cli("demo", "--run-dir", tmp_path / "demo", *extra)
 
 
 def test_demo_pipeline_writes_a_run_directory_and_a_json_summary(short_demo_run):
@@ -40,17 +40,9 @@ def test_demo_pipeline_writes_a_run_directory_and_a_json_summary(short_demo_run)
     assert free_run_dir(run) == run.parent / "demo-2"
 
 
-def refused(capsys, tmp_path, *extra: str) -> tuple[int, str]:
-    """``transformer demo`` in this process (a refusal loads no data): its exit status and standard error."""
-    from transformer.cli import main
-
-    status = main(["demo", "--run-dir", str(tmp_path / "demo"), *extra])
-    return status, capsys.readouterr().err
-
-
-def test_bad_time_limit(tmp_path, capsys):
-    status, stderr = refused(capsys, tmp_path, "--time-limit", "0")
-    assert status == 2 and "--time-limit must be > 0" in stderr
+def test_bad_time_limit(tmp_path):
+    result = run_demo(tmp_path, "--time-limit", "0")
+    assert result.returncode == 2 and "--time-limit must be > 0" in result.stderr
 
 
 def test_a_demo_stopped_by_its_time_limit_says_so_and_resumes_where_it_stopped(tmp_path):
@@ -77,13 +69,13 @@ def test_a_demo_stopped_by_its_time_limit_says_so_and_resumes_where_it_stopped(t
     assert steps == sorted(set(steps)), "the resumed run repeated or skipped logged steps"
 
 
-def test_resume_needs_a_demo_run_and_keeps_its_steps(tmp_path, capsys):
-    status, stderr = refused(capsys, tmp_path, "--resume")
-    assert status == 2
-    assert "holds no demo run to continue" in stderr and "without --resume" in stderr
+def test_resume_needs_a_demo_run_and_keeps_its_steps(tmp_path):
+    missing = run_demo(tmp_path, "--resume")
+    assert missing.returncode == 2
+    assert "holds no demo run to continue" in missing.stderr and "without --resume" in missing.stderr
     (tmp_path / "demo").mkdir()
-    status, stderr = refused(capsys, tmp_path, "--resume", "--steps", "5")
-    assert status == 2 and "--steps does not go with --resume" in stderr
+    steps = run_demo(tmp_path, "--resume", "--steps", "5")
+    assert steps.returncode == 2 and "--steps does not go with --resume" in steps.stderr
 
 
 def shown_translations() -> list[list[str]]:
