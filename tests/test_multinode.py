@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import run_cli
 from safetensors.torch import load_file
 
 from transformer.model import build_model
@@ -216,8 +217,7 @@ def test_a_hung_worker_times_the_others_out(tmp_path):
 
 def test_a_resume_on_processes_that_cannot_share_a_step_is_refused_untouched(tmp_path):
     run = tmp_path / "run"
-    one = subprocess.run([sys.executable, WORKER, "--run-dir", str(run), "--quiet", *SHORT], capture_output=True,
-                         text=True, env=environment(), timeout=300)
+    one = run_cli("train", "--run-dir", run, "--quiet", *SHORT)  # one process: this one (tests/cli_helpers.py)
     assert one.returncode == 0, one.stderr[-3000:]
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     refused = standalone(run, "--quiet", *SHORT)
