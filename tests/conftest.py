@@ -72,3 +72,20 @@ def short_demo_run(tmp_path_factory):
     result = subprocess.run([sys.executable, "-m", "transformer.cli", "demo", "--run-dir", str(run_dir), "--steps", "40",
                              "--json"], capture_output=True, text=True, timeout=900)
     return run_dir, result
+
+
+@pytest.fixture(scope="session")
+def pair_runs(tmp_path_factory):
+    """Tiny runs of three language pairs, fr->en, en->de and de->en (random weights of their own,
+    their languages recorded), for the tests of a server of several models and of its clients."""
+    from clients_helpers import make_runs
+
+    return make_runs(tmp_path_factory.mktemp("pair-runs"), [("fr", "en"), ("en", "de"), ("de", "en")])
+
+
+@pytest.fixture(scope="session")
+def pair_translators(pair_runs):
+    """A ``Translator`` of each of ``pair_runs``, by pair."""
+    from transformer.translate.translator import Translator
+
+    return {pair: Translator.from_run_dir(path) for pair, path in pair_runs.items()}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from clients_helpers import ENGLISH, FRENCH, GERMAN, SAMPLES, expected, make_runs, serve
+from clients_helpers import ENGLISH, FRENCH, GERMAN, SAMPLES, expected, serve
 from deep_translator import LibreTranslator
 from deep_translator.exceptions import AuthorizationException, LanguageNotSupportedException, ServerException
 
@@ -28,13 +28,13 @@ pytestmark = pytest.mark.filterwarnings("ignore::transformer.translate.warning.T
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return make_runs(tmp_path_factory.mktemp("deep-translator-runs"), PAIRS)
+def runs(pair_runs):
+    return pair_runs
 
 
 @pytest.fixture(scope="module")
-def translators(runs) -> dict[tuple[str, str], Translator]:
-    return {pair: Translator.from_run_dir(path) for pair, path in runs.items()}
+def translators(pair_translators) -> dict[tuple[str, str], Translator]:
+    return pair_translators
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import json
 import urllib.error
 
 import pytest
-from clients_helpers import ENGLISH, FRENCH, GERMAN, SAMPLES, expected, make_runs, serve
+from clients_helpers import ENGLISH, FRENCH, GERMAN, SAMPLES, expected, serve
 from libretranslatepy import LibreTranslateAPI
 
 from transformer.translate.translator import Translator
@@ -27,13 +27,13 @@ pytestmark = pytest.mark.filterwarnings("ignore::transformer.translate.warning.T
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return make_runs(tmp_path_factory.mktemp("libretranslatepy-runs"), PAIRS)
+def runs(pair_runs):
+    return pair_runs
 
 
 @pytest.fixture(scope="module")
-def translators(runs) -> dict[tuple[str, str], Translator]:
-    return {pair: Translator.from_run_dir(path) for pair, path in runs.items()}
+def translators(pair_translators) -> dict[tuple[str, str], Translator]:
+    return pair_translators
 
 
 @pytest.fixture(scope="module")

@@ -8,20 +8,15 @@ server cannot translate is refused naming what it does.
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 import sys
 import os
 
 import pytest
-import torch
+from clients_helpers import ENGLISH, FRENCH, GERMAN
 from fastapi.testclient import TestClient
-from test_serve import make_run_dir
 from test_serve_process import free_port, wait_until_up
 
-from transformer.model import Transformer
-from transformer.run.model import save_model
 from transformer.serve.app import create_app
 from transformer.serve.limits import ServeLimits
 from transformer.serve.models import ModelSet
@@ -30,33 +25,16 @@ from transformer.translate.document import translate_document
 from transformer.translate.translator import Translator
 
 LIMITS = ServeLimits(max_chars=300, max_texts=4, max_input_tokens=64, max_output_tokens=20, max_body_bytes=8192)
-FRENCH = "Le chat noir dort sur la table de la cuisine."
-GERMAN = "Die schwarze Katze schläft auf dem Küchentisch."
-ENGLISH = "The black cat is sleeping on the kitchen table."
-
-
-def _run(base, directory, src: str, tgt: str, seed: int):
-    """A copy of ``base`` with its own random weights and the languages ``src`` -> ``tgt``."""
-    shutil.copytree(base, directory)
-    torch.manual_seed(seed)
-    reference = Translator.from_run_dir(base).model
-    model = Transformer(reference.config)
-    save_model(model, directory)
-    (directory / "run_config.json").write_text(json.dumps({"data": {"src_lang": src, "tgt_lang": tgt}}))
-    return directory
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("models")
-    base = make_run_dir(root / "base")
-    return {pair: _run(base, root / f"{pair[0]}-{pair[1]}", *pair, seed)
-            for seed, pair in enumerate([("fr", "en"), ("en", "de"), ("de", "en")], start=1)}
+def runs(pair_runs):
+    return pair_runs
 
 
 @pytest.fixture(scope="module")
-def translators(runs):
-    return {pair: Translator.from_run_dir(path) for pair, path in runs.items()}
+def translators(pair_translators):
+    return pair_translators
 
 
 @pytest.fixture(scope="module")
