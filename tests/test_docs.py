@@ -178,12 +178,14 @@ class Sandbox(NamedTuple):
 @pytest.fixture(scope="module", params=["short", pytest.param("trained", marks=pytest.mark.slow)])
 def sandbox(request, tmp_path_factory):
     """A scratch directory holding ``runs/demo`` (a demo run, as ``transformer demo`` leaves it: the
-    40-step one, or under ``-m slow`` the 900-step one) and ``text.fr``."""
+    40-step one, or under ``-m slow`` the 900-step one), ``text.fr`` and ``mixed.txt`` (French and
+    English lines)."""
     trained = request.param == "trained"
     run_dir = request.getfixturevalue("demo_run" if trained else "short_demo_run")[0]
     root = tmp_path_factory.mktemp("docs-sandbox")
     shutil.copytree(run_dir, root / RUN_DIR, ignore=shutil.ignore_patterns("checkpoints", "tensorboard"))
     (root / "text.fr").write_text("Je suis étudiant. Le chat dort.\n\nNous allons manger.\n", encoding="utf-8")
+    (root / "mixed.txt").write_text("Je suis étudiant.\nThe cat sleeps.\nLe chat dort.\n", encoding="utf-8")
     return Sandbox(root, trained)
 
 
