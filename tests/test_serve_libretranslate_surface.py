@@ -9,11 +9,9 @@ checked against it), and everything else against LibreTranslate's answers as its
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import os
 
 import pytest
+from cli_helpers import run_cli
 from fastapi.testclient import TestClient
 from test_serve import make_run_dir
 
@@ -205,10 +203,9 @@ def test_cors_on_libretranslates_routes_only(client):
 
 
 def test_serve_refuses_bad_libretranslate_options(tmp_path):
-    run = [sys.executable, "-m", "transformer.cli", "serve", str(tmp_path), "--port", "0"]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    """Refused in one line before the port is bound or a model loaded."""
     for extra, words in [(["--require-api-key"], "need --api-keys FILE"),
                          (["--api-keys", str(tmp_path / "missing.txt")], "--api-keys"),
                          (["--req-limit", "0"], "--req-limit must be a positive number or -1")]:
-        done = subprocess.run(run + extra, capture_output=True, text=True, env=env)
+        done = run_cli("serve", tmp_path, "--port", "0", *extra)
         assert done.returncode != 0 and words in done.stderr, (extra, done.stderr)
