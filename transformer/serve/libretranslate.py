@@ -25,7 +25,8 @@ The server answers all of it that its clients call, over the server's models
 * ``GET /frontend/settings`` and ``GET /spec``: what LibreTranslate's web page reads, and a
   Swagger 2.0 description (:mod:`transformer.serve.lt_spec`).
 
-API keys and request limits (:mod:`transformer.serve.access`) apply to ``/translate``,
+The parameters are read and checked by :mod:`transformer.serve.lt_params`. API keys and
+request limits (:mod:`transformer.serve.access`) apply to ``/translate``,
 ``/detect``, ``/translate_file`` and ``/suggest``, as in LibreTranslate.
 
 Errors have LibreTranslate's shape, ``{"error": message}``: 400 for a missing or bad parameter
@@ -41,26 +42,21 @@ gives.
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass, field, replace
-from email.parser import BytesParser
-from email.policy import HTTP
 from typing import Any
-from urllib.parse import parse_qsl, quote
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from transformer import __version__
-from transformer.serve import lt_spec
+from transformer.serve import lt_params, lt_spec
 from transformer.serve.access import AccessDenied, KeyRing
 from transformer.serve.batching import Overloaded, TimedOut
 from transformer.serve.files import FileStore, translate_upload
 from transformer.serve.documents import Unprocessable
-from transformer.serve.limits import ServeLimits
-from transformer.serve.middleware import plain_error_json, unreadable_json
-from transformer.serve.schemas import check_text
+from transformer.serve.lt_params import BadRequest, TooLarge, read_parameters
+from transformer.serve.middleware import plain_error_json
 from transformer.serve.service import _off_the_loop
 from transformer.serve.models import AUTO, UNKNOWN, ModelSet, NoRoute, language_name
 from transformer.serve.suggestions import BadSuggestion, SuggestionStore, SuggestionStoreError
@@ -75,14 +71,6 @@ PREFIXES = ("/download_file/",)  # LibreTranslate's routes with a parameter in t
 def is_libretranslate_path(path: str) -> bool:
     """Whether ``path`` is one of LibreTranslate's routes (its errors have LibreTranslate's shape)."""
     return path in PATHS or path.startswith(PREFIXES)
-
-class BadRequest(Exception):
-    """A LibreTranslate request with a missing or bad parameter (400)."""
-
-
-class TooLarge(BadRequest):
-    """A file over ``max_file_bytes`` (413)."""
-
 
 def languages(models: ModelSet) -> list[dict[str, Any]]:
     """``GET /languages``: every language served with the languages it is translated into
@@ -99,140 +87,6 @@ def languages(models: ModelSet) -> list[dict[str, Any]]:
 
 
 _UNDETERMINED = "Undetermined (the run does not say)"
-
-
-def _form_fields(body: bytes, content_type: str) -> list[tuple[str, str]]:
-    """The fields of a form body (urlencoded or multipart); file parts are skipped."""
-    media = content_type.split(";")[0].strip().lower()
-    if media == "application/x-www-form-urlencoded":
-        try:
-            return parse_qsl(body.decode("utf-8"), keep_blank_values=True, errors="strict")
-        except UnicodeDecodeError as err:
-            raise BadRequest(f"Invalid request: a form value is not valid UTF-8 ({err.reason})") from None
-    if media == "multipart/form-data":
-        message = BytesParser(policy=HTTP).parsebytes(b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n"
-                                                      + body)
-        if not message.is_multipart():
-            raise BadRequest("Invalid request: the multipart/form-data body cannot be read")
-        fields = []
-        for part in message.iter_parts():
-            name = part.get_param("name", header="content-disposition")
-            if not name or part.get_filename() is not None:
-                continue
-            payload = part.get_payload(decode=True) or b""
-            try:
-                fields.append((str(name), payload.decode(part.get_content_charset() or "utf-8")))
-            except (UnicodeDecodeError, LookupError):
-                raise BadRequest(f"Invalid request: form field {name} is not valid text") from None
-        return fields
-    return []
-
-
-def _is_json(request: Request) -> bool:
-    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    return media == "application/json" or media.endswith("+json")
-
-
-async def read_parameters(request: Request) -> dict[str, Any]:
-    """The request's parameters as LibreTranslate reads them: a JSON body's object, or else the
-    query string's and the form's fields (the first of a repeated name)."""
-    content_type = request.headers.get("content-type", "")
-    body = await request.body()
-    if _is_json(request):
-        try:
-            data = json.loads(body)
-        except json.JSONDecodeError as err:
-            raise BadRequest(f"Invalid JSON: {err}") from None
-        except (RecursionError, ValueError) as err:  # valid JSON that Python's parser does not read
-            raise BadRequest(f"Invalid JSON: {unreadable_json(err)}") from None
-        if not isinstance(data, dict):
-            raise BadRequest("Invalid JSON format")
-        return data
-    values: dict[str, Any] = {}
-    for name, value in [*request.query_params.multi_items(), *_form_fields(body, content_type)]:
-        values.setdefault(name, value)
-    return values
-
-
-def _string(params: dict[str, Any], name: str, *, required: bool = True) -> str | None:
-    value = params.get(name)
-    if value is None or value == "":
-        if required:
-            raise BadRequest(f"Invalid request: missing {name} parameter")
-        return None
-    if not isinstance(value, str):
-        raise BadRequest(f"Invalid request: {name} must be a string")
-    return value
-
-
-def _texts(params: dict[str, Any], limits: ServeLimits) -> tuple[list[str], bool]:
-    """``q`` as a list of texts, and whether it was a list; each checked against the limits."""
-    q = params.get("q")
-    if q is None or q == "" or q == []:
-        raise BadRequest("Invalid request: missing q parameter")
-    batch = isinstance(q, list)
-    texts = q if batch else [q]
-    if not all(isinstance(t, str) for t in texts):
-        raise BadRequest("Invalid request: q must be a string or a list of strings")
-    if len(texts) > limits.max_texts:
-        raise BadRequest(f"Invalid request: q holds {len(texts)} texts; at most {limits.max_texts} are translated "
-                         "per request")
-    for i, text in enumerate(texts):
-        name = f"q[{i}]" if batch else "q"
-        if len(text) > limits.max_chars:
-            raise BadRequest(f"Invalid request: {name} is {len(text)} characters long; at most {limits.max_chars} "
-                             "are translated")
-        if text.strip():
-            try:
-                check_text(text)
-            except ValueError as err:
-                raise BadRequest(f"Invalid request: {name} {err}") from None
-    return texts, batch
-
-
-# An integer as a form (or a JSON string) gives it; longer ones are over any limit.
-_INTEGER = re.compile(r"\s*[+-]?\d{1,9}\s*")
-_DIGITS = re.compile(r"\s*[+-]?\d+\s*")
-
-
-def _alternatives(params: dict[str, Any], limits: ServeLimits) -> int:
-    """``alternatives``: how many distinct translations besides the translation are asked for (0: none)."""
-    value = params.get("alternatives")
-    if value is None or value == "":
-        return 0
-    if isinstance(value, str) and _DIGITS.fullmatch(value):
-        if not _INTEGER.fullmatch(value):
-            raise BadRequest(f"Invalid request: alternatives parameter must be <= {limits.max_alternatives}")
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadRequest("Invalid request: alternatives parameter is not an integer")
-    if value < 0:
-        raise BadRequest(f"Invalid request: alternatives parameter must be >= 0, got {value}")
-    if value > limits.max_alternatives:
-        raise BadRequest(f"Invalid request: alternatives parameter must be <= {limits.max_alternatives}, got {value}")
-    return value
-
-
-def _glossary(params: dict[str, Any], limits: ServeLimits, beam_size: int,
-              json_body: bool) -> list[tuple[str, str]] | None:
-    """``glossary`` (this server's extension): a JSON list of ``{"source", "target"}`` objects."""
-    value = params.get("glossary")
-    if value is None or value == [] or (value == "" and not json_body):
-        return None
-    if not json_body:
-        raise BadRequest("Invalid request: glossary is read from a JSON body only (a list of "
-                         '{"source": ..., "target": ...} objects)')
-    if not isinstance(value, list) or not all(isinstance(t, dict) and set(t) == {"source", "target"}
-                                              and all(isinstance(v, str) for v in t.values()) for t in value):
-        raise BadRequest('Invalid request: glossary must be a list of {"source": ..., "target": ...} objects '
-                         "with string values")
-    if len(value) > limits.max_glossary_terms:
-        raise BadRequest(f"Invalid request: glossary holds {len(value)} terms; at most {limits.max_glossary_terms} "
-                         "are taken per request")
-    if beam_size == 1:
-        raise BadRequest("Invalid request: a glossary needs beam search, and this server decodes greedily "
-                         "(--beam-size 1)")
-    return [(t["source"], t["target"]) for t in value]
 
 
 def _detection(found) -> dict[str, Any]:
@@ -302,7 +156,7 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
         try:
             params = await read_parameters(request)
             _access(options, request, params)
-            texts, batch = _texts(params, limits)
+            texts, batch = lt_params.texts(params, limits)
             found = await _off_the_loop(models.detect_any, texts)
         except AccessDenied as err:
             return _denied(err)
@@ -319,17 +173,17 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
             params = await read_parameters(request)
             q = params.get("q")
             _access(options, request, params, cost=len(q) if isinstance(q, list) else 1)
-            texts, batch = _texts(params, limits)
-            source = _string(params, "source")
-            target = _string(params, "target")
-            text_format = _string(params, "format", required=False) or "text"
+            texts, batch = lt_params.texts(params, limits)
+            source = lt_params.string(params, "source")
+            target = lt_params.string(params, "target")
+            text_format = lt_params.string(params, "format", required=False) or "text"
             if text_format not in ("text", "html"):
                 raise BadRequest(f"{text_format} format is not supported (text or html)")
             auto = source.lower() == AUTO
             if not auto:
                 models.route(source, target)  # a pair not served: 400 before anything is read further
-            count = _alternatives(params, limits)
-            pairs = _glossary(params, limits, models.primary.default.beam_size, _is_json(request))
+            count = lt_params.alternatives(params, limits)
+            pairs = lt_params.glossary(params, limits, models.primary.default.beam_size, lt_params.is_json(request))
             out = list(texts)
             others: list[list[str]] = [[] for _ in texts]
             todo = [i for i, t in enumerate(texts) if t.strip()]  # blank texts come back as they are
@@ -373,10 +227,10 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
         if not options.files:
             return plain_error_json(403, "Files translation are disabled on this server.")
         try:
-            params, upload = await _file_form(request, limits)
+            params, upload = await lt_params.file_form(request, limits)
             _access(options, request, params, cost=max(1, len(upload[1]) // max(1, limits.max_chars)))
-            source = _string(params, "source")
-            target = _string(params, "target")
+            source = lt_params.string(params, "source")
+            target = lt_params.string(params, "target")
             name, data = upload
             if not name:
                 raise BadRequest("Invalid request: empty file")
@@ -481,29 +335,3 @@ def _file_language(models: ModelSet, data: bytes, name: str, target: str | None)
     document = read_file(data, name)
     text = " ".join(" ".join(html_sentences(u.text)) if u.html else u.text for u in document.units())[:4000]
     return models.detect([text], target)[0].language
-
-
-async def _file_form(request: Request, limits: ServeLimits) -> tuple[dict[str, Any], tuple[str, bytes]]:
-    """The fields and the ``file`` part of a ``multipart/form-data`` upload."""
-    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if media != "multipart/form-data":
-        raise BadRequest("Invalid request: send the file as multipart/form-data with a file field")
-    try:
-        form = await request.form(max_files=1, max_fields=32, max_part_size=limits.max_file_bytes)
-    except Exception as err:  # python-multipart's and Starlette's parse errors
-        raise BadRequest(f"Invalid request: the multipart/form-data body cannot be read ({err})") from None
-    params: dict[str, Any] = dict(request.query_params)
-    upload = None
-    for key, value in form.multi_items():
-        if isinstance(value, str):
-            params.setdefault(key, value)
-        elif key == "file" and upload is None:
-            data = await value.read()
-            if len(data) > limits.max_file_bytes:
-                raise TooLarge(f"the file is {len(data)} bytes, larger than the limit of {limits.max_file_bytes} "
-                               "bytes (--max-file-bytes)")
-            upload = (value.filename or "", data)
-    await form.close()
-    if upload is None:
-        raise BadRequest("Invalid request: missing file parameter")
-    return params, upload
