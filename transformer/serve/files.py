@@ -2,8 +2,8 @@
 
 ``POST /translate_file`` reads an uploaded file with :mod:`transformer.translate.files` (its
 format chosen by its name: .txt, .html, .md, .srt, .po, .docx, .pptx, .odt, .epub), cuts every
-unit of text into sentences as the command line does (plain text as ``translate_document``,
-HTML fragments as ``translate_html``), translates all the sentences along the request's
+unit of text into sentences as the command line does (``FileSentences``: plain text as
+``translate_document``, HTML fragments as ``translate_html``), translates all the sentences along the request's
 :class:`~transformer.serve.models.Route` (:func:`translate_upload`: through the batcher a call
 at a time, so other requests keep their turn), writes the file back with the translations in
 place, and keeps it in a :class:`FileStore`; the answer is the URL of ``GET
@@ -23,9 +23,7 @@ from pathlib import Path
 
 from transformer.serve.documents import Unprocessable
 from transformer.serve.service import _off_the_loop
-from transformer.translate.files import read_file, translated_name
-from transformer.translate.html import html_sentences, translate_html
-from transformer.translate.segment import segment_text
+from transformer.translate.files import FileSentences, TranslatableFile, translated_name
 
 _STORED = re.compile(r"[0-9a-f]{32}\.[^/\\]{1,255}")
 
@@ -92,55 +90,24 @@ class FileStore:
                 self._folder = None
 
 
-def _cut(units, lang: str | None) -> tuple[list, list[list[str]]]:
-    """Each unit's sentences: a plain unit's ``Document`` (or None) and every unit's sentences."""
-    documents, sentences = [], []
-    for unit in units:
-        if unit.html:
-            documents.append(None)
-            sentences.append(html_sentences(unit.text, lang=lang))
-        else:
-            document = segment_text(unit.text, lang)
-            documents.append(document)
-            sentences.append([segment.text for segment in document.segments])
-    return documents, sentences
-
-
-def _rebuild(units, documents, sentences, translations: list[str], lang: str | None) -> list[str]:
-    out, k = [], 0
-    for unit, document, found in zip(units, documents, sentences):
-        given = translations[k:k + len(found)]
-        k += len(found)
-        if document is not None:
-            out.append(document.rebuild(given))
-        else:
-            out.append(translate_html(unit.text, lambda asked, given=given: given, lang=lang) if found else unit.text)
-    return out
-
-
-async def translate_upload(route, data: bytes, name: str, *, max_sentences: int) -> tuple[str, bytes]:
+async def translate_upload(route, document: TranslatableFile, name: str, *,
+                           max_sentences: int) -> tuple[str, bytes]:
     """Translate an uploaded file along ``route``.
 
     Args:
         route: the :class:`~transformer.serve.models.Route` of the request's language pair.
-        data, name: the file's bytes and name (its extension tells its format).
+        document: the file as :func:`~transformer.translate.files.read_file` read it; ``name`` its name.
         max_sentences: the most sentences the file may hold (:class:`Unprocessable` beyond).
 
     Returns:
         The translated file's name (LibreTranslate's: the target's code after the stem) and bytes.
-
-    Raises:
-        FileFormatError: a format not supported, or a corrupt file (the message names it).
     """
-    lang = route.steps[0].segment_lang
-    document = await _off_the_loop(read_file, data, name)
-    units = document.units()
-    documents, sentences = await _off_the_loop(_cut, units, lang)
-    flat = [s for found in sentences for s in found]
-    if len(flat) > max_sentences:
-        raise Unprocessable(f"the file holds {len(flat)} sentences; at most {max_sentences} are translated per "
+    cut = await _off_the_loop(FileSentences, document.units(), route.steps[0].segment_lang)
+    sentences = cut.texts
+    if len(sentences) > max_sentences:
+        raise Unprocessable(f"the file holds {len(sentences)} sentences; at most {max_sentences} are translated per "
                             "file (--max-file-sentences)")
-    translated = await route.translate_sentences(flat)
-    texts = await _off_the_loop(_rebuild, units, documents, sentences, translated, lang)
+    translated = await route.translate_sentences(sentences)
+    texts = await _off_the_loop(cut.rebuild, translated)
     out = await _off_the_loop(document.write, texts, target_lang=route.target)
     return translated_name(name, route.target or "translated"), out

@@ -237,10 +237,12 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
             if format_for_name(name) is None:
                 raise BadRequest(f"Invalid request: file format not supported ({name}; supported: "
                                  f"{', '.join(SUPPORTED_EXTENSIONS)})")
+            document = await _off_the_loop(read_file, data, name)
             if source.lower() == AUTO:
-                source = await _off_the_loop(_file_language, models, data, name, target)
+                source = await _off_the_loop(_file_language, models, document, target)
             route = models.route(source, target)
-            translated_name, out = await translate_upload(route, data, name, max_sentences=limits.max_file_sentences)
+            translated_name, out = await translate_upload(route, document, name,
+                                                          max_sentences=limits.max_file_sentences)
         except AccessDenied as err:
             return _denied(err)
         except BadRequest as err:
@@ -330,8 +332,7 @@ def _attachment(name: str) -> str:
     return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name)}"
 
 
-def _file_language(models: ModelSet, data: bytes, name: str, target: str | None) -> str:
+def _file_language(models: ModelSet, document, target: str | None) -> str:
     """The language of an uploaded file's text (its first few thousand characters)."""
-    document = read_file(data, name)
     text = " ".join(" ".join(html_sentences(u.text)) if u.html else u.text for u in document.units())[:4000]
     return models.detect([text], target)[0].language

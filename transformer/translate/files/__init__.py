@@ -7,6 +7,7 @@
     translate_file(data, name, translator, *, target_lang=None, src_lang=None, glossary=None,
                    progress=None) -> bytes
     translate_parsed(file, translator, ...) -> bytes        # the same, for a file already read
+    FileSentences(units, lang): .texts, .where, .rebuild(translations)  # a file's sentences and back
     translated_name(name, target_lang) -> str          # "report.docx", "de" -> "report_de.docx"
 
 A file is read into a :class:`~transformer.translate.files.base.TranslatableFile` (one class per
@@ -33,7 +34,7 @@ from transformer.translate.files.text import HtmlFile, TextFile
 
 __all__ = ["FORMATS", "KINDS", "SUPPORTED_EXTENSIONS", "ARCHIVE_EXTENSIONS", "MAX_FILE_BYTES", "FileFormatError",
            "TranslatableFile", "Unit", "read_file", "format_for", "translate_units", "translate_units_async",
-           "translate_file", "translate_parsed", "translated_name"]
+           "FileSentences", "translate_file", "translate_parsed", "translated_name"]
 
 _CLASSES: list[type[TranslatableFile]] = [TextFile, HtmlFile, MarkdownFile, SrtFile, PoFile, DocxFile, PptxFile,
                                           OdtFile, EpubFile]
@@ -227,40 +228,67 @@ def translate_file(data: bytes, name: str, translator, *, target_lang: str | Non
                             glossary=glossary, progress=progress)
 
 
+class FileSentences:
+    """The sentences of a file's units, in unit order, and the units rebuilt from their translations:
+    a plain unit cut as ``translate_document`` cuts a text (its lines and spacing kept), an HTML unit
+    as ``translate_html`` cuts a page (its tags put back around the translated words).
+
+    Args:
+        units: the file's units (``TranslatableFile.units()``).
+        lang: the source language, for the sentence splitting rules.
+    """
+
+    def __init__(self, units: Sequence[Unit], lang: str | None) -> None:
+        from transformer.translate.html import html_sentences
+        from transformer.translate.segment import segment_text
+
+        self.units, self.lang = list(units), lang
+        self.documents = [None if u.html else segment_text(u.text, lang) for u in self.units]
+        self.sentences: list[list[str]] = [
+            html_sentences(u.text, lang=lang) if d is None else [s.text for s in d.segments]
+            for u, d in zip(self.units, self.documents)]
+        self.where = self._names()  # how a warning names each sentence: its unit, and its line or number there
+
+    def _names(self) -> list[str]:
+        names = []
+        for unit, document, found in zip(self.units, self.documents, self.sentences):
+            if document is not None:
+                names += [_where(unit, s.line) for s in document.segments]
+            else:
+                names += [f"{unit.where}, sentence {k + 1}" for k in range(len(found))]
+        return names
+
+    @property
+    def texts(self) -> list[str]:
+        """Every sentence of the file, in order."""
+        return [s for found in self.sentences for s in found]
+
+    def rebuild(self, translations: Sequence[str]) -> list[str]:
+        """Each unit's translation from its sentences' ``translations`` (one per :attr:`texts`)."""
+        from transformer.translate.html import translate_html
+
+        out, k = [], 0
+        for unit, document, found in zip(self.units, self.documents, self.sentences):
+            given = list(translations[k:k + len(found)])
+            k += len(found)
+            if document is not None:
+                out.append(document.rebuild(given))
+            else:  # translate_html refuses a count that differs from the sentences it finds
+                out.append(translate_html(unit.text, lambda _sentences, given=given: given, lang=self.lang)
+                           if found else unit.text)
+        if k != len(translations):
+            raise ValueError(f"{len(translations)} translations for {k} sentences")
+        return out
+
+
 def translate_parsed(document: TranslatableFile, translator, *, target_lang: str | None = None,
                      src_lang: str | None = None, glossary=None, progress: OnProgress | None = None) -> bytes:
     """:func:`translate_file` for a file already read (:func:`read_file`)."""
-    from transformer.translate.html import html_sentences, translate_html
-    from transformer.translate.segment import segment_text
-
-    units = document.units()
-    lang = src_lang or translator.src_lang
-    plain = [u for u in units if not u.html]
-    segmented = [segment_text(u.text, lang) for u in plain]
-    page_units = [u for u in units if u.html]
-    page_sentences = [html_sentences(u.text, lang=lang) for u in page_units]
-    total = sum(len(d.segments) for d in segmented) + sum(len(s) for s in page_sentences)
-    sentences = _Sentences(translator, glossary, progress, total)
-
-    def translate_texts(texts: list[str]) -> list[str]:
-        items = [(s.text, _where(unit, s.line), "") for unit, doc in zip(plain, segmented) for s in doc.segments]
-        found = iter(sentences.translate(items))
-        return [doc.rebuild([next(found) for _ in doc.segments]) for doc in segmented]
-
-    def translate_pages(pages: list[str]) -> list[str]:
-        items = [(s, f"{unit.where}, sentence {k + 1}", "") for unit, found in zip(page_units, page_sentences)
-                 for k, s in enumerate(found)]
-        found = iter(sentences.translate(items))
-        out = []
-        # Every page's sentences were translated in the calls above; each page now takes its own
-        # (translate_html refuses a count that differs from the sentences it finds).
-        for page, asked in zip(pages, page_sentences):
-            given = [next(found) for _ in asked]
-            out.append(translate_html(page, lambda _sentences, given=given: given, lang=lang))
-        return out
-
-    translations = translate_units(units, translate_texts, translate_pages)
-    return document.write(translations, target_lang=target_lang or getattr(translator, "tgt_lang", None))
+    cut = FileSentences(document.units(), src_lang or translator.src_lang)
+    texts = cut.texts
+    sentences = _Sentences(translator, glossary, progress, len(texts))
+    translations = sentences.translate([(text, where, "") for text, where in zip(texts, cut.where)])
+    return document.write(cut.rebuild(translations), target_lang=target_lang or getattr(translator, "tgt_lang", None))
 
 
 def _where(unit: Unit, line: int) -> str:
