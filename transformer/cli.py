@@ -5,6 +5,8 @@ Each subcommand registers itself with ``_register``. Errors are printed as one l
 Exit statuses (also in ``transformer --help``):
 
 * 0: success.
+* 1: an internal error, a bug of this package (any exception but the user's mistakes of
+  :class:`transformer.errors.UserError` and the file system's errors): printed with its traceback.
 * 2: a mistake in the command or its settings: an unknown option, a setting out of its range
   (``train.lr_scale=nan``), a missing input file, a path that is a directory, a run directory
   that holds another run or that another process is writing to (``train`` and ``average``
@@ -25,11 +27,13 @@ import os
 import sys
 import textwrap
 import time
+import traceback
 from typing import Callable, Sequence
 
 import torch
 
 from transformer import __version__
+from transformer.errors import UserError
 from transformer.cpu.allocator import retain_freed_memory
 from transformer.config import PRESETS, preset
 from transformer.model.masks import padding_mask
@@ -41,16 +45,13 @@ from transformer.run.config import MAX_THREADS
 Handler = Callable[[argparse.Namespace], int]
 
 
+EXIT_BUG = 1  # an internal error: a bug of this package, shown with its traceback
 EXIT_USAGE = 2  # a mistake in the command or its settings
 EXIT_ENVIRONMENT = 3  # the file system (or another part of the environment) failed
 EXIT_STATUSES = (
-    "exit status: 0 success; 2 a mistake in the command or its settings (a value out of range, a missing file, "
+    "exit status: 0 success; 1 an internal error (a bug: the traceback is shown, please report it); 2 a mistake in the command or its settings (a value out of range, a missing file, "
     "a run directory in use by another run, training that diverged); 3 the environment failed (read-only file "
     "system, full disk, I/O error, a lost torchrun process): fix it and run the same command again; 130 interrupted.")
-
-
-class UsageError(Exception):
-    """An error in what the user asked for: printed without a traceback, exit status 2."""
 
 
 # The commands that compute with torch; each takes --threads.
@@ -70,7 +71,7 @@ def _add_threads_option(parser: argparse.ArgumentParser, command: str) -> None:
 
 def _apply_threads(args: argparse.Namespace) -> None:
     """torch.set_num_threads before the command runs: --threads, else OMP_NUM_THREADS where set, else
-    the idle cores (transformer/threads.py); UsageError for a bad --threads."""
+    the idle cores (transformer/threads.py); UserError for a bad --threads."""
     value = getattr(args, "threads", None)
     if value is None:
         if "OMP_NUM_THREADS" not in os.environ and hasattr(args, "threads"):
@@ -82,7 +83,7 @@ def _apply_threads(args: argparse.Namespace) -> None:
     except ValueError:
         threads = 0
     if not 1 <= threads <= MAX_THREADS:
-        raise UsageError(f"--threads must be a whole number from 1 to {MAX_THREADS}, got {value!r}")
+        raise UserError(f"--threads must be a whole number from 1 to {MAX_THREADS}, got {value!r}")
     args.threads = threads
     torch.set_num_threads(threads)
 
@@ -105,7 +106,7 @@ def _register_info(sub: argparse._SubParsersAction) -> None:
 def _info(args: argparse.Namespace) -> int:
     for name in ("vocab", "batch", "length"):
         if getattr(args, name) < 1:
-            raise UsageError(f"--{name} must be >= 1, got {getattr(args, name)}")
+            raise UserError(f"--{name} must be >= 1, got {getattr(args, name)}")
     precision = precision_option(args)
     cfg = preset(args.preset, src_vocab_size=args.vocab)
     torch.manual_seed(0)
@@ -220,7 +221,7 @@ def _train(args: argparse.Namespace) -> int:
         shortcuts.append(f"train.init_from={args.init_from}")
     overrides = shortcuts + list(args.overrides)
     if args.recipe and args.config:
-        raise UsageError("give --recipe or --config, not both (key=value overrides go on top of either)")
+        raise UserError("give --recipe or --config, not both (key=value overrides go on top of either)")
     if args.recipe or (args.config and _is_recipe_file(args.config)):
         from transformer.recipes import load_recipe
 
@@ -280,18 +281,18 @@ def _demo(args: argparse.Namespace) -> int:
     from transformer.demo import DEMO_STEPS, DemoError, continue_command, free_run_dir, resumable_config, run_demo
 
     if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):
-        raise UsageError(f"--time-limit must be > 0 seconds (and finite), got {args.time_limit}")
+        raise UserError(f"--time-limit must be > 0 seconds (and finite), got {args.time_limit}")
     if args.steps is not None and args.steps < 1:
-        raise UsageError(f"--steps must be >= 1, got {args.steps}")
+        raise UserError(f"--steps must be >= 1, got {args.steps}")
     if not 0 <= args.seed < 2**32:
-        raise UsageError(f"--seed must be in [0, {2**32 - 1}], got {args.seed}")
+        raise UserError(f"--seed must be in [0, {2**32 - 1}], got {args.seed}")
     if args.resume:
         if args.steps is not None:
-            raise UsageError("--steps does not go with --resume: the run keeps the steps it started with")
+            raise UserError("--steps does not go with --resume: the run keeps the steps it started with")
         try:
             resumable_config(args.run_dir)
         except DemoError as err:
-            raise UsageError(str(err)) from None
+            raise UserError(str(err)) from None
         run_dir = args.run_dir
     else:
         run_dir = free_run_dir(args.run_dir)
@@ -351,9 +352,9 @@ def _average(args: argparse.Namespace) -> int:
     # the default output, the run's own model, is what averaging is for. The file is written through
     # a temporary name and renamed into place (averaging.average_last), so nothing is half-written.
     if out.is_dir():
-        raise UsageError(f"--out {out} is a directory; give a file name such as {out / 'averaged.safetensors'}")
+        raise UserError(f"--out {out} is a directory; give a file name such as {out / 'averaged.safetensors'}")
     if (out.exists() or out.is_symlink()) and not args.overwrite and out.resolve() != model.resolve():
-        raise UsageError(f"--out {out} already exists; give a new file name, or --overwrite to replace it")
+        raise UserError(f"--out {out} already exists; give a new file name, or --overwrite to replace it")
     target = out.parent
     # Writing into a run directory (its own by default) takes that run's lock: never while it trains.
     into_run = target.is_dir() and (target.resolve() == Path(args.run_dir).resolve()
@@ -459,7 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         _apply_threads(args)
         return args.handler(args)
-    except (UsageError, ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
+    except (UserError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
             PermissionError) as err:
         print(f"transformer {args.command}: error: {_one_line(err)}", file=sys.stderr)
         return EXIT_USAGE
@@ -469,6 +470,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"transformer {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception:  # anything else is a bug of this package, never the user's mistake: show where it is
+        traceback.print_exc()
+        print(f"transformer {args.command}: internal error (a bug, not a mistake in the command): please report it "
+              f"with the traceback above", file=sys.stderr)
+        return EXIT_BUG
 
 
 def _one_line(err: BaseException) -> str:

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 import torch
 
+from transformer.errors import UserError
 from transformer.run.layout import RUN_CONFIG_FILE
 from transformer.translate.evaluation import score
 from transformer.run.config import DataConfig, RunConfig, TrainConfig
@@ -68,7 +69,7 @@ def free_run_dir(base: str | Path) -> Path:
     return Path(f"{base}-{n}")
 
 
-class DemoError(ValueError):
+class DemoError(UserError):
     """A demo run directory that cannot be continued."""
 
 

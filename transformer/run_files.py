@@ -26,6 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
+from transformer.errors import UserError
+
 MAX_JSON_BYTES = 16 << 20  # config.json, run_config.json, trainer_state.json, .resume files: kilobytes in practice
 MAX_TOKENIZER_BYTES = 256 << 20  # a tokenizer's JSON (a 250,000-piece vocabulary is about 20 MB)
 MAX_TEXT_BYTES = 256 << 20  # metrics.jsonl, alignments.jsonl
@@ -38,7 +40,7 @@ FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
 UNREADABLE = "is not a readable safetensors file (truncated or corrupt?)"
 
 
-class RunFileError(ValueError):
+class RunFileError(UserError):
     """A file of a run or model directory that cannot be read safely; the message names it."""
 
 

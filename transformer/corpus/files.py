@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from transformer.errors import UserError
+
 __all__ = ["CorpusError", "ReadStats", "read_archive_parallel", "read_parallel", "read_tsv", "read_lines"]
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -31,7 +33,7 @@ _UTF8_BOM = b"\xef\xbb\xbf"
 PathLike = str | os.PathLike[str]
 
 
-class CorpusError(ValueError):
+class CorpusError(UserError):
     """Bad input data: the message names the file(s), line numbers and the fix."""
 
 

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from transformer.errors import UserError
+
 __all__ = ["FORMAT_VERSION", "HEADER_FILE", "ConcatPairs", "IndexedFormatError", "IndexedPairs", "IndexedWriter",
            "open_indexed", "smallest_dtype"]
 
@@ -38,7 +40,7 @@ HEADER_FILE = "header.json"
 SIDES = ("src", "tgt")
 
 
-class IndexedFormatError(ValueError):
+class IndexedFormatError(UserError):
     """A directory that is not (or no longer) a complete indexed corpus; the message says what is wrong."""
 
 

@@ -11,11 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+from transformer.errors import UserError
+
 INSTALL_HINT = 'pip install -c constraints.txt -e ".[interop]"'
 MARIAN_TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")  # a MarianTokenizer's (+ target_vocab.json)
 
 
-class InteropError(ValueError):
+class InteropError(UserError):
     """Input a converter cannot handle; the message names the file or setting and the fix."""
 
 

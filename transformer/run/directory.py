@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from transformer.config import ModelConfig
+from transformer.errors import UserError
 from transformer.model import RNNConfig, config_from_dict
 from transformer.run.config import RunConfig, setting_differences
 from transformer.run.layout import CONFIG_FILE, RUN_CONFIG_FILE, WEIGHTS_FILE
@@ -20,7 +21,7 @@ from transformer.run_files import MAX_JSON_BYTES, parse_json, read_json, read_te
 from transformer.text import Vocabularies
 
 
-class RunDirectoryError(ValueError):
+class RunDirectoryError(UserError):
     """The run directory holds another run, or cannot be used."""
 
 

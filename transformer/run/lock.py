@@ -30,6 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from transformer.errors import UserError
 from transformer.run.layout import LOCK_FILE
 
 try:
@@ -38,7 +39,7 @@ except ImportError:  # not a POSIX system: no lock (the rest works as before)
     fcntl = None  # type: ignore[assignment]
 
 
-class RunLockedError(ValueError):
+class RunLockedError(UserError):
     """Another process is writing to the run directory (the message names it)."""
 
 

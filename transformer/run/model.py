@@ -16,6 +16,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from transformer.config import ModelConfig
+from transformer.errors import UserError
 from transformer.model import RNNConfig, RNNSeq2Seq, Transformer, build_model, config_from_dict
 from transformer.run.layout import CONFIG_FILE, WEIGHTS_FILE
 from transformer.run_files import (
@@ -25,7 +26,7 @@ FORMAT_VERSION = "1"
 MAX_LAYERS = 1024  # per stack; a config asking for more is refused before any module is built
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """A model file or directory that cannot be loaded; the message names the file and the problem."""
 
 

@@ -54,6 +54,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from transformer.errors import UserError
+
 # -1 is LibreTranslate's "no limit" (--char-limit -1, charLimit in /frontend/settings).
 UNLIMITED = -1
 LIMIT_NAMES = ("req_limit", "char_limit", "daily_limit")
@@ -109,7 +111,7 @@ class Banned(AccessDenied):
     status = 403
 
 
-class KeysFileError(ValueError):
+class KeysFileError(UserError):
     """A keys file that cannot be read, or a bad line in it (the message names the file and line)."""
 
 

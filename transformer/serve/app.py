@@ -42,6 +42,8 @@ unknown fields, wrong types), 503 overloaded or timed out.
 """
 
 import json
+import logging
+import uuid
 from collections.abc import Sequence
 from contextlib import asynccontextmanager
 
@@ -51,6 +53,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from transformer import __version__
+from transformer.errors import UserError
 from transformer.serve import libretranslate, routes
 from transformer.serve.batching import Overloaded, TimedOut
 from transformer.serve.documents import Unprocessable
@@ -63,6 +66,8 @@ from transformer.serve.service import TranslationService
 from transformer.translate.translator import Translator
 
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 415: "unsupported_media_type"}
+
+log = logging.getLogger("uvicorn.error")
 
 
 def create_app(translator: Translator | Sequence[Translator], limits: ServeLimits | None = None, *,
@@ -175,9 +180,20 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def timed_out(request: Request, exc: TimedOut) -> JSONResponse:
         return error_json(503, "timeout", str(exc), headers={"Retry-After": "1"})
 
-    @app.exception_handler(ValueError)
-    async def value_error(request: Request, exc: ValueError) -> JSONResponse:
+    @app.exception_handler(UserError)
+    async def user_error(request: Request, exc: UserError) -> JSONResponse:
         return error_json(422, "invalid_request", str(exc))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        # A bug, never the client's mistake: the client gets an id to quote, the log the traceback.
+        error_id = uuid.uuid4().hex[:12]
+        log.error("internal error %s on %s %s", error_id, request.method, request.url.path,
+                  exc_info=(type(exc), exc, exc.__traceback__))
+        message = f"internal server error (a bug, not a problem with the request); error id {error_id}"
+        if _libretranslate_errors(request.url.path):
+            return JSONResponse({"error": message, "error_id": error_id}, status_code=500)
+        return error_json(500, "internal_error", message, [{"error_id": error_id}])
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

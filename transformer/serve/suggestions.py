@@ -22,12 +22,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from transformer.errors import UserError
+
 # A language code as clients send them: ISO 639 with optional subtags (en, pt-BR, zh_Hant).
 _LANGUAGE = re.compile(r"[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{1,8}){0,3}")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
-class BadSuggestion(ValueError):
+class BadSuggestion(UserError):
     """A suggestion refused before it is written (400): ``str()`` is LibreTranslate-style
     (``Invalid request: missing s parameter``)."""
 

@@ -36,6 +36,7 @@ from transformer.corpus.registry import REGISTRY, fetch, read_corpus, tatoeba_sp
 from transformer.data import TokenBudgetBatches, example_lengths, filter_examples, filter_lengths
 from transformer.data.indexed import ConcatPairs, IndexedPairs
 from transformer.data.mixing import MixedBatches, parse_mix
+from transformer.errors import UserError
 from transformer.text import Vocabularies
 from transformer.text.bpe_dropout import BPEDropout
 from transformer.text.tokenizer import Tokenizer
@@ -222,7 +223,7 @@ def make_batches(data: PreparedData, *, max_tokens: int, seed: int, rank: int = 
                               world_size=world_size, segment=segment, lengths=lengths, **ids)
 
 
-class TokenizerCoverageError(ValueError):
+class TokenizerCoverageError(UserError):
     """The initial model's tokenizer encodes the new data badly: too many unknown or byte-fallback tokens."""
 
 

@@ -33,6 +33,7 @@ from typing import Iterator
 import torch
 import torch.distributed as dist
 
+from transformer.errors import UserError
 from transformer.run_files import read_json
 from transformer.run.checkpoints import latest_checkpoint
 from transformer.run.layout import TRAINER_STATE_FILE
@@ -43,7 +44,7 @@ DEFAULT_TIMEOUT_S = 1800.0  # torch's own default: long enough for rank 0's vali
 LAYOUT_KEY = "layout"  # TrainerState.extra entry: {"world_size": W, "accumulate": A} of the run that saved it
 
 
-class LayoutError(ValueError):
+class LayoutError(UserError):
     """A run cannot resume on this number of processes with its batches per step."""
 
 

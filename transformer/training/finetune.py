@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from transformer.config import ModelConfig, preset
+from transformer.errors import UserError
 from transformer.model import RNNConfig
 from transformer.text import Vocabularies
 from transformer.run_files import read_json
@@ -35,7 +36,7 @@ PRESET_SIZES = ("d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_lay
 _HUB_NAME = re.compile(r"^[A-Za-z0-9_-][\w.-]*/[\w.-]+$")  # org/name, as import-hf takes it
 
 
-class InitFromError(ValueError):
+class InitFromError(UserError):
     """``train.init_from`` names something that cannot be fine-tuned, or the settings contradict it."""
 
 

@@ -37,6 +37,7 @@ from torch.nn.parallel import DistributedDataParallel
 from transformer import cuda
 from transformer.cpu.precision import slow_bf16_warning
 from transformer.data import Batch, drop_words
+from transformer.errors import UserError
 from transformer.model.loss import symmetric_kl
 from transformer.run.checkpoints import latest_checkpoint
 from transformer.run.lock import storage_errors
@@ -51,7 +52,7 @@ from transformer.training.tensorboard_log import TensorBoardLog
 __all__ = ["FINITE", "SCALER_KEY", "TrainResult", "Trainer", "TrainingDiverged"]
 
 
-class TrainingDiverged(ValueError):
+class TrainingDiverged(UserError):
     """The loss, the gradient norm or the weights stopped being finite: the run stops naming the step,
     before anything is saved from it (the command line exits with status 2)."""
 

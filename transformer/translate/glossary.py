@@ -49,11 +49,13 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Mapping
 
+from transformer.errors import UserError
+
 UTF8_BOM = b"\xef\xbb\xbf"
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
-class GlossaryError(ValueError):
+class GlossaryError(UserError):
     """A glossary that cannot be used, with a one-line message naming the file and the line
     (``terms.tsv:7: ...``), or for pairs given in code, the pair (``glossary: pair 3: ...``)."""
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from transformer.errors import UserError
 from transformer.run.layout import ALIGNMENTS_FILE, CONFIG_FILE, LOCK_FILE, METRICS_FILE, RUN_CONFIG_FILE, TOKENIZER_FILES
 from transformer.run.metrics import MetricsLog
 
@@ -42,7 +43,7 @@ ALIGNMENT_SCALE = 1000  # alignments.jsonl holds 3 decimals: the page embeds the
 _NOT_SUMMARIES = {RUN_CONFIG_FILE, CONFIG_FILE, *TOKENIZER_FILES}
 
 
-class RunRecordsError(ValueError):
+class RunRecordsError(UserError):
     """The directory is not a run, or the run has nothing to report yet (the message names the fix)."""
 
 

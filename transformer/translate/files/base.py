@@ -19,8 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from transformer.errors import UserError
 
-class FileFormatError(ValueError):
+
+class FileFormatError(UserError):
     """A file that cannot be translated: a format not supported, or a corrupt or unreadable file.
     The message names the file and the problem in one line."""
 
