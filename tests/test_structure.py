@@ -19,8 +19,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "transformer"
 # data's way through the package (text -> batches -> model -> training or decoding -> text) reads
 # from the bottom up.
 LAYERS: list[set[str]] = [
-    # settings and the safe reading of a run's files: the standard library and PyTorch only
-    {"config", "config_dict", "run_files", "threads"},
+    # settings, the safe reading of a run's files and the user's errors: the standard library and PyTorch only
+    {"config", "config_dict", "errors", "run_files", "threads"},
     # text -> token ids, the corpora, and the model (the paper in plain PyTorch)
     {"text", "corpus", "model"},
     # batches, decoding algorithms, the CPU and CUDA engines that speed a model up, and the number
