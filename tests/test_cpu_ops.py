@@ -186,6 +186,23 @@ def test_without_a_compiler_the_kernels_are_unavailable(monkeypatch, tmp_path):
     assert type(layer.self_block.dropout) is torch.nn.Dropout
 
 
+def test_the_kernels_compile_into_the_users_cache_not_the_package(monkeypatch, tmp_path):
+    # an installed package's folder may be read-only: the library goes to ~/.cache/transformer or
+    # $TRANSFORMER_CACHE (~ expanded, as for downloads); a stand-in compiler writes its -o file
+    compiler = tmp_path / "cc"
+    compiler.write_text('#!/bin/sh\nwhile [ $# -gt 1 ]; do [ "$1" = -o ] && : > "$2"; shift; done\n')
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CC", str(compiler))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)  # an unexpanded ~ would land here
+    monkeypatch.delenv("TRANSFORMER_CACHE", raising=False)
+    built = build._build()
+    assert built.parent == tmp_path / "home" / ".cache" / "transformer" and built.is_file()
+    monkeypatch.setenv("TRANSFORMER_CACHE", "~/kernels")
+    built = build._build()
+    assert built.parent == tmp_path / "home" / "kernels" and built.is_file()
+
+
 # ---------------------------------------------------------------------- label-smoothed NLL
 def smoothed_nll_reference(logits, target, row_scale, eps):
     """float64 lse - z_t, lse - mean(z) and (softmax(z) - eps / V - (1 - eps) onehot(t)) * row_scale."""

@@ -97,7 +97,8 @@ def _build() -> Path:
     compiler = os.environ.get("CC", "cc")
     sources = b"".join(path.read_bytes() for path in _SOURCES)
     key = hashlib.sha256(sources + " ".join([compiler, *_FLAGS, _cpu_key()]).encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("TRANSFORMER_CACHE", Path.home() / ".cache" / "transformer"))
+    # the user's cache, as for downloads, never the package's folder (site-packages may be read-only)
+    cache = Path(os.environ.get("TRANSFORMER_CACHE", Path.home() / ".cache" / "transformer")).expanduser()
     target = cache / f"cpu_kernels-{key}.so"
     if target.exists():
         return target
