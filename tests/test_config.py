@@ -1,10 +1,12 @@
-"""ModelConfig validation, JSON round trip and presets."""
+"""ModelConfig validation, JSON round trip and presets; config files refused as the user's mistake."""
 
 import json
 
 import pytest
 
 from transformer.config import PRESETS, ModelConfig, preset
+from transformer.errors import UserError
+from transformer.run.config import RunConfig
 
 
 def test_json_round_trip(tmp_path):
@@ -47,12 +49,12 @@ def test_presets_follow_the_paper():
 def test_bad_configs_name_the_field(changes, message):
     values = dict(src_vocab_size=100, tgt_vocab_size=100)
     values.update(changes)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UserError, match=message):
         ModelConfig(**values)
 
 
 def test_unknown_and_missing_keys():
-    with pytest.raises(ValueError, match=r"unknown ModelConfig keys \['d_modle'\]; valid keys"):
+    with pytest.raises(UserError, match=r"unknown ModelConfig keys \['d_modle'\]; valid keys"):
         ModelConfig.from_dict({"src_vocab_size": 5, "tgt_vocab_size": 5, "d_modle": 3})
     with pytest.raises(ValueError, match="missing required keys"):
         ModelConfig.from_dict({"d_model": 8})
@@ -60,3 +62,23 @@ def test_unknown_and_missing_keys():
         ModelConfig.from_json("{not json")
     with pytest.raises(FileNotFoundError):
         ModelConfig.from_json("/nonexistent/config.json")
+
+
+def test_config_files_that_are_not_text_or_not_json_are_the_users_mistake(tmp_path):
+    """Decoding and parsing errors (ValueErrors of Python's own) become one-line UserErrors naming the file."""
+    binary = tmp_path / "config.json"
+    binary.write_bytes(b'{"d_model": "\xff"}')
+    with pytest.raises(UserError, match=f"model config {binary} is not UTF-8 text"):
+        ModelConfig.from_json(binary)
+    with pytest.raises(UserError, match="not valid JSON"):  # more digits than int() converts: a ValueError
+        ModelConfig.from_json('{"d_model": ' + "9" * 5000 + "}")
+    run_config = tmp_path / "run.yaml"
+    run_config.write_bytes(b"train:\n  epochs: \xff\n")
+    with pytest.raises(UserError, match=f"{run_config} is not UTF-8 text"):
+        RunConfig.load(run_config)
+    run_config.write_text("train:\n  epochs: " + "9" * 5000 + "\n")
+    with pytest.raises(UserError, match="is not valid YAML/JSON"):
+        RunConfig.load(run_config)
+    run_config.write_text("model: tiny\n")  # a section that is not a mapping
+    with pytest.raises(UserError, match="config section 'model' must be a mapping, got str"):
+        RunConfig.load(run_config)

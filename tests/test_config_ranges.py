@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from transformer import config_dict
 from transformer.config import ModelConfig
 from transformer.config_dict import Range, check_value
+from transformer.errors import UserError
 from transformer.model.rnn_config import RNNConfig
 from transformer.run.config import (
     MIN_VOCAB_SIZE, RNN_KEYS, TRANSFORMER_KEYS, DataConfig, RunConfig, TrainConfig, describe_ranges)
@@ -105,7 +106,7 @@ def stored(cfg: RunConfig, section: str, name: str):
 def check_loaded_or_refused(build, section: str, name: str) -> RunConfig | None:
     try:
         cfg = build()
-    except ValueError as err:
+    except UserError as err:  # the user's mistake, never a plain ValueError (that would be a bug)
         message = str(err)
         assert name in message, message  # names the key
         assert "\n" not in message

@@ -16,6 +16,7 @@ from typing import Any, Self
 
 from transformer import config_dict
 from transformer.run_files import write_atomic
+from transformer.errors import UserError
 
 ACTIVATIONS = ("relu", "gelu", "silu")
 POSITIONAL = ("sinusoidal", "learned")
@@ -50,18 +51,21 @@ class ConfigFile:
 
         Raises:
             FileNotFoundError: ``source`` is a path to no file.
-            ValueError: the text is not JSON, or not a valid config (the message says why).
+            UserError: the text is not JSON, or not a valid config (the message says why).
         """
         text = str(source)
         if not text.lstrip().startswith("{"):
             path = Path(source)
             if not path.is_file():
                 raise FileNotFoundError(f"model config file not found: {path}")
-            text = path.read_text(encoding="utf-8")
+            try:
+                text = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError as err:
+                raise UserError(f"model config {path} is not UTF-8 text: {err}") from None
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"model config is not valid JSON: {err}") from None
+        except ValueError as err:  # not JSON, or an integer of more digits than Python converts
+            raise UserError(f"model config is not valid JSON: {err}") from None
         return cls.from_dict(data)
 
     def replace(self, **changes: Any) -> Self:
@@ -109,7 +113,7 @@ class ModelConfig(ConfigFile):
         return self.d_model // self.n_heads
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first field that is out of range.
+        """Raise :class:`~transformer.errors.UserError` naming the first field that is out of range.
 
         The numeric ranges are declared on the fields (:func:`transformer.config_dict.check_fields`):
         sizes are positive integers, layer counts >= 1, dropout rates in [0, 1), ``layer_norm_eps``
@@ -118,9 +122,9 @@ class ModelConfig(ConfigFile):
         config_dict.check_fields(self, "ModelConfig")
         for name in BOOL_FIELDS:
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"ModelConfig.{name} must be true or false, got {getattr(self, name)!r}")
+                raise UserError(f"ModelConfig.{name} must be true or false, got {getattr(self, name)!r}")
         if self.d_model % self.n_heads != 0:
-            raise ValueError(
+            raise UserError(
                 f"ModelConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}); "
                 f"e.g. d_model=512 with n_heads=8 gives d_k=64"
             )
@@ -128,9 +132,9 @@ class ModelConfig(ConfigFile):
         _check_choice("positional", self.positional, POSITIONAL)
         _check_choice("sinusoid_layout", self.sinusoid_layout, SINUSOID_LAYOUTS)
         if self.positional == "sinusoidal" and self.d_model % 2 != 0:
-            raise ValueError(f"sinusoidal positions need an even d_model, got {self.d_model}")
+            raise UserError(f"sinusoidal positions need an even d_model, got {self.d_model}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError(
+            raise UserError(
                 "share_embeddings=True needs one shared vocabulary, but src_vocab_size="
                 f"{self.src_vocab_size} != tgt_vocab_size={self.tgt_vocab_size}; train a joint tokenizer "
                 "or set share_embeddings=False"
@@ -139,7 +143,7 @@ class ModelConfig(ConfigFile):
 
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise ValueError(f"ModelConfig.{name} must be one of {list(choices)}, got {value!r}")
+        raise UserError(f"ModelConfig.{name} must be one of {list(choices)}, got {value!r}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -160,7 +164,7 @@ def preset(name: str, *, src_vocab_size: int, tgt_vocab_size: int | None = None,
     With a single shared vocabulary the source/target embeddings are shared as in the paper.
     """
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        raise UserError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
     shared = tgt_vocab_size is None or tgt_vocab_size == src_vocab_size
     values: dict[str, Any] = dict(PRESETS[name])
     values.update(

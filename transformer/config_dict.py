@@ -10,8 +10,9 @@ its dataclass field's metadata (``field(default=..., metadata=positive_int())``)
 checks them all: :func:`check_value` (one value), :func:`check_fields` (a config object) and
 :func:`check_mapping` (a dict of settings, such as the run config's ``model`` section). Numbers must
 be finite (no NaN, no infinity) and never booleans; a refusal names the key, the value and the
-range, e.g. ``train.adam_beta1 must be in [0, 1), got 5.0``. :func:`describe_fields` lists the
-ranges for documentation. Standard library only, so any config module can import it.
+range, e.g. ``train.adam_beta1 must be in [0, 1), got 5.0``; every refusal is a
+:class:`~transformer.errors.UserError`. :func:`describe_fields` lists the ranges for documentation.
+Standard library only (and ``transformer.errors``, which imports nothing), so any config module can import it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Collection, Mapping, Sequence
+
+from transformer.errors import UserError
 
 RANGE = "range"  # the dataclass field metadata key that holds a field's Range
 
@@ -35,18 +38,18 @@ def check_keys(
 ) -> dict[str, Any]:
     """Return ``data`` when it is a dict whose keys are all in ``valid`` and include ``required``.
 
-    Otherwise raise ``ValueError``: ``"{mapping}, got {type}"`` for a non-dict (``mapping``: e.g.
+    Otherwise raise ``UserError``: ``"{mapping}, got {type}"`` for a non-dict (``mapping``: e.g.
     ``"a model config must be a JSON object"``), ``"unknown {owner} {noun} [...]; valid {noun}: [...]"``
     (sorted) for unknown keys, ``"{config} is missing required keys [...]"`` (in ``required``'s order).
     """
     if not isinstance(data, dict):
-        raise ValueError(f"{mapping}, got {type(data).__name__}")
+        raise UserError(f"{mapping}, got {type(data).__name__}")
     unknown = sorted(set(data) - set(valid))
     if unknown:
-        raise ValueError(f"unknown {owner} {noun} {unknown}; valid {noun}: {sorted(valid)}")
+        raise UserError(f"unknown {owner} {noun} {unknown}; valid {noun}: {sorted(valid)}")
     missing = [key for key in required if key not in data]
     if missing:
-        raise ValueError(f"{config} is missing required keys {missing}")
+        raise UserError(f"{config} is missing required keys {missing}")
     return data
 
 
@@ -122,13 +125,13 @@ def _number(x: float | None) -> str:
 def check_value(key: str, value: Any, valid: Range, *, parse_text: bool = False) -> Any:
     """``value`` if it is valid for the setting ``key``, ints turned into floats for a float setting
     (and, with ``parse_text``, number strings such as YAML 1.1's ``"1e-9"`` into numbers).
-    Otherwise ``ValueError("{key} must be {range}, got {value!r}")``: a number out of range, a
+    Otherwise ``UserError("{key} must be {range}, got {value!r}")``: a number out of range, a
     value of another type (a string, a boolean, a float for an integer setting), NaN or infinity.
     """
     checked = _as_kind(value, valid, parse_text)
     if checked is _BAD or not valid.contains(checked):
         shown = value if checked is _BAD else checked
-        raise ValueError(f"{key} must be {valid.describe()}, got {shown!r}")
+        raise UserError(f"{key} must be {valid.describe()}, got {shown!r}")
     return checked
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from transformer import config_dict
 from transformer.config import ConfigFile
+from transformer.errors import UserError
 
 ARCHITECTURE = "rnn"
 # Score function names of the RNN decoder -> names in transformer.model.scores.build_score.
@@ -64,26 +65,26 @@ class RNNConfig(ConfigFile):
         return self.hidden_size
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first field that is out of range.
+        """Raise :class:`~transformer.errors.UserError` naming the first field that is out of range.
 
         The numeric ranges are declared on the fields (:func:`transformer.config_dict.check_fields`):
         sizes and layer counts are positive integers (``hidden_size`` even), ``attention_dim`` a
         positive integer or null, ``dropout`` in [0, 1).
         """
         if self.architecture != ARCHITECTURE:
-            raise ValueError(f"RNNConfig.architecture must be {ARCHITECTURE!r}, got {self.architecture!r}")
+            raise UserError(f"RNNConfig.architecture must be {ARCHITECTURE!r}, got {self.architecture!r}")
         config_dict.check_fields(self, "RNNConfig")  # the numeric ranges declared on the fields
         if self.hidden_size % 2:
-            raise ValueError(f"RNNConfig.hidden_size must be even (two encoder directions), got {self.hidden_size}")
+            raise UserError(f"RNNConfig.hidden_size must be even (two encoder directions), got {self.hidden_size}")
         if self.score not in RNN_SCORES:
-            raise ValueError(f"RNNConfig.score must be one of {list(RNN_SCORES)}, got {self.score!r}")
+            raise UserError(f"RNNConfig.score must be one of {list(RNN_SCORES)}, got {self.score!r}")
         if self.attention_dim is not None and self.score != "additive":
-            raise ValueError(f"RNNConfig.attention_dim only applies to score='additive', not {self.score!r}")
+            raise UserError(f"RNNConfig.attention_dim only applies to score='additive', not {self.score!r}")
         for name in ("input_feeding", "share_embeddings", "tie_output", "output_bias"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"RNNConfig.{name} must be true or false, got {getattr(self, name)!r}")
+                raise UserError(f"RNNConfig.{name} must be true or false, got {getattr(self, name)!r}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError(
+            raise UserError(
                 f"share_embeddings=True needs one shared vocabulary, but src_vocab_size={self.src_vocab_size} "
                 f"!= tgt_vocab_size={self.tgt_vocab_size}"
             )
@@ -102,7 +103,7 @@ RNN_PRESETS: dict[str, dict[str, Any]] = {
 def rnn_preset(name: str, *, src_vocab_size: int, tgt_vocab_size: int | None = None, **overrides: Any) -> RNNConfig:
     """The named RNN preset for the given vocabularies (one shared vocabulary when tgt is omitted)."""
     if name not in RNN_PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(RNN_PRESETS)}")
+        raise UserError(f"unknown preset {name!r}; choose one of {sorted(RNN_PRESETS)}")
     tgt = src_vocab_size if tgt_vocab_size is None else tgt_vocab_size
     values: dict[str, Any] = dict(RNN_PRESETS[name], src_vocab_size=src_vocab_size, tgt_vocab_size=tgt,
                                   share_embeddings=tgt == src_vocab_size)

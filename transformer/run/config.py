@@ -27,6 +27,7 @@ from transformer.cpu.precision import TRAIN_PRECISIONS
 from transformer.data.mixing import parse_mix
 from transformer.text.tokenizer import BYTE_TOKENS, SPECIAL_TOKENS
 from transformer.run_files import RunFileError, read_json, write_atomic
+from transformer.errors import UserError
 
 SECTIONS = ("data", "model", "train")
 CORPORA = ("builtin", "files", "tsv", "multi30k", "tatoeba", "wmt14-en-de", "wmt14-en-fr")
@@ -185,7 +186,7 @@ class TrainConfig:
         parts = [p.strip() for p in (self.freeze or "").split(",") if p.strip()]
         unknown = [p for p in parts if p not in FREEZABLE]
         if unknown:
-            raise ValueError(f"train.freeze names unknown parts {unknown}; valid parts: {', '.join(FREEZABLE)} "
+            raise UserError(f"train.freeze names unknown parts {unknown}; valid parts: {', '.join(FREEZABLE)} "
                              "(comma-separated)")
         return parts
 
@@ -214,17 +215,17 @@ class RunConfig:
         self.validate()
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first bad setting."""
+        """Raise :class:`~transformer.errors.UserError` naming the first bad setting."""
         d, t = self.data, self.train
         _choice("data.corpus", d.corpus, CORPORA)
         if d.corpus == "files" and not (d.train_src and d.train_tgt):
-            raise ValueError("data.corpus=files needs data.train_src and data.train_tgt")
+            raise UserError("data.corpus=files needs data.train_src and data.train_tgt")
         if d.corpus == "tsv" and not d.tsv:
-            raise ValueError("data.corpus=tsv needs data.tsv (a file of source<TAB>target lines)")
+            raise UserError("data.corpus=tsv needs data.tsv (a file of source<TAB>target lines)")
         if bool(d.valid_src) != bool(d.valid_tgt):
-            raise ValueError("give both data.valid_src and data.valid_tgt, or neither")
+            raise UserError("give both data.valid_src and data.valid_tgt, or neither")
         if d.valid_set and d.valid_src:
-            raise ValueError(f"data.valid_set={d.valid_set} and data.valid_src/valid_tgt both name validation data: "
+            raise UserError(f"data.valid_set={d.valid_set} and data.valid_src/valid_tgt both name validation data: "
                              "keep one")
         for key in ("valid_set", "test_set"):
             if getattr(d, key):
@@ -232,17 +233,17 @@ class RunConfig:
 
                 try:
                     check_test_set(getattr(d, key), d.src_lang, d.tgt_lang)
-                except ValueError as err:
-                    raise ValueError(f"data.{key}: {err}") from None
+                except UserError as err:
+                    raise UserError(f"data.{key}: {err}") from None
         config_dict.check_fields(d, "data")  # the ranges declared on the fields
         config_dict.check_fields(t, "train")
         for section in (d, t):
             _check_strings(section)
         if t.ema and t.average_last:
-            raise ValueError(f"train.ema ({t.ema}) and train.average_last ({t.average_last}) each make the run's "
+            raise UserError(f"train.ema ({t.ema}) and train.average_last ({t.average_last}) each make the run's "
                              "final model: set one of them to 0")
         if t.average_last > t.keep_last:
-            raise ValueError(
+            raise UserError(
                 f"train.average_last ({t.average_last}) must not exceed train.keep_last ({t.keep_last}): only the "
                 "newest train.keep_last checkpoints are kept to average; raise train.keep_last or lower train.average_last")
         _choice("train.precision", t.precision, TRAIN_PRECISIONS)
@@ -251,12 +252,12 @@ class RunConfig:
         _choice("train.optimizer", t.optimizer, OPTIMIZERS)
         t.frozen_parts()
         if d.mix and d.bpe_dropout:
-            raise ValueError("data.bpe_dropout does not work with data.mix yet: train on one corpus, or set "
+            raise UserError("data.bpe_dropout does not work with data.mix yet: train on one corpus, or set "
                              "data.bpe_dropout=0")
         if d.mix:
             names = [name for name, _ in parse_mix(d.mix)]
             if d.corpus != "builtin" and d.corpus != names[0]:
-                raise ValueError(f"data.corpus={d.corpus} and data.mix={d.mix} disagree: with data.mix the first corpus "
+                raise UserError(f"data.corpus={d.corpus} and data.mix={d.mix} disagree: with data.mix the first corpus "
                                  "of the mix is the in-domain one (validation, test); leave data.corpus out or make "
                                  "it the first of the mix")
         config_dict.check_keys(self.model, MODEL_KEYS, mapping="config section 'model' must be a mapping", owner="model")
@@ -265,13 +266,13 @@ class RunConfig:
         own = RNN_KEYS if architecture == "rnn" else TRANSFORMER_KEYS
         foreign = sorted(set(self.model) - own - {"preset", "architecture"})
         if foreign:
-            raise ValueError(f"model keys {foreign} do not apply to architecture={architecture}; "
+            raise UserError(f"model keys {foreign} do not apply to architecture={architecture}; "
                              f"its keys: {sorted(own | {'preset', 'architecture'})}")
         config_dict.check_mapping(_model_class(architecture), self.model, "model")
         if self.model.get("preset", "small") not in PRESETS:
-            raise ValueError(f"model.preset must be one of {sorted(PRESETS)}, got {self.model.get('preset')!r}")
+            raise UserError(f"model.preset must be one of {sorted(PRESETS)}, got {self.model.get('preset')!r}")
         if d.joint_vocab is False and self.model.get("share_embeddings"):
-            raise ValueError("model.share_embeddings needs data.joint_vocab=true (one shared vocabulary)")
+            raise UserError("model.share_embeddings needs data.joint_vocab=true (one shared vocabulary)")
         self.model_config(src_vocab_size=d.vocab_size, tgt_vocab_size=d.vocab_size)  # validates the sizes
 
     def model_config(self, *, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig | RNNConfig:
@@ -318,13 +319,13 @@ class RunConfig:
                                owner="config", noun="sections")
         initialized_from = raw.get("initialized_from")
         if initialized_from is not None and not isinstance(initialized_from, dict):
-            raise ValueError(f"initialized_from must be a mapping (written by the trainer), got {initialized_from!r}")
+            raise UserError(f"initialized_from must be a mapping (written by the trainer), got {initialized_from!r}")
         model = raw.get("model") or {"preset": "small"}
         if isinstance(model, dict):  # numbers from YAML 1.1 text ("1e-6") and ints for float settings
             model = config_dict.check_mapping(_model_class(model.get("architecture")), model, "model", parse_text=True)
         return cls(
             data=_section(DataConfig, raw.get("data") or {}, "data"),
-            model=dict(model),
+            model=dict(model) if isinstance(model, dict) else model,  # validate() refuses a non-mapping
             train=_section(TrainConfig, raw.get("train") or {}, "train"),
             initialized_from=initialized_from,
         )
@@ -335,11 +336,14 @@ class RunConfig:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"config file not found: {path}")
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise UserError(f"{path} is not UTF-8 text: {err}") from None
         try:
             raw = json.loads(text) if path.suffix == ".json" else (yaml.safe_load(text) or {})
-        except (yaml.YAMLError, json.JSONDecodeError) as err:
-            raise ValueError(f"{path} is not valid YAML/JSON: {err}") from None
+        except (yaml.YAMLError, ValueError) as err:  # ValueError: also an integer of more digits than Python converts
+            raise UserError(f"{path} is not valid YAML/JSON: {err}") from None
         return cls.from_dict(raw).with_overrides(overrides)
 
     @classmethod
@@ -362,7 +366,7 @@ class RunConfig:
         for item in overrides:
             key, sep, text = item.partition("=")
             if not sep or not key.strip():
-                raise ValueError(f"override {item!r} is not of the form key=value (e.g. train.epochs=5)")
+                raise UserError(f"override {item!r} is not of the form key=value (e.g. train.epochs=5)")
             key = "model.architecture" if key.strip() == "model" else key
             section, name = self._resolve(key.strip())
             # a string setting takes the text as it is ("data.src_lang=no" is Norwegian, not false)
@@ -388,9 +392,9 @@ class RunConfig:
             if len(owners) == 1:
                 return owners[0], key
             if len(owners) > 1:
-                raise ValueError(f"key {key!r} is ambiguous; write one of {[f'{s}.{key}' for s in owners]}")
+                raise UserError(f"key {key!r} is ambiguous; write one of {[f'{s}.{key}' for s in owners]}")
         listing = "; ".join(f"{s}: {', '.join(sorted(names))}" for s, names in valid.items())
-        raise ValueError(f"unknown config key {key!r}. Valid keys are {listing}")
+        raise UserError(f"unknown config key {key!r}. Valid keys are {listing}")
 
 
 def _parse_value(text: str) -> Any:
@@ -433,7 +437,7 @@ def _section(cls: type, values: dict[str, Any], name: str) -> Any:
         key = f"{name}.{f.name}"
         if f.name in ranges:  # a number: of its kind, then in its range (NaN and infinity never are)
             if ranges[f.name].kind is int and not config_dict.is_kind(values[f.name], ranges[f.name], parse_text=True):
-                raise ValueError(f"{key} must be of type int ({ranges[f.name].describe()}), got {values[f.name]!r}")
+                raise UserError(f"{key} must be of type int ({ranges[f.name].describe()}), got {values[f.name]!r}")
             values[f.name] = config_dict.check_value(key, values[f.name], ranges[f.name], parse_text=True)
         else:
             values[f.name] = _coerce(key, values[f.name], f.default)
@@ -446,12 +450,12 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
         return None
     if isinstance(default, bool):
         if not isinstance(value, bool):
-            raise ValueError(f"{key} must be true or false, got {value!r}")
+            raise UserError(f"{key} must be true or false, got {value!r}")
         return value
     if default is None and not isinstance(value, str):  # an optional path
-        raise ValueError(f"{key} must be a string or null, got {value!r}")
+        raise UserError(f"{key} must be a string or null, got {value!r}")
     if default is not None and not isinstance(value, type(default)):
-        raise ValueError(f"{key} must be of type {type(default).__name__}, got {value!r}")
+        raise UserError(f"{key} must be of type {type(default).__name__}, got {value!r}")
     return value
 
 
@@ -461,12 +465,12 @@ def _check_strings(section: Any) -> None:
     for field_name in _STRING_FIELDS[name]:
         value = getattr(section, field_name)
         if value is not None and not isinstance(value, str):
-            raise ValueError(f"{name}.{field_name} must be a string, got {value!r}")
+            raise UserError(f"{name}.{field_name} must be a string, got {value!r}")
 
 
 def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise ValueError(f"{key} must be one of {list(choices)}, got {value!r}")
+        raise UserError(f"{key} must be one of {list(choices)}, got {value!r}")
 
 
 def setting_differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
