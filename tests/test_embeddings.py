@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from transformer.errors import UserError
 from transformer.model.embeddings import (
     LearnedPositionalEncoding,
     SinusoidalPositionalEncoding,
@@ -77,7 +78,7 @@ def test_code_of_a_position_does_not_depend_on_the_sentence_length():
 def test_learned_positions_raise_past_table():
     learned = LearnedPositionalEncoding(16, 8)
     assert learned(16).shape == (16, 8)
-    with pytest.raises(ValueError, match="only 16 positions"):
+    with pytest.raises(UserError, match="only 16 positions"):  # the input is too long: the caller's mistake
         learned(4, offset=14)
 
 

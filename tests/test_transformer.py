@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from transformer.errors import UserError
 from transformer.config import ModelConfig, preset
 from transformer.model import Transformer
 
@@ -160,7 +161,7 @@ def test_tied_and_shared_embeddings():
 def test_learned_positions_reject_too_long_inputs():
     model = make_model(positional="learned", max_positions=8)
     src = torch.randint(4, V, (1, 9))
-    with pytest.raises(ValueError, match="learned position table has only 8"):
+    with pytest.raises(UserError, match="learned position table has only 8"):
         model.encode(src)
     model.encode(src[:, :8])
 

@@ -17,6 +17,7 @@ from transformer.model.layers import DecoderLayer, EncoderLayer, FeedForward
 from transformer.model.rnn import RNNCache, RNNSeq2Seq
 from transformer.model.rnn_config import RNN_PRESETS, RNNConfig, rnn_preset
 from transformer.model.transformer import AttentionMaps, Decoder, Encoder, Transformer
+from transformer.errors import UserError
 
 __all__ = [
     "ARCHITECTURES", "AttentionMaps", "CrossAttention", "Decoder", "DecoderCache", "DecoderLayer", "Encoder", "EncoderLayer",
@@ -34,7 +35,7 @@ def config_from_dict(data: dict[str, Any]) -> ModelConfig | RNNConfig:
     ``ModelConfig`` (a Transformer's config.json has no ``architecture`` key)."""
     if isinstance(data, dict) and data.get("architecture", "transformer") != "transformer":
         if data["architecture"] not in ARCHITECTURES:
-            raise ValueError(f"unknown architecture {data['architecture']!r}; valid: {list(ARCHITECTURES)}")
+            raise UserError(f"unknown architecture {data['architecture']!r}; valid: {list(ARCHITECTURES)}")
         return RNNConfig.from_dict(data)
     if isinstance(data, dict) and "architecture" in data:
         data = {k: v for k, v in data.items() if k != "architecture"}

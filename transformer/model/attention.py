@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from transformer.model.cache import KVCache, StaticKV
 from transformer.model.masks import causal_mask_with_offset
+from transformer.errors import UserError
 
 
 def scaled_dot_product_attention(
@@ -114,7 +115,7 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, *, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
         super().__init__()
         if d_model % n_heads != 0:
-            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+            raise UserError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         self.dropout = dropout  # on the attention weights, in training
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O

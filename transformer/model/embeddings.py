@@ -19,6 +19,8 @@ from torch import Tensor, nn
 
 from torch.nn import Dropout
 
+from transformer.errors import UserError
+
 
 def sinusoidal_table(n_positions: int, d_model: int, *, layout: str = "interleaved") -> Tensor:
     """The ``(n_positions, d_model)`` float32 table of paper 3.5.
@@ -27,7 +29,7 @@ def sinusoidal_table(n_positions: int, d_model: int, *, layout: str = "interleav
     ``"concat"`` puts all sines first, then all cosines (Marian / tensor2tensor).
     """
     if d_model % 2 != 0:
-        raise ValueError(f"sinusoidal positions need an even d_model, got {d_model}")
+        raise UserError(f"sinusoidal positions need an even d_model, got {d_model}")
     position = torch.arange(n_positions, dtype=torch.float64).unsqueeze(1)  # (P, 1)
     inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
     angles = position * inv_freq  # (P, E/2)
@@ -38,7 +40,7 @@ def sinusoidal_table(n_positions: int, d_model: int, *, layout: str = "interleav
         half = d_model // 2
         table[:, :half], table[:, half:] = torch.sin(angles), torch.cos(angles)
     else:
-        raise ValueError(f"unknown sinusoid layout {layout!r}; use 'interleaved' or 'concat'")
+        raise UserError(f"unknown sinusoid layout {layout!r}; use 'interleaved' or 'concat'")
     return table.float()
 
 
@@ -71,7 +73,7 @@ class LearnedPositionalEncoding(nn.Module):
     def forward(self, length: int, *, offset: int = 0) -> Tensor:
         end = offset + length
         if end > self.weight.shape[0]:
-            raise ValueError(
+            raise UserError(
                 f"sequence needs position {end - 1} but the learned position table has only "
                 f"{self.weight.shape[0]} positions (max_positions); shorten the input or use sinusoidal positions"
             )

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from transformer.model.attention import CrossAttention, SelfAttention
 from transformer.model.cache import KVCache, StaticKV
+from transformer.errors import UserError
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
 
@@ -59,7 +60,7 @@ class FeedForward(nn.Module):
     def __init__(self, *, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0) -> None:
         super().__init__()
         if activation not in _ACTIVATIONS:
-            raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(_ACTIVATIONS)}")
+            raise UserError(f"unknown activation {activation!r}; choose one of {sorted(_ACTIVATIONS)}")
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.activation = _ACTIVATIONS[activation]

@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer.errors import UserError
+
 
 class LabelSmoothedCrossEntropy(nn.Module):
     """Summed label-smoothed cross-entropy over non-padding targets."""
@@ -34,7 +36,7 @@ class LabelSmoothedCrossEntropy(nn.Module):
     def __init__(self, *, smoothing: float = 0.1, ignore_index: int) -> None:
         super().__init__()
         if not 0.0 <= smoothing < 1.0:
-            raise ValueError(f"label smoothing must be in [0, 1), got {smoothing}")
+            raise UserError(f"label smoothing must be in [0, 1), got {smoothing}")
         self.smoothing = smoothing
         self.ignore_index = ignore_index
 

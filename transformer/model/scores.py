@@ -22,6 +22,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from transformer.errors import UserError
+
 
 def _check_3d(name: str, t: Tensor, expected: str) -> None:
     if t.dim() != 3:
@@ -140,21 +142,21 @@ def build_score(
 ) -> AttentionScore:
     """Build a score function by name. ``hidden_dim`` (additive) defaults to ``key_dim``; ``rank`` is required."""
     if name not in SCORE_FUNCTIONS:
-        raise ValueError(f"unknown score function {name!r}; valid names: {', '.join(SCORE_FUNCTIONS)}")
+        raise UserError(f"unknown score function {name!r}; valid names: {', '.join(SCORE_FUNCTIONS)}")
     if hidden_dim is not None and name != "additive":
-        raise ValueError(f"hidden_dim only applies to 'additive', not {name!r}")
+        raise UserError(f"hidden_dim only applies to 'additive', not {name!r}")
     if rank is not None and name != "low_rank_bilinear":
-        raise ValueError(f"rank only applies to 'low_rank_bilinear', not {name!r}")
+        raise UserError(f"rank only applies to 'low_rank_bilinear', not {name!r}")
     if name == "additive":
         return AdditiveScore(query_dim=query_dim, key_dim=key_dim, hidden_dim=hidden_dim or key_dim)
     if name in ("dot", "scaled_dot"):
         if query_dim != key_dim:
-            raise ValueError(f"{name!r} needs query_dim == key_dim, got {query_dim} and {key_dim}")
+            raise UserError(f"{name!r} needs query_dim == key_dim, got {query_dim} and {key_dim}")
         return DotScore(scaled=name == "scaled_dot")
     if name == "bilinear":
         return BilinearScore(query_dim=query_dim, key_dim=key_dim)
     if rank is None:
-        raise ValueError("'low_rank_bilinear' needs rank=r")
+        raise UserError("'low_rank_bilinear' needs rank=r")
     return LowRankBilinearScore(query_dim=query_dim, key_dim=key_dim, rank=rank)
 
 
