@@ -32,6 +32,7 @@ from collections.abc import Iterator
 
 from transformer.corpus.grammar import realize
 from transformer.corpus.templates import FIRST_NAMES, sample_sentence
+from transformer.errors import UserError
 
 MAX_WORDS = 20  # per side; longer draws are skipped (they are rare)
 _MAX_MISSES = 100_000  # consecutive duplicate draws before giving up
@@ -60,10 +61,10 @@ def generate_pairs(n: int, *, seed: int = 0, written_share: float | None = None)
     """``n`` distinct (french, english) pairs, the same ones for the same ``seed``; a share
     ``written_share`` of them written with capitals and punctuation (default :data:`WRITTEN_SHARE`).
 
-    Raises ``ValueError`` if ``n`` is not a positive integer or the share is not in [0, 1].
+    Raises ``UserError`` if ``n`` is not a positive integer or the share is not in [0, 1].
     """
     if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
+        raise UserError(f"n must be a positive integer, got {n!r}")
     return list(itertools.islice(_distinct_pairs(seed, _share(written_share)), n))
 
 
@@ -72,14 +73,14 @@ def builtin_splits(*, n_train: int, n_valid: int, n_test: int, seed: int = 0,
     """Train / validation / test pairs, split by :func:`split_of` (5% valid, 5% test).
 
     Pairs are distinct across and within splits, and no validation or test French sentence
-    can ever occur in a training set. Raises ``ValueError`` if ``n_train`` is not a positive
+    can ever occur in a training set. Raises ``UserError`` if ``n_train`` is not a positive
     integer or ``n_valid`` / ``n_test`` are negative.
     """
     sizes = {"train": n_train, "valid": n_valid, "test": n_test}
     for name, size in sizes.items():
         smallest = 1 if name == "train" else 0
         if isinstance(size, bool) or not isinstance(size, int) or size < smallest:
-            raise ValueError(f"n_{name} must be an integer >= {smallest}, got {size!r}")
+            raise UserError(f"n_{name} must be an integer >= {smallest}, got {size!r}")
     splits: dict[str, list[tuple[str, str]]] = {name: [] for name in sizes}
     missing = sum(sizes.values())
     for pair in _distinct_pairs(seed, _share(written_share)):
@@ -99,7 +100,7 @@ def split_of(french: str, *, valid_fraction: float = 0.05, test_fraction: float 
     every machine and every run.
     """
     if valid_fraction < 0 or test_fraction < 0 or valid_fraction + test_fraction >= 1:
-        raise ValueError(f"bad fractions: valid {valid_fraction}, test {test_fraction} (need >= 0, sum < 1)")
+        raise UserError(f"bad fractions: valid {valid_fraction}, test {test_fraction} (need >= 0, sum < 1)")
     digest = hashlib.blake2b(french.encode("utf-8"), digest_size=8).digest()
     position = int.from_bytes(digest, "big") / 2**64  # uniform in [0, 1)
     if position < test_fraction:
@@ -116,7 +117,7 @@ _NAMES = frozenset(first_name for first_name, _ in FIRST_NAMES)
 def _share(written_share: float | None) -> float:
     share = WRITTEN_SHARE if written_share is None else written_share
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
-        raise ValueError(f"written_share must be a number from 0 to 1, got {written_share!r}")
+        raise UserError(f"written_share must be a number from 0 to 1, got {written_share!r}")
     return float(share)
 
 

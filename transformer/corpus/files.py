@@ -234,14 +234,14 @@ def read_tsv(path: PathLike, *, src_column: int = 0, tgt_column: int = 1) -> tup
         ``(pairs, stats)`` as for :func:`read_parallel`.
 
     Raises:
-        ValueError: bad column arguments (negative, or equal).
+        UserError: bad column arguments (negative, or equal).
         CorpusError: missing/unreadable file, invalid UTF-8, a line with too few columns
             (line number and column count named), or no pair left.
     """
     if src_column < 0 or tgt_column < 0:
-        raise ValueError(f"columns are 0-based and non-negative, got src_column={src_column}, tgt_column={tgt_column}")
+        raise UserError(f"columns are 0-based and non-negative, got src_column={src_column}, tgt_column={tgt_column}")
     if src_column == tgt_column:
-        raise ValueError(f"src_column and tgt_column must differ, both are {src_column}")
+        raise UserError(f"src_column and tgt_column must differ, both are {src_column}")
     lines, gz = read_lines(path)
     need = max(src_column, tgt_column) + 1
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from transformer.corpus.download import download_verified, verify_file
 from transformer.corpus.files import CorpusError, ReadStats, read_archive_parallel, read_parallel, read_tsv
+from transformer.errors import UserError
 
 __all__ = [
     "DATA_ENV", "CACHE_ENV", "REGISTRY", "WMT14_PARTS", "CorpusInfo", "RemoteFile", "corpus_pairs", "data_command",
@@ -410,10 +411,10 @@ def tatoeba_splits(
     order. The result depends only on ``pairs`` and ``seed``.
 
     Raises:
-        ValueError: negative sizes, or nothing left for train.
+        UserError: negative sizes, or nothing left for train.
     """
     if valid < 0 or test < 0:
-        raise ValueError(f"valid and test must be >= 0, got valid={valid}, test={test}")
+        raise UserError(f"valid and test must be >= 0, got valid={valid}, test={test}")
     groups: dict[str, list[tuple[str, str]]] = {}
     for pair in pairs:
         groups.setdefault(pair[0], []).append(pair)
@@ -428,7 +429,7 @@ def tatoeba_splits(
     for source in sources[i:]:
         splits["train"].extend(groups[source])
     if not splits["train"]:
-        raise ValueError(f"no pairs left for train: {len(pairs)} pairs, valid={valid}, test={test}")
+        raise UserError(f"no pairs left for train: {len(pairs)} pairs, valid={valid}, test={test}")
     return splits
 
 
