@@ -91,6 +91,8 @@ def test_writer_refuses_ids_its_type_cannot_hold(tmp_path):
     (lambda d: (d / "header.json").unlink(), "no header.json"),
     (lambda d: (d / "header.json").write_text(json.dumps({"format": 99})), "format 99"),
     (lambda d: (d / "tgt.idx").unlink(), "tgt.idx: missing"),
+    (lambda d: (d / "header.json").write_text(json.dumps({**json.loads((d / "header.json").read_text()), "pairs": "ten"})),
+     "incomplete header"),
 ])
 def test_a_damaged_directory_is_refused_by_name(tmp_path, damage, message):
     _write(tmp_path / "d", _random_pairs(10))

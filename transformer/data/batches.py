@@ -29,6 +29,7 @@ from torch import Tensor
 
 from transformer.corpus.files import CorpusError, ReadStats, read_parallel, read_tsv
 from transformer.data.filtering import Example, FilterStats, example_lengths, filter_examples, filter_lengths
+from transformer.errors import UserError
 
 __all__ = [
     "Example",
@@ -151,7 +152,7 @@ def drop_words(batch: Batch, p: float, *, pad_id: int, src_unk_id: int, tgt_unk_
     as they are, so the loss still asks for the whole sentence from a partly hidden input.
     """
     if not 0.0 <= p < 1.0:
-        raise ValueError(f"word dropout probability must be in [0, 1), got {p}")
+        raise UserError(f"word dropout probability must be in [0, 1), got {p}")
     if p == 0.0:
         return batch
     src_drop = (torch.rand(batch.src.shape, device=batch.src.device) < p) & batch.src_mask
@@ -250,13 +251,13 @@ class TokenBudgetBatches:
         lengths: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         if max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+            raise UserError(f"max_tokens must be >= 1, got {max_tokens}")
         if max_sentences is not None and max_sentences < 1:
-            raise ValueError(f"max_sentences must be >= 1 or None, got {max_sentences}")
+            raise UserError(f"max_sentences must be >= 1 or None, got {max_sentences}")
         if world_size < 1 or not 0 <= rank < world_size:
-            raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+            raise UserError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
         if seed < 0:
-            raise ValueError(f"seed must be >= 0, got {seed}")
+            raise UserError(f"seed must be >= 0, got {seed}")
         if len(examples) == 0:
             raise ValueError("TokenBudgetBatches needs at least one example")
         self.examples = examples
@@ -287,7 +288,7 @@ class TokenBudgetBatches:
         self._batches, self.n_oversize = self._cut(order, src_lens, tgt_lens + 1)
         self.num_batches_total = len(self._batches)
         if self.num_batches_total < world_size:
-            raise ValueError(
+            raise UserError(
                 f"only {self.num_batches_total} batch(es) for world_size={world_size}: some rank would get "
                 "none; lower max_tokens or use fewer ranks"
             )

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from transformer.errors import UserError
+
 __all__ = ["Example", "FilterStats", "example_lengths", "filter_examples", "filter_lengths"]
 
 Example = tuple[list[int], list[int]]  # (source ids, target ids), no BOS/EOS
@@ -70,9 +72,9 @@ def filter_lengths(
 ) -> tuple[np.ndarray, FilterStats]:
     """:func:`filter_examples` on the lengths alone: the kept indices (an ascending int64 array) and the counts."""
     if max_len < 1:
-        raise ValueError(f"max_len must be >= 1, got {max_len}")
+        raise UserError(f"max_len must be >= 1, got {max_len}")
     if max_ratio is not None and not max_ratio >= 1.0:
-        raise ValueError(f"max_ratio compares longer/shorter, so it must be >= 1 (or None), got {max_ratio}")
+        raise UserError(f"max_ratio compares longer/shorter, so it must be >= 1 (or None), got {max_ratio}")
     s, t = np.asarray(src_lens, dtype=np.int64), np.asarray(tgt_lens, dtype=np.int64)
     empty = (s == 0) | (t == 0)
     too_long = ~empty & ((s > max_len) | (t > max_len))

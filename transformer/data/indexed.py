@@ -139,7 +139,7 @@ def open_indexed(directory: str | os.PathLike[str]) -> IndexedPairs:
         for side in SIDES:
             dtype, tokens = np.dtype(header["dtype"][side]), int(header["tokens"][side])
             arrays[side] = (_map(directory / f"{side}.bin", dtype, tokens), _map(directory / f"{side}.idx", np.int64, n + 1))
-    except (KeyError, TypeError) as err:
+    except (KeyError, TypeError, ValueError) as err:  # ValueError: a count that is not a number
         raise IndexedFormatError(f"{directory / HEADER_FILE}: incomplete header ({err!r})") from None
     for side, (_, offsets) in arrays.items():
         if offsets[0] != 0 or offsets[-1] != int(header["tokens"][side]):

@@ -20,6 +20,7 @@ import numpy as np
 
 from transformer.data.batches import Batch, Example, TokenBudgetBatches
 from transformer.data.indexed import ConcatPairs
+from transformer.errors import UserError
 
 NAMED_CORPORA = ("builtin", "multi30k", "tatoeba")  # what a name in data.mix can be, besides a .tsv file
 
@@ -37,18 +38,18 @@ def parse_mix(text: str) -> list[tuple[str, float]]:
         name, sep, weight_text = item.strip().rpartition(":")
         name = name.strip()
         if not sep or not name:
-            raise ValueError(f"data.mix item {item.strip()!r} is not NAME:WEIGHT (e.g. data.mix=multi30k:0.8,tatoeba:0.2)")
+            raise UserError(f"data.mix item {item.strip()!r} is not NAME:WEIGHT (e.g. data.mix=multi30k:0.8,tatoeba:0.2)")
         try:
             weight = float(weight_text)
         except ValueError:
-            raise ValueError(f"data.mix item {item.strip()!r}: the weight {weight_text!r} is not a number") from None
+            raise UserError(f"data.mix item {item.strip()!r}: the weight {weight_text!r} is not a number") from None
         if not (math.isfinite(weight) and weight > 0):
-            raise ValueError(f"data.mix item {item.strip()!r}: the weight must be a number > 0")
+            raise UserError(f"data.mix item {item.strip()!r}: the weight must be a number > 0")
         if name not in NAMED_CORPORA and not name.endswith(".tsv"):
-            raise ValueError(f"data.mix names an unknown corpus {name!r}: use {', '.join(NAMED_CORPORA)} or the path "
+            raise UserError(f"data.mix names an unknown corpus {name!r}: use {', '.join(NAMED_CORPORA)} or the path "
                              "of a .tsv file (source<TAB>target lines)")
         if name in (n for n, _ in items):
-            raise ValueError(f"data.mix names {name!r} twice")
+            raise UserError(f"data.mix names {name!r} twice")
         items.append((name, weight))
     total = sum(w for _, w in items)
     return [(name, w / total) for name, w in items]
@@ -115,6 +116,11 @@ class MixedBatches:
     def iter_from(self, epoch: int, index: int) -> Iterator[Batch]:
         """Batches ``index, index + 1, ...`` of this rank's epoch ``epoch`` (exact resume)."""
         return self.epoch_batches(epoch).iter_from(epoch, index)
+
+    def target_tokens_by_rank(self, epoch: int, index: int, count: int) -> list[int]:
+        """Each rank's target tokens in its batches ``index`` to ``index + count - 1`` of ``epoch``
+        (:meth:`TokenBudgetBatches.target_tokens_by_rank`)."""
+        return self.epoch_batches(epoch).target_tokens_by_rank(epoch, index, count)
 
     def batch_sources(self, epoch: int) -> list[list[int]]:
         """For each of this rank's batches of ``epoch``, in order, the corpus index of each pair."""
