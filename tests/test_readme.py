@@ -6,14 +6,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_ci_runs_the_readme_test_command():
+def test_ci_runs_the_readme_commands_as_written():
     readme = (ROOT / "README.md").read_text()
     commands = re.findall(r"```bash\n(.+?)\n```", readme)
     assert len(commands) >= 2, "the README opens with two commands: main job, tests"
-    test_command = commands[1]
-    assert "pytest" in test_command
-    assert test_command in (ROOT / ".ci" / "run").read_text()
-    assert "-c constraints.txt" in commands[0] and "-c constraints.txt" in test_command
+    main_command, test_command = commands[:2]
+    assert "transformer demo" in main_command and "pytest" in test_command
+    ci = (ROOT / ".ci" / "run").read_text()
+    # each in a line that runs it, not in a comment; the main job first
+    runs = [line for line in ci.splitlines() if not line.lstrip().startswith("#")]
+    assert any(main_command in line for line in runs), ".ci/run does not run the README's first command as written"
+    assert any(test_command in line for line in runs), ".ci/run does not run the README's second command as written"
+    assert ci.index(main_command) < ci.index(test_command)
+    assert "-c constraints.txt" in main_command and "-c constraints.txt" in test_command
 
 
 def test_readme_is_a_front_door_under_300_lines():
