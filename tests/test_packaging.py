@@ -26,9 +26,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "transformer"
-# Outside a git checkout, the walk skips what .gitignore keeps out of one.
-UNTRACKED_DIRS = {".git", ".venv", "__pycache__", ".pytest_cache", "build", "dist", "runs", "test-artifacts",
-                  "_build", "_generated"}
+# Outside a git checkout, the walk skips what .gitignore keeps out of one, and hidden folders (.venv, caches).
+UNTRACKED_DIRS = {"__pycache__", "build", "dist", "runs", "test-artifacts", "_build", "_generated"}
 # Not source: what running, testing or building in a checkout leaves in the package's folders.
 JUNK = ["transformer/__pycache__/cli.cpython-311.pyc", "transformer/cpu/cpu_kernels-0123456789abcdef.so",
         "transformer/visualize/page.html.orig", "transformer.egg-info/PKG-INFO"]
@@ -44,7 +43,8 @@ def source_files() -> list[str]:
     except (OSError, subprocess.CalledProcessError):
         found = []
         for folder, dirs, files in os.walk(ROOT):
-            dirs[:] = [d for d in dirs if d not in UNTRACKED_DIRS and not d.endswith(".egg-info")]
+            dirs[:] = [d for d in dirs
+                       if d not in UNTRACKED_DIRS and not d.startswith(".") and not d.endswith(".egg-info")]
             found += [str((Path(folder) / f).relative_to(ROOT)) for f in files if not f.endswith((".pyc", ".so"))]
         return sorted(found)
 
