@@ -31,8 +31,9 @@ LAYERS: list[set[str]] = [
     {"run"},
     # the package root (``from transformer import load_model``: it exports from ``run``)
     {"__init__"},
-    # what a trained run is used for: translating, looking at its attention, other formats
-    {"translate", "visualize", "interop"},
+    # what a trained run is used for: translating, looking at its attention, other formats; and
+    # the translation memory (SQLite, no torch), which translating and serving consult
+    {"translate", "visualize", "interop", "memory"},
     # training: it scores its validation translations with ``translate``
     {"training"},
     # the server (a translator behind HTTP) and the paper's recipes (run configurations)
