@@ -11,6 +11,7 @@ pytest.importorskip("sentencepiece")
 from interop_helpers import sentences, train_spm  # noqa: E402
 
 from transformer.interop import MissingExtraError  # noqa: E402
+from transformer.errors import UserError  # noqa: E402
 from transformer.interop._common import INSTALL_HINT, require  # noqa: E402
 from transformer.text.sentencepiece import SentencePieceTokenizer, split_language_code  # noqa: E402
 from transformer.text import BPETokenizer, Vocabularies, load_tokenizer  # noqa: E402
@@ -59,14 +60,17 @@ def test_save_load_and_dispatch(proto, tmp_path):
 
 def test_bad_vocabularies_are_refused(proto, tmp_path):
     vocab = _vocab(proto)
-    with pytest.raises(ValueError, match="lacks special tokens"):
+    with pytest.raises(UserError, match="lacks special tokens"):
         SentencePieceTokenizer(proto, {k: v for k, v in vocab.items() if k != "<pad>"})
-    with pytest.raises(ValueError, match="ids must be 0"):
+    with pytest.raises(UserError, match="ids must be 0"):
         SentencePieceTokenizer(proto, {**vocab, "extra": len(vocab) + 5})
-    with pytest.raises(ValueError, match="not a valid SentencePiece model"):
+    with pytest.raises(UserError, match="not a valid SentencePiece model"):
         SentencePieceTokenizer(b"not a model", vocab)
     (tmp_path / "tokenizer.json").write_text('{"model": {"type": "SentencePiece", "vocab": {}}}')
-    with pytest.raises(ValueError, match="not a valid SentencePiece tokenizer file"):
+    with pytest.raises(UserError, match="not a valid SentencePiece tokenizer file"):
+        load_tokenizer(tmp_path / "tokenizer.json")
+    (tmp_path / "tokenizer.json").write_text('{"model": {"type": "SentencePiece", "vocab": [], "spm_model": ""}}')
+    with pytest.raises(UserError, match="not a valid SentencePiece tokenizer file"):  # a vocabulary that is no mapping
         load_tokenizer(tmp_path / "tokenizer.json")
 
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from transformer.errors import UserError
 from transformer.text import (
     BOS, BYTE_TOKENS, EOS, JOINT_FILE, PAD, SRC_FILE, TGT_FILE, UNK,
     BPETokenizer, Tokenizer, Vocabularies, load_tokenizer,
@@ -232,7 +233,7 @@ def test_vocabularies_load_errors(separate, tmp_path):
         Vocabularies.load(tmp_path)
     (tmp_path / JOINT_FILE).write_text("{not json", encoding="utf-8")
     (tmp_path / SRC_FILE).unlink()
-    with pytest.raises(ValueError, match="not a valid tokenizer JSON"):
+    with pytest.raises(UserError, match="not a valid tokenizer JSON"):
         Vocabularies.load(tmp_path)
 
 
@@ -240,30 +241,30 @@ def test_load_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing.json"):
         BPETokenizer.load(tmp_path / "missing.json")
     (tmp_path / "list.json").write_text("[1, 2]", encoding="utf-8")
-    with pytest.raises(ValueError, match="list.json"):
+    with pytest.raises(UserError, match="list.json"):
         load_tokenizer(tmp_path / "list.json")
     (tmp_path / "wp.json").write_text(json.dumps({"model": {"type": "WordPiece"}}), encoding="utf-8")
-    with pytest.raises(ValueError, match="WordPiece"):
+    with pytest.raises(UserError, match="WordPiece"):
         load_tokenizer(tmp_path / "wp.json")
 
 
 def test_bad_training_inputs():
-    with pytest.raises(ValueError, match="vocab_size"):
+    with pytest.raises(UserError, match="vocab_size"):
         BPETokenizer.train(["le chat"], vocab_size=100)       # cannot hold specials + bytes
     small = BPETokenizer.train(["abcdefghij klmnop"], vocab_size=265)  # room for 5 of the 17 characters
     assert small.decode(small.encode("abcdefghij klmnop")) == "abcdefghij klmnop"  # the rest as byte tokens
     assert small.vocab_size <= 265
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(UserError, match="empty"):
         BPETokenizer.train([], vocab_size=VOCAB)
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(UserError, match="empty"):
         BPETokenizer.train(["", "   "], vocab_size=VOCAB)
     with pytest.raises(TypeError):
         BPETokenizer.train("le chat", vocab_size=VOCAB)     # a str, not an iterable of str
     with pytest.raises(TypeError):
         BPETokenizer.train(["ok", 3], vocab_size=VOCAB)
-    with pytest.raises(ValueError, match="target texts"):
+    with pytest.raises(UserError, match="target texts"):
         Vocabularies.train([("le chat", "")], vocab_size=VOCAB)
-    with pytest.raises(ValueError, match="source texts"):
+    with pytest.raises(UserError, match="source texts"):
         Vocabularies.train([], vocab_size=VOCAB, joint=False)
 
 

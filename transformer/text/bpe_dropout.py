@@ -29,6 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from transformer.text.tokenizer import BYTE_TOKENS, WORD_BOUNDARY, BPETokenizer, Tokenizer
+from transformer.errors import UserError
 
 Example = tuple[list[int], list[int]]
 SAMPLES = 16  # segmentations drawn per distinct word
@@ -62,7 +63,7 @@ class _Side:
 
     def __init__(self, tokenizer: Tokenizer, p: float, samples: int, seed: int) -> None:
         if not isinstance(tokenizer, BPETokenizer):
-            raise ValueError(f"BPE-dropout needs the project's BPE tokenizer, not {type(tokenizer).__name__} "
+            raise UserError(f"BPE-dropout needs the project's BPE tokenizer, not {type(tokenizer).__name__} "
                              "(an imported model's SentencePiece tokenizer has no merges to drop)")
         self.tokenizer, self.p, self.samples = tokenizer, p, samples
         self.ranks = merge_ranks(tokenizer)
@@ -117,9 +118,9 @@ class BPEDropout:
     def __init__(self, examples: Sequence[Example], src: Tokenizer, tgt: Tokenizer, *, p: float, seed: int = 0,
                  samples: int = SAMPLES) -> None:
         if not 0.0 <= p < 1.0:
-            raise ValueError(f"BPE-dropout probability must be in [0, 1), got {p}")
+            raise UserError(f"BPE-dropout probability must be in [0, 1), got {p}")
         if samples < 1:
-            raise ValueError(f"samples must be >= 1, got {samples}")
+            raise UserError(f"samples must be >= 1, got {samples}")
         self.src = _Side(src, p, samples, seed)
         self.tgt = self.src if tgt is src else _Side(tgt, p, samples, seed + 1)
         self._words: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])

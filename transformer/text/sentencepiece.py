@@ -36,6 +36,7 @@ from transformer.text.tokenizer import (
     Tokenizer,
     read_tokenizer_json,
 )
+from transformer.errors import UserError
 
 MODEL_TYPE = "SentencePiece"
 INSTALL_HINT = 'pip install -c constraints.txt -e ".[interop]"'
@@ -67,7 +68,7 @@ class SentencePieceTokenizer(Tokenizer):
                  unk_token: str = UNK) -> None:
         """Wrap a serialized SentencePiece model and a vocabulary whose ids are ``0 .. len - 1``.
 
-        Raises ValueError if the model cannot be read, the ids are not contiguous, or a special
+        Raises UserError if the model cannot be read, the ids are not contiguous, or a special
         token (start, pad, eos, unk) is missing from the vocabulary.
         """
         spm = _spm()
@@ -75,14 +76,14 @@ class SentencePieceTokenizer(Tokenizer):
         try:
             self._sp.LoadFromSerializedProto(bytes(model_proto))
         except Exception as err:  # sentencepiece raises RuntimeError/OSError on a bad proto
-            raise ValueError(f"not a valid SentencePiece model: {err}") from None
+            raise UserError(f"not a valid SentencePiece model: {err}") from None
         self._vocab = {str(piece): int(i) for piece, i in vocab.items()}
         self._pieces = {i: piece for piece, i in self._vocab.items()}
         if sorted(self._pieces) != list(range(len(self._vocab))):
-            raise ValueError(f"vocabulary ids must be 0 .. {len(self._vocab) - 1}, each once")
+            raise UserError(f"vocabulary ids must be 0 .. {len(self._vocab) - 1}, each once")
         missing = [t for t in (start_token, pad_token, eos_token, unk_token) if t not in self._vocab]
         if missing:
-            raise ValueError(f"SentencePiece vocabulary lacks special tokens {missing}")
+            raise UserError(f"SentencePiece vocabulary lacks special tokens {missing}")
         self._proto = bytes(model_proto)
         self.start_token, self.append_eos = start_token, bool(append_eos)
         self._tokens = {"pad": pad_token, "eos": eos_token, "unk": unk_token}
@@ -97,26 +98,26 @@ class SentencePieceTokenizer(Tokenizer):
         for path in (model_file, vocab_file):
             if not path.exists():
                 raise FileNotFoundError(f"tokenizer file not found: {path}")
-        vocab = read_tokenizer_json(vocab_file, model_section=False)  # RunFileError (a ValueError) when bad
+        vocab = read_tokenizer_json(vocab_file, model_section=False)  # RunFileError (a UserError) when bad
         if not isinstance(vocab, dict) or not all(isinstance(i, int) for i in vocab.values()):
-            raise ValueError(f"{vocab_file} must map pieces to integer ids")
+            raise UserError(f"{vocab_file} must map pieces to integer ids")
         try:
             return cls(read_bytes(model_file, limit=MAX_TOKENIZER_BYTES), vocab, **settings)
         except ValueError as err:
-            raise ValueError(f"{model_file} / {vocab_file}: {err}") from None
+            raise UserError(f"{model_file} / {vocab_file}: {err}") from None
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> SentencePieceTokenizer:
-        """Read a tokenizer written by :meth:`save`; FileNotFoundError / ValueError on a bad file."""
+        """Read a tokenizer written by :meth:`save`; FileNotFoundError / UserError on a bad file."""
         model = read_tokenizer_json(path)["model"]
         if model.get("type") != MODEL_TYPE:
-            raise ValueError(f"{path} holds a {model.get('type')!r} model, not {MODEL_TYPE}")
+            raise UserError(f"{path} holds a {model.get('type')!r} model, not {MODEL_TYPE}")
         try:
             proto = base64.b64decode(model["spm_model"], validate=True)
             return cls(proto, model["vocab"], start_token=model["start_token"], append_eos=model["append_eos"],
                        pad_token=model["pad_token"], eos_token=model["eos_token"], unk_token=model["unk_token"])
-        except (KeyError, TypeError, ValueError) as err:
-            raise ValueError(f"{path} is not a valid SentencePiece tokenizer file: {err!r}") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as err:  # AttributeError: a vocab that is no mapping
+            raise UserError(f"{path} is not a valid SentencePiece tokenizer file: {err!r}") from None
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the tokenizer as one JSON file (model in base64, vocabulary, settings), atomically."""

@@ -37,6 +37,7 @@ from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, tra
 from tokenizers import Tokenizer as HFTokenizer
 
 from transformer.run_files import MAX_TOKENIZER_BYTES, RunFileError, read_json, write_atomic
+from transformer.errors import UserError
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, BOS, EOS, UNK)
@@ -50,7 +51,7 @@ TGT_FILE = "tokenizer.tgt.json"
 
 
 def _check_texts(texts: Iterable[str], what: str) -> list[str]:
-    """Materialize training ``texts``; TypeError on non-str items, ValueError if all are blank."""
+    """Materialize training ``texts``; TypeError on non-str items, UserError if all are blank."""
     if isinstance(texts, str):
         raise TypeError(f"{what} must be an iterable of strings, not a single str")
     texts = list(texts)
@@ -58,7 +59,7 @@ def _check_texts(texts: Iterable[str], what: str) -> list[str]:
         if not isinstance(t, str):
             raise TypeError(f"{what} must contain str, got {type(t).__name__}")
     if not any(t.strip() for t in texts):
-        raise ValueError(f"{what} is empty: need at least one non-blank training text")
+        raise UserError(f"{what} is empty: need at least one non-blank training text")
     return texts
 
 
@@ -69,9 +70,9 @@ def read_tokenizer_json(path: str | os.PathLike, *, model_section: bool = True) 
     Args:
         path: the file.
         model_section: True for a tokenizer file (what ``save`` writes): an object with a
-            ``model`` object, any problem a ValueError "PATH is not a valid tokenizer JSON: ...".
+            ``model`` object, any problem a UserError "PATH is not a valid tokenizer JSON: ...".
             False for another JSON file of a tokenizer (Marian's ``vocab.json``): any JSON value,
-            a problem a ``RunFileError`` (a ValueError) naming the file.
+            a problem a ``RunFileError`` (a UserError) naming the file.
 
     Returns:
         the parsed JSON.
@@ -87,9 +88,9 @@ def read_tokenizer_json(path: str | os.PathLike, *, model_section: bool = True) 
     try:
         data = read_json(path, limit=MAX_TOKENIZER_BYTES)
     except RunFileError as e:
-        raise ValueError(f"{path} is not a valid tokenizer JSON: {e}") from None
+        raise UserError(f"{path} is not a valid tokenizer JSON: {e}") from None
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
-        raise ValueError(f"{path} is not a valid tokenizer JSON: no 'model' section")
+        raise UserError(f"{path} is not a valid tokenizer JSON: no 'model' section")
     return data
 
 
@@ -184,10 +185,10 @@ class BPETokenizer(Tokenizer):
     """Byte-pair-encoding tokenizer (NFKC, Metaspace ``▁`` word marks, byte fallback)."""
 
     def __init__(self, hf: HFTokenizer) -> None:
-        """Wrap a Hugging Face BPE tokenizer; ValueError if it lacks a special token."""
+        """Wrap a Hugging Face BPE tokenizer; UserError if it lacks a special token."""
         missing = [t for t in SPECIAL_TOKENS if hf.token_to_id(t) is None]
         if missing:
-            raise ValueError(f"tokenizer vocabulary lacks special tokens {missing}")
+            raise UserError(f"tokenizer vocabulary lacks special tokens {missing}")
         self._hf = hf
         self._hf.encode_special_tokens = True  # literal "<s>" in text is text (not serialized: set here)
         self._pad, self._bos, self._eos, self._unk = (hf.token_to_id(t) for t in SPECIAL_TOKENS)
@@ -202,17 +203,17 @@ class BPETokenizer(Tokenizer):
         Where the training text has more characters than ``vocab_size`` leaves room for, the most
         frequent ones make the alphabet and the others are written as byte tokens.
 
-        Raises ValueError if ``vocab_size`` cannot hold the 4 specials, the 256 byte tokens and one
+        Raises UserError if ``vocab_size`` cannot hold the 4 specials, the 256 byte tokens and one
         character, or if ``texts`` holds no non-blank string.
         """
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
             raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
         reserved = len(SPECIAL_TOKENS) + len(BYTE_TOKENS)
         if vocab_size <= reserved:
-            raise ValueError(f"vocab_size={vocab_size} too small: {reserved} ids are reserved for "
+            raise UserError(f"vocab_size={vocab_size} too small: {reserved} ids are reserved for "
                              f"{len(SPECIAL_TOKENS)} special and {len(BYTE_TOKENS)} byte tokens")
         if min_frequency < 1:
-            raise ValueError(f"min_frequency must be >= 1, got {min_frequency}")
+            raise UserError(f"min_frequency must be >= 1, got {min_frequency}")
         texts = _check_texts(texts, "training texts")
 
         hf = HFTokenizer(models.BPE(unk_token=UNK))
@@ -235,7 +236,7 @@ class BPETokenizer(Tokenizer):
         learned = sorted(model["vocab"], key=model["vocab"].__getitem__)
         alphabet = len(learned) - len(SPECIAL_TOKENS) - len(model["merges"])
         if vocab_size < reserved + alphabet:
-            raise ValueError(f"vocab_size={vocab_size} too small: specials, byte tokens and the "
+            raise UserError(f"vocab_size={vocab_size} too small: specials, byte tokens and the "
                              f"{alphabet}-character alphabet need at least {reserved + alphabet}")
         seen = set(SPECIAL_TOKENS) | set(BYTE_TOKENS)
         order = [*SPECIAL_TOKENS, *BYTE_TOKENS, *(t for t in learned if t not in seen)]
@@ -247,10 +248,10 @@ class BPETokenizer(Tokenizer):
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> BPETokenizer:
-        """Read a tokenizer saved by :meth:`save`; FileNotFoundError / ValueError on a bad file."""
+        """Read a tokenizer saved by :meth:`save`; FileNotFoundError / UserError on a bad file."""
         data = read_tokenizer_json(path)
         if data["model"].get("type") != "BPE":
-            raise ValueError(f"{path} holds a {data['model'].get('type')!r} model, not BPE")
+            raise UserError(f"{path} holds a {data['model'].get('type')!r} model, not BPE")
         decoder = data.get("decoder")
         steps = decoder.get("decoders") if isinstance(decoder, dict) and decoder.get("type") == "Sequence" else None
         if isinstance(steps, list) and [d.get("type") if isinstance(d, dict) else None for d in steps] == [
@@ -259,9 +260,9 @@ class BPETokenizer(Tokenizer):
         try:
             hf = HFTokenizer.from_str(json.dumps(data))
         except Exception as e:  # the Rust side raises a plain Exception
-            raise ValueError(f"{path} is not a valid tokenizer JSON: {' '.join(str(e).split())}") from None
+            raise UserError(f"{path} is not a valid tokenizer JSON: {' '.join(str(e).split())}") from None
         if hf.normalizer is None or hf.pre_tokenizer is None or hf.decoder is None:
-            raise ValueError(f"{path} is not a tokenizer of this project: it lacks a normalizer, pre-tokenizer "
+            raise UserError(f"{path} is not a tokenizer of this project: it lacks a normalizer, pre-tokenizer "
                              "or decoder")
         return cls(hf)
 

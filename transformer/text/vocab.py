@@ -17,6 +17,7 @@ from transformer.text.tokenizer import (
     _check_texts,
     read_tokenizer_json,
 )
+from transformer.errors import UserError
 
 _BACKENDS: dict[str, type[Tokenizer]] = {"BPE": BPETokenizer, "SentencePiece": SentencePieceTokenizer}  # JSON "model.type" -> class
 
@@ -28,7 +29,7 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     """
     kind = read_tokenizer_json(path)["model"].get("type")
     if kind not in _BACKENDS:
-        raise ValueError(f"{path}: unsupported tokenizer model type {kind!r} (known: {sorted(_BACKENDS)})")
+        raise UserError(f"{path}: unsupported tokenizer model type {kind!r} (known: {sorted(_BACKENDS)})")
     return _BACKENDS[kind].load(path)
 
 
@@ -85,7 +86,7 @@ class Vocabularies:
         has = {name: (directory / name).is_file() for name in (JOINT_FILE, SRC_FILE, TGT_FILE)}
         if has[JOINT_FILE]:
             if has[SRC_FILE] or has[TGT_FILE]:
-                raise ValueError(f"{directory} holds both {JOINT_FILE} and {SRC_FILE}/{TGT_FILE}: ambiguous")
+                raise UserError(f"{directory} holds both {JOINT_FILE} and {SRC_FILE}/{TGT_FILE}: ambiguous")
             shared = load_tokenizer(directory / JOINT_FILE)
             return cls(shared, shared)
         if has[SRC_FILE] and has[TGT_FILE]:
