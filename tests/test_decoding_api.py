@@ -6,6 +6,7 @@ from decoding_helpers import BOS, EOS, V, make_batch, make_model, row, seq_log_p
 
 from transformer.config import preset
 from transformer.decoding import DecodeConfig, Hypothesis, beam_search, decode, greedy_search, sample
+from transformer.errors import UserError
 from transformer.model import Transformer
 
 # ---------------------------------------------------------------------------------------------
@@ -128,7 +129,7 @@ def test_hypothesis_keeps_its_two_field_form():
     ],
 )
 def test_decode_config_validation(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UserError, match=message):
         DecodeConfig(**kwargs)
 
 
@@ -141,9 +142,9 @@ def test_decode_config_defaults_are_the_papers():
 def test_decoder_functions_validate_their_arguments():
     model = make_model(0)
     src, mask = make_batch(0)
-    with pytest.raises(ValueError, match="n_best"):
+    with pytest.raises(UserError, match="n_best"):
         beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, beam_size=2, n_best=3)
-    with pytest.raises(ValueError, match="vocabulary"):
+    with pytest.raises(UserError, match="vocabulary"):
         beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, beam_size=V)
-    with pytest.raises(ValueError, match="top_p"):
+    with pytest.raises(UserError, match="top_p"):
         sample(model, src, mask, bos_id=BOS, eos_id=EOS, top_p=0.0)

@@ -49,6 +49,7 @@ from transformer.decoding.common import (
     max_lengths,
 )
 from transformer.model import Transformer
+from transformer.errors import UserError
 
 __all__ = ["LENGTH_PENALTIES", "STOPPING", "STRATEGIES", "DecodeConfig", "Hypothesis", "attach_attention",
            "beam_search", "decode", "greedy_search", "length_penalty_factor", "max_lengths", "sample"]
@@ -67,7 +68,7 @@ def _ancestral(model: Transformer, memory: Tensor, src_mask: Tensor, limits: Ten
     value back from the device (on a GPU the host waits there for every queued step), so between
     checks finished rows run on, their results already recorded on the device and left unchanged."""
     if not isinstance(sync_every, int) or sync_every < 1:
-        raise ValueError(f"sync_every must be an integer >= 1, got {sync_every!r}")
+        raise UserError(f"sync_every must be an integer >= 1, got {sync_every!r}")
     N, dev = memory.shape[0], memory.device
     T = int(limits.max())
     cache = model.new_cache(initial_capacity=CACHE_CAPACITY)
@@ -207,7 +208,7 @@ def decode(model: Transformer, src: Tensor, src_mask: Tensor, cfg: DecodeConfig,
     sampling choose one token at a time and cannot keep a place for a constraint, so they
     refuse any)."""
     if constraints is not None and any(constraints) and cfg.strategy != "beam":
-        raise ValueError(f"terminology constraints need beam search; {cfg.strategy} decoding cannot enforce them "
+        raise UserError(f"terminology constraints need beam search; {cfg.strategy} decoding cannot enforce them "
                          "(use beam search, e.g. --beam 4)")
     lengths = dict(max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b, memory=memory, sync_every=sync_every)
     if cfg.strategy == "greedy":

@@ -34,6 +34,7 @@ from transformer.decoding.common import (
 from transformer.decoding.constraints import ConstraintSet, Constraints, check_constraints, unmet_constraints
 from transformer.model import Transformer
 from transformer.model.cache import DecoderCache
+from transformer.errors import UserError
 
 
 @inference
@@ -86,7 +87,7 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
     DecodeConfig("beam", beam_size=beam_size, n_best=n_best, length_penalty=length_penalty, alpha=alpha,
                  max_len_a=max_len_a, max_len_b=max_len_b, stopping=stopping)
     if not isinstance(sync_every, int) or sync_every < 1:
-        raise ValueError(f"sync_every must be an integer >= 1, got {sync_every!r}")
+        raise UserError(f"sync_every must be an integer >= 1, got {sync_every!r}")
     K, device, B = beam_size, src.device, src.shape[0]
     if constraints is not None:
         constraints = check_constraints(constraints, B, eos_id=eos_id)
@@ -100,7 +101,7 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
         logits = rows.logits()  # (N, V)
         if t == 0:  # one beam per sentence (<s>); scores in float32 (float64 for float64 logits)
             if logits.shape[-1] <= K:
-                raise ValueError(f"beam_size ({K}) must be smaller than the vocabulary ({logits.shape[-1]})")
+                raise UserError(f"beam_size ({K}) must be smaller than the vocabulary ({logits.shape[-1]})")
             dtype = score_dtype(logits)
             lp = length_penalty_factor(torch.arange(T + 1, device=device), length_penalty, alpha).to(dtype)  # (T+1,)
             sentences = _Sentences.start(max_len, lp, n_best, T, dtype=dtype, eos_id=eos_id)

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from transformer.model import Transformer
+from transformer.errors import UserError
 
 STRATEGIES = ("greedy", "beam", "sample")
 LENGTH_PENALTIES = ("gnmt", "exponent", "none")
@@ -70,12 +71,12 @@ class Hypothesis:
 
 def _check_int(name: str, value: object, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        raise UserError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
 def _check_number(name: str, value: object, ok: Callable[[float], bool], what: str) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not ok(value):
-        raise ValueError(f"{name} must be {what}, got {value!r}")
+        raise UserError(f"{name} must be {what}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -112,30 +113,30 @@ class DecodeConfig:
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
-            raise ValueError(f"unknown strategy {self.strategy!r}; choose one of {list(STRATEGIES)}")
+            raise UserError(f"unknown strategy {self.strategy!r}; choose one of {list(STRATEGIES)}")
         _check_int("beam_size", self.beam_size, 1)
         _check_int("n_best", self.n_best, 1)
         if self.strategy == "beam" and self.n_best > self.beam_size:
-            raise ValueError(f"n_best ({self.n_best}) cannot exceed beam_size ({self.beam_size})")
+            raise UserError(f"n_best ({self.n_best}) cannot exceed beam_size ({self.beam_size})")
         if self.strategy == "greedy" and self.n_best != 1:
-            raise ValueError(f"greedy decoding gives one hypothesis per sentence; n_best must be 1, got {self.n_best}")
+            raise UserError(f"greedy decoding gives one hypothesis per sentence; n_best must be 1, got {self.n_best}")
         if self.length_penalty not in LENGTH_PENALTIES:
-            raise ValueError(f"unknown length_penalty {self.length_penalty!r}; choose one of {list(LENGTH_PENALTIES)}")
+            raise UserError(f"unknown length_penalty {self.length_penalty!r}; choose one of {list(LENGTH_PENALTIES)}")
         # alpha >= 0 keeps lp non-decreasing in |Y|, which the early-stopping bound relies on.
         _check_number("alpha", self.alpha, lambda x: x >= 0, "a finite number >= 0")
         _check_number("max_len_a", self.max_len_a, lambda x: x >= 0, "a finite number >= 0")
         _check_int("max_len_b", self.max_len_b, 0)
         if self.max_len_a == 0 and self.max_len_b == 0:
-            raise ValueError("max_len_a and max_len_b are both 0: no output token could be produced")
+            raise UserError("max_len_a and max_len_b are both 0: no output token could be produced")
         _check_number("temperature", self.temperature, lambda x: x > 0, "a finite number > 0")
         _check_int("top_k", self.top_k, 0)
         _check_number("top_p", self.top_p, lambda x: 0 < x <= 1, "in (0, 1]")
         if self.seed is not None:
             _check_int("seed", self.seed, 0)
         if self.stopping not in STOPPING:
-            raise ValueError(f"unknown stopping {self.stopping!r}; choose one of {list(STOPPING)}")
+            raise UserError(f"unknown stopping {self.stopping!r}; choose one of {list(STOPPING)}")
         if not isinstance(self.return_attention, bool):
-            raise ValueError(f"return_attention must be a bool, got {self.return_attention!r}")
+            raise UserError(f"return_attention must be a bool, got {self.return_attention!r}")
 
 
 def max_lengths(src_mask: Tensor, *, max_len_a: float = 1.0, max_len_b: int = 50, cap: int | None = None) -> Tensor:
@@ -153,7 +154,7 @@ def length_penalty_factor(lengths: Tensor, kind: str = "gnmt", alpha: float = 0.
         return lengths**alpha
     if kind == "none":
         return torch.ones_like(lengths)
-    raise ValueError(f"unknown length_penalty {kind!r}; choose one of {list(LENGTH_PENALTIES)}")
+    raise UserError(f"unknown length_penalty {kind!r}; choose one of {list(LENGTH_PENALTIES)}")
 
 
 def token_log_probs(logits: Tensor) -> Tensor:

@@ -45,6 +45,7 @@ import torch
 from torch import Tensor
 
 from transformer.decoding.common import best_tokens
+from transformer.errors import UserError
 
 @dataclass(frozen=True)
 class Constraint:
@@ -60,9 +61,9 @@ Constraints = Sequence[Sequence[Sequence[int] | Constraint]]  # per sentence, it
 
 def check_constraints(constraints: Constraints, batch_size: int, *, eos_id: int) -> list[list[Constraint]]:
     """The constraints as ``Constraint`` lists, checked: one entry per sentence, each constraint a
-    non-empty sequence of token ids without ``</s>`` (ValueError naming the sentence otherwise)."""
+    non-empty sequence of token ids without ``</s>`` (UserError naming the sentence otherwise)."""
     if isinstance(constraints, (str, bytes)) or len(constraints) != batch_size:
-        raise ValueError(f"constraints must hold one list per sentence ({batch_size}), "
+        raise UserError(f"constraints must hold one list per sentence ({batch_size}), "
                          f"got {len(constraints) if not isinstance(constraints, (str, bytes)) else 'a string'}")
     checked = []
     for b, sentence in enumerate(constraints):
@@ -71,11 +72,11 @@ def check_constraints(constraints: Constraints, batch_size: int, *, eos_id: int)
             constraint = given if isinstance(given, Constraint) else Constraint(tuple(int(t) for t in given))
             ids = constraint.tokens + constraint.endings
             if not constraint.tokens:
-                raise ValueError(f"sentence {b}: constraint {c} is empty")
+                raise UserError(f"sentence {b}: constraint {c} is empty")
             if eos_id in ids:
-                raise ValueError(f"sentence {b}: constraint {c} contains </s> (id {eos_id})")
+                raise UserError(f"sentence {b}: constraint {c} contains </s> (id {eos_id})")
             if min(ids) < 0:
-                raise ValueError(f"sentence {b}: constraint {c} has a negative token id")
+                raise UserError(f"sentence {b}: constraint {c} has a negative token id")
             rows.append(constraint)
         checked.append(rows)
     return checked
