@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
-from transformer.errors import UserError
+from transformer.errors import MissingExtraError, UserError, install_hint
 
-INSTALL_HINT = 'pip install -c constraints.txt -e ".[interop]"'
+INSTALL_HINT = install_hint("interop")
 MARIAN_TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")  # a MarianTokenizer's (+ target_vocab.json)
 
 
@@ -21,17 +21,13 @@ class InteropError(UserError):
     """Input a converter cannot handle; the message names the file or setting and the fix."""
 
 
-class MissingExtraError(InteropError):
-    """An optional package of the ``interop`` extra is not installed."""
-
-
 def require(module: str, purpose: str) -> ModuleType:
-    """Import ``module`` or raise :class:`MissingExtraError` naming the install command."""
+    """Import ``module`` or raise :class:`~transformer.errors.MissingExtraError` naming the
+    ``interop`` extra, the package and the install command (``purpose`` says what needs it)."""
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise MissingExtraError(f"{purpose} needs the '{module.split('.')[0]}' package of the interop extra: "
-                                f"{INSTALL_HINT}") from None
+        raise MissingExtraError("interop", purpose, module.split(".")[0]) from None
 
 
 def refuse_existing(target: str | os.PathLike[str]) -> Path:

@@ -27,6 +27,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from transformer.errors import MissingExtraError, UserError
 from transformer.run_files import MAX_TOKENIZER_BYTES, read_bytes, write_atomic
 from transformer.text.tokenizer import (
     EOS,
@@ -36,18 +37,17 @@ from transformer.text.tokenizer import (
     Tokenizer,
     read_tokenizer_json,
 )
-from transformer.errors import UserError
 
 MODEL_TYPE = "SentencePiece"
-INSTALL_HINT = 'pip install -c constraints.txt -e ".[interop]"'
 
 
 def _spm():
-    """The ``sentencepiece`` module, or ImportError naming the install command."""
+    """The ``sentencepiece`` module, or MissingExtraError naming the ``interop`` extra and its install command."""
     try:
         import sentencepiece
     except ImportError:
-        raise ImportError(f"SentencePiece tokenizers need the 'sentencepiece' package: {INSTALL_HINT}") from None
+        raise MissingExtraError("interop", "a SentencePiece tokenizer (a run imported from Marian)",
+                                "sentencepiece") from None
     return sentencepiece
 
 
