@@ -3,16 +3,40 @@
 The public API::
 
     from transformer import ModelConfig, Transformer, preset, save_model, load_model
+
+Its names are imported when first used (PEP 562), so that importing a light submodule, such as
+the command line's parser in ``transformer.cli``, does not load torch.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 # First, before torch loads: the moment from which the commands count the CPUs other processes leave free.
 from transformer import threads as _threads  # noqa: F401  (isort: skip)
-from transformer.run.model import CheckpointError, load_model, save_model
-from transformer.config import ModelConfig, preset
-from transformer.model.masks import causal_mask, padding_mask
-from transformer.model import AttentionMaps, DecoderCache, Transformer
+
+if TYPE_CHECKING:  # what the names are, for type checkers and readers; imported on first use below
+    from transformer.config import ModelConfig, preset
+    from transformer.model import AttentionMaps, DecoderCache, Transformer
+    from transformer.model.masks import causal_mask, padding_mask
+    from transformer.run.model import CheckpointError, load_model, save_model
 
 __version__ = "0.1.0"
+
+# Each public name -> the module that defines it.
+_EXPORTS = {
+    "AttentionMaps": "transformer.model",
+    "CheckpointError": "transformer.run.model",
+    "DecoderCache": "transformer.model",
+    "ModelConfig": "transformer.config",
+    "Transformer": "transformer.model",
+    "causal_mask": "transformer.model.masks",
+    "load_model": "transformer.run.model",
+    "padding_mask": "transformer.model.masks",
+    "preset": "transformer.config",
+    "save_model": "transformer.run.model",
+}
 
 __all__ = [
     "AttentionMaps",
@@ -26,3 +50,17 @@ __all__ = [
     "preset",
     "save_model",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use (and kept, so this runs once per name)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

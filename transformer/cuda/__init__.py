@@ -22,9 +22,33 @@ loss, the loss summed on the device and read on the logging cadence) is in
 * ``training``: ``accelerate_training``, compiling the model's forward pass.
 * ``batches``: ``DeviceBatches``, batches padded to few shapes and copied ahead of use.
 * ``decoding``: the ``Translator``'s batch size and checks for finished sentences on a GPU.
+
+Names are imported when first used (PEP 562), so that ``decoding``'s numbers (which ``transformer
+serve --help`` shows) load without torch.
 """
 
-from transformer.cuda.batches import DeviceBatches, pad_batch
-from transformer.cuda.training import CudaTraining, accelerate_training
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the names are, for type checkers and readers; imported on first use below
+    from transformer.cuda.batches import DeviceBatches, pad_batch
+    from transformer.cuda.training import CudaTraining, accelerate_training
+
+_EXPORTS = {"CudaTraining": "training", "DeviceBatches": "batches", "accelerate_training": "training",
+            "pad_batch": "batches"}
 
 __all__ = ["CudaTraining", "DeviceBatches", "accelerate_training", "pad_batch"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

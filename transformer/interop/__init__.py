@@ -9,15 +9,42 @@ Argos Translate.
     export_argos(run_dir, "x.argosmodel")           # -> a package for Argos Translate and LibreTranslate
 
 The third-party packages are the optional ``interop`` extra; each function raises
-``MissingExtraError`` naming the install command when one is missing, and ``InteropError`` (a
-``ValueError``) for input it cannot convert. Outputs appear whole or not at all.
+``MissingExtraError`` (:mod:`transformer.errors`) naming the extra and the install command when one
+is missing, and ``InteropError`` (a ``UserError``) for input it cannot convert. Outputs appear whole
+or not at all.
+
+The converters are imported when first used (PEP 562), so that the commands' parsers
+(``cli_args``) load without torch.
 """
 
-from transformer.interop._common import INSTALL_HINT, InteropError, MissingExtraError
-from transformer.interop.argos import export_argos
-from transformer.interop.ctranslate2 import export_ctranslate2
-from transformer.interop.hf import export_hf, import_hf
-from transformer.interop.onnx import export_onnx
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from transformer.errors import MissingExtraError
+from transformer.interop._common import INSTALL_HINT, InteropError
+
+if TYPE_CHECKING:  # what the names are, for type checkers and readers; imported on first use below
+    from transformer.interop.argos import export_argos
+    from transformer.interop.ctranslate2 import export_ctranslate2
+    from transformer.interop.hf import export_hf, import_hf
+    from transformer.interop.onnx import export_onnx
+
+_CONVERTERS = {"export_argos": "argos", "export_ctranslate2": "ctranslate2", "export_hf": "hf", "import_hf": "hf",
+               "export_onnx": "onnx"}
 
 __all__ = ["INSTALL_HINT", "InteropError", "MissingExtraError", "export_argos", "export_ctranslate2", "export_hf",
            "export_onnx", "import_hf"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _CONVERTERS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_CONVERTERS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
