@@ -23,6 +23,7 @@ from transformer.run.model import save_model
 from transformer.cli import main
 from transformer.config import preset
 from transformer.corpus.builtin import generate_pairs
+from transformer.errors import UserError
 from transformer.model import Transformer
 from transformer.serve.app import create_app
 from transformer.translate.translator import run_languages as languages
@@ -303,7 +304,7 @@ def test_serve_int8_loads_an_int8_translator(run_dir, monkeypatch, capsys):
 
     def loaded(directory, **options):
         seen.update(options)
-        raise ValueError("stopped before serving")
+        raise UserError("stopped before serving")  # a mistake: exit 2 after the options were read
 
     monkeypatch.setattr(translator_module, "load_translator", loaded)
     assert main(["serve", str(run_dir), "--int8"]) == 2

@@ -128,7 +128,7 @@ def _limit_value(text: str) -> int:
     if text == "unlimited":
         return UNLIMITED
     if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"{text!r} is not a positive integer or 'unlimited'")
+        raise UserError(f"{text!r} is not a positive integer or 'unlimited'")
     return int(text)
 
 
@@ -167,7 +167,7 @@ def parse_keys(text: str, source: str = "<keys>") -> dict[str, KeyLimits]:
                 raise bad(f"{name} is given twice")
             try:
                 limits[name] = _limit_value(value)
-            except ValueError as err:
+            except UserError as err:
                 raise bad(f"{name}: {err}") from None
         keys[key] = KeyLimits(**limits)
         where[key] = number
@@ -222,18 +222,18 @@ class AccessPolicy:
         for name in ("req_limit", "daily_req_limit", "char_limit"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != UNLIMITED):
-                raise ValueError(f"{name} must be a positive integer or {UNLIMITED} (no limit), got {value!r}")
+                raise UserError(f"{name} must be a positive integer or {UNLIMITED} (no limit), got {value!r}")
         if self.ban_threshold < 0:
-            raise ValueError(f"ban_threshold must be >= 0, got {self.ban_threshold}")
+            raise UserError(f"ban_threshold must be >= 0, got {self.ban_threshold}")
         if not self.ban_window_s > 0:
-            raise ValueError(f"ban_window_s must be > 0, got {self.ban_window_s}")
+            raise UserError(f"ban_window_s must be > 0, got {self.ban_window_s}")
         if self.max_clients < 1:
-            raise ValueError(f"max_clients must be >= 1, got {self.max_clients}")
+            raise UserError(f"max_clients must be >= 1, got {self.max_clients}")
         if self.key_origin is not None:
             try:
                 re.compile(self.key_origin)
             except re.error as err:
-                raise ValueError(f"key_origin is not a regular expression: {err}") from None
+                raise UserError(f"key_origin is not a regular expression: {err}") from None
 
 
 class _Window:
@@ -304,7 +304,7 @@ class KeyRing:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.policy = policy or AccessPolicy()
         if keys is None and (self.policy.require_key or self.policy.key_origin is not None):
-            raise ValueError("keys are required (require_key or key_origin) but no keys were given")
+            raise UserError("keys are required (require_key or key_origin) but no keys were given")
         self._keys = None if keys is None else {_digest(k): v for k, v in keys.items()}
         self._origin = re.compile(self.policy.key_origin) if self.policy.key_origin is not None else None
         self._clock = clock

@@ -38,7 +38,11 @@ No endpoint reads a path or a model name from the request: the model is the one 
 built with. Every error of the native API is JSON (:class:`~transformer.serve.schemas.ErrorResponse`):
 400 invalid JSON or UTF-8, 413 body too large, 422 invalid fields (empty or whitespace-only
 text, control characters, too long, too many texts or sentences, a sentence without tokens,
-unknown fields, wrong types), 503 overloaded or timed out.
+unknown fields, wrong types: any :class:`~transformer.errors.UserError`), 503 overloaded or timed out.
+A 4xx is a mistake in the request. Any other exception is a bug of the server, never the
+client's: it is answered 500 (``internal_error``; ``{"error": message, "error_id": id}`` on
+LibreTranslate's paths) with an ``error_id``, and its traceback goes to the server's log
+(the ``uvicorn.error`` logger) with that id, the security headers on the answer as on any other.
 """
 
 import json
@@ -51,16 +55,24 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Scope
 
 from transformer import __version__
 from transformer.errors import UserError
 from transformer.serve import libretranslate, routes
 from transformer.serve.batching import Overloaded, TimedOut
-from transformer.serve.documents import Unprocessable
 from transformer.serve.limits import ServeLimits
 from transformer.serve.files import FileStore
 from transformer.serve.models import PIVOT, ModelSet
-from transformer.serve.middleware import BodyGuard, Cors, SecurityHeaders, error_json, unreadable_json
+from transformer.serve.middleware import (
+    BodyGuard,
+    Cors,
+    InternalErrors,
+    SecurityHeaders,
+    error_json,
+    plain_error_json,
+    unreadable_json,
+)
 from transformer.serve.schemas import ONE_TEXT, TEXT_LIST, request_models
 from transformer.serve.service import TranslationService
 from transformer.translate.translator import Translator
@@ -95,7 +107,7 @@ def create_app(translator: Translator | Sequence[Translator], limits: ServeLimit
         services = [TranslationService(translator, limits, src_lang=src_lang, tgt_lang=tgt_lang)]
     else:
         if src_lang is not None or tgt_lang is not None:
-            raise ValueError("src_lang and tgt_lang name one model's languages; several models report their own")
+            raise UserError("src_lang and tgt_lang name one model's languages; several models report their own")
         services = [TranslationService(t, limits, src_lang=t.src_lang, tgt_lang=t.tgt_lang) for t in translator]
     models = ModelSet(services, pivot=pivot)
     service = models.primary
@@ -121,6 +133,7 @@ def create_app(translator: Translator | Sequence[Translator], limits: ServeLimit
     app.state.limits = limits
     app.add_middleware(BodyGuard, max_body_bytes=limits.max_body_bytes, plain_errors=_libretranslate_errors,
                        file_paths={"/translate_file": limits.max_file_bytes + _FORM_OVERHEAD})
+    app.add_middleware(InternalErrors, answer=_internal_error)  # inside Cors and SecurityHeaders: a 500 gets their headers
     app.add_middleware(Cors, applies=libretranslate.is_libretranslate_path)
     app.add_middleware(SecurityHeaders)  # outermost: BodyGuard's errors get the headers too
     _install_error_handlers(app)
@@ -141,6 +154,20 @@ def _libretranslate_errors(path: str) -> bool:
     """Whether an error on ``path`` has LibreTranslate's shape: its routes, and any path outside
     the native API (an unknown path is most likely a LibreTranslate client's)."""
     return libretranslate.is_libretranslate_path(path) or not (path == "/" or path.startswith(_NATIVE))
+
+
+def _internal_error(scope: Scope, exc: Exception) -> JSONResponse:
+    """The 500 answer to an exception no handler took: a bug, never the client's mistake. The client
+    gets an id to quote, the log the traceback with that id."""
+    error_id = uuid.uuid4().hex[:12]
+    path = scope.get("path", "")
+    log.error("internal error %s on %s %s", error_id, scope.get("method", "?"), path,
+              exc_info=(type(exc), exc, exc.__traceback__))
+    message = f"internal server error (a bug, not a problem with the request); error id {error_id}"
+    if _libretranslate_errors(path):
+        return JSONResponse({"error": message, "error_id": error_id}, status_code=500)
+    return JSONResponse({"error": "internal_error", "message": message, "details": [], "error_id": error_id},
+                        status_code=500)
 
 
 def _location(loc: tuple) -> str:
@@ -168,10 +195,6 @@ def _install_error_handlers(app: FastAPI) -> None:
         message = "; ".join(f"{_location(tuple(d['loc']))}: {d['message']}" for d in details)
         return error_json(422, "invalid_request", message, details)
 
-    @app.exception_handler(Unprocessable)
-    async def unprocessable(request: Request, exc: Unprocessable) -> JSONResponse:
-        return error_json(422, "invalid_request", str(exc))
-
     @app.exception_handler(Overloaded)
     async def overloaded(request: Request, exc: Overloaded) -> JSONResponse:
         return error_json(503, "overloaded", str(exc), headers={"Retry-After": "1"})
@@ -180,20 +203,15 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def timed_out(request: Request, exc: TimedOut) -> JSONResponse:
         return error_json(503, "timeout", str(exc), headers={"Retry-After": "1"})
 
-    @app.exception_handler(UserError)
+    @app.exception_handler(UserError)  # documents.Unprocessable among them
     async def user_error(request: Request, exc: UserError) -> JSONResponse:
+        if _libretranslate_errors(request.url.path):  # LibreTranslate's routes answer 400 in their shape
+            return plain_error_json(400, str(exc))
         return error_json(422, "invalid_request", str(exc))
 
-    @app.exception_handler(Exception)
+    @app.exception_handler(Exception)  # only for a bug in the outer middleware: InternalErrors takes the rest
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
-        # A bug, never the client's mistake: the client gets an id to quote, the log the traceback.
-        error_id = uuid.uuid4().hex[:12]
-        log.error("internal error %s on %s %s", error_id, request.method, request.url.path,
-                  exc_info=(type(exc), exc, exc.__traceback__))
-        message = f"internal server error (a bug, not a problem with the request); error id {error_id}"
-        if _libretranslate_errors(request.url.path):
-            return JSONResponse({"error": message, "error_id": error_id}, status_code=500)
-        return error_json(500, "internal_error", message, [{"error_id": error_id}])
+        return _internal_error(request.scope, exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

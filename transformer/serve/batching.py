@@ -38,6 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from transformer.errors import UserError
+
 
 class Overloaded(Exception):
     """The queue is full: the request was refused without waiting (HTTP 503)."""
@@ -109,7 +111,7 @@ class DynamicBatcher:
                  batch_wait_ms: float = 5.0, max_queue: int = 256, timeout_s: float = 30.0,
                  max_alone: int | None = None) -> None:
         if max_batch_size < 1 or max_queue < 1 or batch_wait_ms < 0 or timeout_s <= 0:
-            raise ValueError("max_batch_size and max_queue must be >= 1, batch_wait_ms >= 0, timeout_s > 0")
+            raise UserError("max_batch_size and max_queue must be >= 1, batch_wait_ms >= 0, timeout_s > 0")
         self.run_batch = run_batch
         self.max_batch_size = max_batch_size
         self.max_alone = max(max_batch_size, max_alone or max_batch_size)

@@ -22,6 +22,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from transformer.errors import UserError
 from transformer.serve.limits import ConnectionLimits, ServeLimits
 from transformer.serve.models import PIVOT
 from transformer.cuda import decoding as cuda_decoding
@@ -153,36 +154,36 @@ def register_serve_command(subparsers: argparse._SubParsersAction) -> argparse.A
 
 def libretranslate_options(args: argparse.Namespace):
     """The LibreTranslate API's set-up from the command line (keys read, suggestions file opened):
-    a one-line ValueError naming the option for a bad one."""
+    a one-line UserError naming the option for a bad one."""
     from transformer.serve.access import AccessPolicy, KeyRing, KeysFileError
     from transformer.serve.libretranslate import LibreTranslateOptions
     from transformer.serve.suggestions import SuggestionStore, SuggestionStoreError
 
     if (args.require_api_key or args.require_api_key_origin) and not args.api_keys:
-        raise ValueError("--require-api-key and --require-api-key-origin need --api-keys FILE")
+        raise UserError("--require-api-key and --require-api-key-origin need --api-keys FILE")
     for option, value in (("--req-limit", args.req_limit), ("--daily-req-limit", args.daily_req_limit),
                           ("--char-limit", args.char_limit)):
         if value < 1 and value != -1:
-            raise ValueError(f"{option} must be a positive number or -1 (no limit), got {value}")
+            raise UserError(f"{option} must be a positive number or -1 (no limit), got {value}")
     if args.req_flood_threshold < 0:
-        raise ValueError(f"--req-flood-threshold must be >= 0, got {args.req_flood_threshold}")
+        raise UserError(f"--req-flood-threshold must be >= 0, got {args.req_flood_threshold}")
     if args.frontend_timeout < 0:
-        raise ValueError(f"--frontend-timeout must be >= 0, got {args.frontend_timeout}")
+        raise UserError(f"--frontend-timeout must be >= 0, got {args.frontend_timeout}")
     try:
         policy = AccessPolicy(req_limit=args.req_limit, daily_req_limit=args.daily_req_limit,
                               char_limit=args.char_limit, require_key=args.require_api_key,
                               key_origin=args.require_api_key_origin, get_key_link=args.get_api_key_link,
                               ban_threshold=args.req_flood_threshold)
-    except ValueError as err:
-        raise ValueError(f"--require-api-key-origin: {err}" if "key_origin" in str(err) else str(err)) from None
+    except UserError as err:
+        raise UserError(f"--require-api-key-origin: {err}" if "key_origin" in str(err) else str(err)) from None
     try:
         keys = KeyRing.from_file(args.api_keys, policy)
     except KeysFileError as err:
-        raise ValueError(f"--api-keys: {err}") from None
+        raise UserError(f"--api-keys: {err}") from None
     try:
         suggestions = SuggestionStore(args.suggestions, max_chars=args.max_chars) if args.suggestions else None
     except SuggestionStoreError as err:
-        raise ValueError(f"--suggestions: {err}") from None
+        raise UserError(f"--suggestions: {err}") from None
     return LibreTranslateOptions(keys=keys, suggestions=suggestions, files=not args.disable_files_translation,
                                  frontend_source=args.frontend_language_source.lower(),
                                  frontend_target=args.frontend_language_target,
@@ -229,17 +230,17 @@ def run_serve(args: argparse.Namespace) -> int:
 
         from transformer.serve.app import create_app
     except ImportError as err:
-        raise ValueError("serving needs fastapi and uvicorn: "
-                         f'pip install -c constraints.txt -e ".[serve]" ({err})') from None
+        raise UserError("serving needs fastapi and uvicorn: "
+                        f'pip install -c constraints.txt -e ".[serve]" ({err})') from None
     from transformer.translate.translator import load_translator
 
     from transformer.serve.protocol import ConnectionStats, GuardedServer, bind_sockets, uvicorn_config
 
     pivot = None if args.pivot.lower() == "none" else args.pivot.lower()
     if len(set(map(str, (Path(d).resolve() for d in args.run_dirs)))) != len(args.run_dirs):
-        raise ValueError("a run directory is given twice: each model is loaded once")
+        raise UserError("a run directory is given twice: each model is loaded once")
     if not 0 <= args.port <= 65535:
-        raise ValueError(f"--port must be in 0..65535, got {args.port}")
+        raise UserError(f"--port must be in 0..65535, got {args.port}")
     precision = precision_option(args)
     if args.max_batch_size is None:
         on_gpu = resolve_device(args.device, precision=precision).type == "cuda"
@@ -247,12 +248,12 @@ def run_serve(args: argparse.Namespace) -> int:
     limits = ServeLimits(**{name: getattr(args, name) for name in _OPTIONS})
     try:
         connection_limits = ConnectionLimits(**{name: getattr(args, name) for name in _CONNECTION_OPTIONS})
-    except ValueError as err:  # name the option, not the field
+    except UserError as err:  # name the option, not the field
         message = str(err)
         name = next((n for n in _CONNECTION_OPTIONS if message.startswith(n + " ")), None)
-        raise ValueError(message if name is None else _CONNECTION_OPTIONS[name][0] + message[len(name):]) from None
+        raise UserError(message if name is None else _CONNECTION_OPTIONS[name][0] + message[len(name):]) from None
     if not 1 <= args.beam_size <= limits.max_beam_size:
-        raise ValueError(f"--beam-size must be in 1..{limits.max_beam_size} (--max-beam-size), got {args.beam_size}")
+        raise UserError(f"--beam-size must be in 1..{limits.max_beam_size} (--max-beam-size), got {args.beam_size}")
     lt_options = libretranslate_options(args)
     _raise_open_files_limit(connection_limits.max_connections)
     try:  # bind before loading the model: a busy port is one line, at once
@@ -328,7 +329,7 @@ def _raise_open_files_limit(max_connections: int) -> None:
     if soft == resource.RLIM_INFINITY or soft >= needed:
         return
     if hard != resource.RLIM_INFINITY and hard < needed:
-        raise ValueError(f"--max-connections {max_connections} needs about {needed} open files, more than this "
-                         f"process may have ({hard}, ulimit -Hn): lower --max-connections to {max(1, hard - 256)} "
-                         "or raise the limit")
+        raise UserError(f"--max-connections {max_connections} needs about {needed} open files, more than this "
+                        f"process may have ({hard}, ulimit -Hn): lower --max-connections to {max(1, hard - 256)} "
+                        "or raise the limit")
     resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))

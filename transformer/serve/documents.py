@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from transformer.errors import UserError
 from transformer.translate.alternatives import combine
 from transformer.translate.document import fitting_spans, join_pieces
 from transformer.translate.html import html_sentences, translate_html
@@ -58,7 +59,7 @@ class ModelOutput(NamedTuple):
     confidence: float | None = None
 
 
-class Unprocessable(Exception):
+class Unprocessable(UserError):
     """A request that passed the schema but cannot be translated (422 on /v1, 400 on LibreTranslate's API)."""
 
 

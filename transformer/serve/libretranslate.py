@@ -35,7 +35,9 @@ texts or sentences, a control character, ``alternatives`` not an integer, negati
 ``max_alternatives``, a bad ``glossary``, a file of another format or a corrupt one), 403 for a
 bad key or a feature turned off, 404 for an unknown route or an expired download, 413 for a
 body over ``max_body_bytes`` (a file over ``max_file_bytes``), 429 over a request limit, 503
-when overloaded or timed out. A sentence over ``max_input_tokens`` is translated in pieces, as
+when overloaded or timed out; any other :class:`~transformer.errors.UserError` that reaches the
+app is answered 400 too. Anything else is a bug of the server: 500 with an ``error_id`` beside
+the message, naming its traceback in the server's log (:mod:`transformer.serve.app`). A sentence over ``max_input_tokens`` is translated in pieces, as
 on ``/v1/translate``; LibreTranslate's answer has no place for the warning ``/v1/translate``
 gives.
 """

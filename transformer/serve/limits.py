@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from transformer.errors import UserError
+
 
 @dataclass(frozen=True)
 class ServeLimits:
@@ -72,14 +74,14 @@ class ServeLimits:
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"{f.name} must be a finite number, got {value!r}")
+                raise UserError(f"{f.name} must be a finite number, got {value!r}")
             if f.name == "confidence_threshold":  # a probability
                 if not 0 <= value <= 1:
-                    raise ValueError(f"{f.name} must be in [0, 1], got {value!r}")
+                    raise UserError(f"{f.name} must be in [0, 1], got {value!r}")
                 continue
             minimum = 0 if f.name in ("batch_wait_ms", "timeout_s", "max_alternatives") else 1
             if value < minimum or (f.name == "timeout_s" and value <= 0):
-                raise ValueError(f"{f.name} must be {'> 0' if f.name == 'timeout_s' else f'>= {minimum}'}, got {value!r}")
+                raise UserError(f"{f.name} must be {'> 0' if f.name == 'timeout_s' else f'>= {minimum}'}, got {value!r}")
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -114,15 +116,15 @@ class ConnectionLimits:
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"{f.name} must be a finite number, got {value!r}")
+                raise UserError(f"{f.name} must be a finite number, got {value!r}")
             if f.name.endswith("_s"):
                 if value <= 0:
-                    raise ValueError(f"{f.name} must be > 0 seconds, got {value!r}")
+                    raise UserError(f"{f.name} must be > 0 seconds, got {value!r}")
             elif value < 1 or value != int(value):
-                raise ValueError(f"{f.name} must be a whole number >= 1, got {value!r}")
+                raise UserError(f"{f.name} must be a whole number >= 1, got {value!r}")
         if self.max_header_bytes < 1024:
-            raise ValueError(f"max_header_bytes must be >= 1024 (a browser's request head alone may be near that), "
-                             f"got {self.max_header_bytes}")
+            raise UserError(f"max_header_bytes must be >= 1024 (a browser's request head alone may be near that), "
+                            f"got {self.max_header_bytes}")
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -17,13 +17,16 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from fastapi import Request
+from starlette.exceptions import HTTPException
+from starlette.formparsers import MultiPartException
 
+from transformer.errors import UserError
 from transformer.serve.limits import ServeLimits
 from transformer.serve.middleware import unreadable_json
 from transformer.serve.schemas import check_text
 
 
-class BadRequest(Exception):
+class BadRequest(UserError):
     """A LibreTranslate request with a missing or bad parameter (400)."""
 
 
@@ -115,7 +118,7 @@ def texts(params: dict[str, Any], limits: ServeLimits) -> tuple[list[str], bool]
         if text.strip():
             try:
                 check_text(text)
-            except ValueError as err:
+            except UserError as err:
                 raise BadRequest(f"Invalid request: {name} {err}") from None
     return texts, batch
 
@@ -172,7 +175,7 @@ async def file_form(request: Request, limits: ServeLimits) -> tuple[dict[str, An
         raise BadRequest("Invalid request: send the file as multipart/form-data with a file field")
     try:
         form = await request.form(max_files=1, max_fields=32, max_part_size=limits.max_file_bytes)
-    except Exception as err:  # python-multipart's and Starlette's parse errors
+    except (HTTPException, MultiPartException) as err:  # a body python-multipart cannot parse, as Starlette says it
         raise BadRequest(f"Invalid request: the multipart/form-data body cannot be read ({err})") from None
     params: dict[str, Any] = dict(request.query_params)
     upload = None

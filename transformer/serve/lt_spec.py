@@ -23,6 +23,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from transformer.errors import UserError
+
 AUTO = {"code": "auto", "name": "Auto Detect"}
 _EXTENSION = re.compile(r"\.?[A-Za-z0-9]{1,16}")
 
@@ -35,7 +37,7 @@ def _file_formats(formats: Sequence[str]) -> list[str]:
     out = []
     for extension in formats:
         if not isinstance(extension, str) or not _EXTENSION.fullmatch(extension):
-            raise ValueError(f"{extension!r} is not a file extension (such as .txt)")
+            raise UserError(f"{extension!r} is not a file extension (such as .txt)")
         extension = "." + extension.lstrip(".").lower()
         if extension not in out:
             out.append(extension)
@@ -64,16 +66,16 @@ def frontend_settings(languages: Sequence[Mapping[str, Any]], *, char_limit: int
             the first.
 
     Raises:
-        ValueError: no languages, a ``source`` or ``target`` not among them, a bad extension.
+        UserError: no languages, a ``source`` or ``target`` not among them, a bad extension.
     """
     if not languages:
-        raise ValueError("frontend settings need at least one language")
+        raise UserError("frontend settings need at least one language")
     by_code = {str(language["code"]): language for language in languages}
 
     def entry(code: str, what: str) -> dict[str, str]:
         if code not in by_code:
-            raise ValueError(f"the frontend's {what} language {code!r} is not served "
-                             f"(languages: {', '.join(by_code)})")
+            raise UserError(f"the frontend's {what} language {code!r} is not served "
+                            f"(languages: {', '.join(by_code)})")
         return {"code": code, "name": str(by_code[code].get("name", code))}
 
     first_source = dict(AUTO) if source == "auto" else entry(source, "source")
@@ -178,12 +180,12 @@ def spec(languages: Sequence[Mapping[str, Any]], *, version: str, title: str = "
         max_alternatives: the largest ``alternatives`` taken, if bounded.
 
     Raises:
-        ValueError: a ``base_path`` that does not start with ``/``, a ``host`` with a scheme or path.
+        UserError: a ``base_path`` that does not start with ``/``, a ``host`` with a scheme or path.
     """
     if base_path is not None and not base_path.startswith("/"):
-        raise ValueError(f"base_path must start with '/', got {base_path!r}")
+        raise UserError(f"base_path must start with '/', got {base_path!r}")
     if host is not None and ("/" in host or not host):
-        raise ValueError(f"host is host[:port], without a scheme or path; got {host!r}")
+        raise UserError(f"host is host[:port], without a scheme or path; got {host!r}")
     sources = ["auto", *_codes(languages)]
     targets = sorted({str(t) for language in languages for t in language.get("targets", [])})
     source = _form("source", "Source language code (auto: detected)", required=True, enum=sources)

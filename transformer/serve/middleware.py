@@ -1,5 +1,5 @@
 """ASGI middleware: checks on the raw request body before FastAPI parses it (size 413, UTF-8 400),
-and the security headers of every response."""
+the answer to an exception no handler took (500), and the security headers of every response."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from starlette.datastructures import MutableHeaders
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
@@ -134,6 +134,37 @@ class BodyGuard:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+class InternalErrors:
+    """ASGI middleware: an exception that no handler of the app took is a bug of the server, never
+    the client's mistake; ``answer(scope, exc)`` logs it and gives the 500 to send. It sits inside
+    :class:`SecurityHeaders` and :class:`Cors` so that this answer carries their headers too. An
+    exception raised after the response started cannot be answered: it goes on to the server,
+    which logs it and closes the connection."""
+
+    def __init__(self, app: ASGIApp, answer: Callable[[Scope, Exception], Response]) -> None:
+        self.app = app
+        self.answer = answer
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched_send)
+        except Exception as exc:
+            if started:
+                raise
+            await self.answer(scope, exc)(scope, receive, send)
 
 
 # What LibreTranslate sends on every answer, so that a web page of another origin may call it.

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from transformer.errors import UserError
 from transformer.serve.batching import BatchInfo
 from transformer.serve.documents import Unprocessable
 from transformer.serve.service import DecodingSettings, TranslationService
@@ -140,17 +141,17 @@ class ModelSet:
 
     def __init__(self, services: Sequence[TranslationService], *, pivot: str | None = PIVOT) -> None:
         if not services:
-            raise ValueError("a server needs at least one model")
+            raise UserError("a server needs at least one model")
         self.services = list(services)
         self.pivot = pivot
         self.pairs: dict[tuple[str, str], TranslationService] = {}
         for service in self.services:
             if len(self.services) > 1 and not (service.src_lang and service.tgt_lang):
-                raise ValueError("a server of several models needs each run's languages (data.src_lang and "
-                                 "data.tgt_lang in its config); one does not record them")
+                raise UserError("a server of several models needs each run's languages (data.src_lang and "
+                                "data.tgt_lang in its config); one does not record them")
             pair = (service.src_lang, service.tgt_lang)
             if pair in self.pairs:
-                raise ValueError(f"two models translate {pair[0]} -> {pair[1]}: give one run per language pair")
+                raise UserError(f"two models translate {pair[0]} -> {pair[1]}: give one run per language pair")
             self.pairs[pair] = service
         self._detectors: dict[tuple[str, ...], Any] = {}
 

@@ -31,7 +31,8 @@ from transformer.serve.schemas import ErrorResponse, Health, ModelInfo, ModelLis
 from transformer.serve.service import DecodingSettings, TranslationService
 
 _ERRORS = {400: "invalid JSON or UTF-8", 413: "request body too large", 422: "invalid request fields",
-           503: "overloaded, or the translation timed out"}
+           500: "an internal error, a bug of the server (not a problem with the request): error_id names its "
+           "traceback in the server's log", 503: "overloaded, or the translation timed out"}
 
 _SENTENCE_HEADERS = {
     "X-Sentence-Index": {"description": "the sentence shown, from 0", "schema": {"type": "integer"}},
@@ -88,7 +89,7 @@ def translate_router(models: ModelSet, TranslateRequest: type[BaseModel]) -> API
 
     # Fields left unset (alternatives not asked for) stay out of the answer.
     @router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_unset=True,
-                 responses=_responses(400, 413, 422, 503),
+                 responses=_responses(400, 413, 422, 500, 503),
                  summary="Translate one text or a list of texts (paragraphs, or HTML pages), with the sentence "
                          "alignment")
     async def translate(body: TranslateRequest) -> TranslateResponse:  # type: ignore[valid-type]
@@ -115,7 +116,7 @@ def attention_router(models: ModelSet, AttentionRequest: type[BaseModel]) -> API
     @router.post("/v1/attention", responses={200: {"content": {"application/json": {"schema": _attention_schema()}},
                                                   "description": "transformer/visualize/schema.json, for the "
                                                   "sentence chosen by `sentence`", "headers": _SENTENCE_HEADERS},
-                                             **_responses(400, 413, 422, 503)},
+                                             **_responses(400, 413, 422, 500, 503)},
                  summary="Translate one sentence of a text and return every attention weight of that translation")
     async def attention(body: AttentionRequest) -> JSONResponse:  # type: ignore[valid-type]
         start = time.perf_counter()

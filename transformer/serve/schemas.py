@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, create_model, model_validator
 
+from transformer.errors import UserError
 from transformer.serve.limits import ServeLimits
 
 # Tab, line feed and carriage return are ordinary whitespace in a text; other control characters
@@ -22,17 +23,17 @@ _ALLOWED_CONTROLS = {"\t", "\n", "\r"}
 
 
 def check_text(text: str) -> str:
-    """``text`` if it is translatable; ValueError naming the problem otherwise."""
+    """``text`` if it is translatable; UserError naming the problem otherwise."""
     if not text:
-        raise ValueError("must not be empty")
+        raise UserError("must not be empty")
     if not text.strip():
-        raise ValueError("must not be only whitespace")
+        raise UserError("must not be only whitespace")
     for i, ch in enumerate(text):
         category = unicodedata.category(ch)
         if (category == "Cc" and ch not in _ALLOWED_CONTROLS) or category == "Cs":
             what = "a lone surrogate" if category == "Cs" else "the control character"
             line = len(_LINE_BREAK.findall(text, 0, i)) + 1  # as the segmenter counts lines
-            raise ValueError(f"contains {what} U+{ord(ch):04X} at position {i} (line {line}), which is not allowed")
+            raise UserError(f"contains {what} U+{ord(ch):04X} at position {i} (line {line}), which is not allowed")
     return text
 
 
@@ -45,11 +46,15 @@ class ErrorDetail(BaseModel):
 
 
 class ErrorResponse(BaseModel):
-    """Every error: a short code, a message naming the problem, and per-field details for 422."""
+    """Every error: a short code, a message naming the problem, and per-field details for 422; a
+    500 (a bug of the server) names its traceback in the server's log by ``error_id``."""
 
-    error: str = Field(description="invalid_json, invalid_request, payload_too_large, overloaded, timeout, ...")
+    error: str = Field(description="invalid_json, invalid_request, payload_too_large, overloaded, timeout, "
+                       "internal_error, ...")
     message: str
     details: list[ErrorDetail] = Field(default_factory=list)
+    error_id: str | None = Field(None, description="internal_error only: the id of the traceback in the server's "
+                                 "log, to quote in a bug report")
 
 
 class Hypothesis(BaseModel):
@@ -239,13 +244,13 @@ def request_models(limits: ServeLimits, default_beam: int) -> RequestModels:
 
     def n_best_fits(self):
         if self.n_best > self.beam_size:
-            raise ValueError(f"n_best ({self.n_best}) cannot exceed beam_size ({self.beam_size})")
+            raise UserError(f"n_best ({self.n_best}) cannot exceed beam_size ({self.beam_size})")
         return self
 
     def glossary_needs_a_beam(self):
         if self.glossary and self.beam_size == 1:
-            raise ValueError("a glossary needs beam search (its terms are constraints of the beam): "
-                             "beam_size must be >= 2")
+            raise UserError("a glossary needs beam search (its terms are constraints of the beam): "
+                            "beam_size must be >= 2")
         return self
 
     language = Annotated[str | None, Field(min_length=2, max_length=16, pattern=r"^[A-Za-z]{2,3}(-[A-Za-z0-9]+)*$",

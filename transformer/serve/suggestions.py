@@ -59,7 +59,7 @@ class SuggestionStore:
     def __init__(self, path: str | Path, *, max_chars: int = 5000,
                  clock: Callable[[], float] = time.time) -> None:
         if max_chars < 1:
-            raise ValueError(f"max_chars must be >= 1, got {max_chars}")
+            raise UserError(f"max_chars must be >= 1, got {max_chars}")
         self.path = Path(path)
         self.max_chars = max_chars
         self._clock = clock
