@@ -11,7 +11,8 @@ from html_helpers import Recorder, count_by_name, nested, reverse_words, tags, u
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from transformer.translate.html import html_sentences, translate_html
+from transformer.errors import UserError
+from transformer.translate.html import MAX_HTML_DEPTH, html_sentences, translate_html
 
 
 # --- Malformed pages ---------------------------------------------------------------------
@@ -177,3 +178,45 @@ def test_any_string_is_safe(page):
     assert translate_html(page, lambda ss: list(ss)) == page
     out = translate_html(page, upper)
     assert tags(out) == tags(page)
+
+
+# --- Deep nesting: a limit that refuses, linear time below it ------------------------------
+
+
+def test_a_page_nested_past_the_limit_is_refused():
+    depth = MAX_HTML_DEPTH + 1
+    page = "<p>" + "<b>" * depth + "Le chat." + "</b>" * depth + "</p>"
+    for call in (lambda: html_sentences(page), lambda: translate_html(page, upper)):
+        with pytest.raises(UserError, match=f"more than {MAX_HTML_DEPTH:,} elements open at once"):
+            call()
+
+
+def test_omitted_end_tags_do_not_pile_up_to_the_limit():
+    # Paragraphs, list items and table cells whose end tag the page leaves out end where the next
+    # one starts, as HTML says: a long page written so is read, not refused.
+    count = MAX_HTML_DEPTH + 10
+    for page in ("<body>" + "<p>Le chat." * count + "</body>",
+                 "<ul>" + "<li>Le chat." * count + "</ul>",
+                 "<table>" + "<tr><td>Le chat.<td>Le chien." * (count // 2) + "</table>",
+                 "<dl>" + "<dt>Le chat.<dd>Le chien." * (count // 2) + "</dl>"):
+        assert html_sentences(page).count("Le chat.") == page.count("Le chat.")
+
+
+def test_tags_nested_deep_inside_a_sentence_are_placed_by_alignment():
+    # The alignment's layout walks the nesting with a stack of its own, not Python's.
+    depth = 3000
+    page = "<p>Le " + "<b>" * depth + "chat" + "</b>" * depth + " mange.</p>"
+
+    def align(sources, translations):
+        return [list(range(len(t.split()))) for t in translations]
+
+    out = translate_html(page, upper, align=align)
+    assert out == "<p>LE " + "<b>" * depth + "CHAT" + "</b>" * depth + " MANGE.</p>"
+
+
+def test_a_long_chain_of_kept_elements_is_one_element():
+    count = 20_000
+    chain = "+".join(f"<kbd>K{i}</kbd>" for i in range(count))
+    page = f"<p>Press {chain} now.</p>"
+    assert html_sentences(page) == [f"Press {'+'.join(f'K{i}' for i in range(count))} now."]
+    assert translate_html(page, upper) == f"<p>PRESS {chain} NOW.</p>"

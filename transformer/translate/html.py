@@ -64,7 +64,9 @@ malformed pages, no dependency): it reports where each construct starts, so ever
 from the source, not re-serialised (lxml, html5lib and BeautifulSoup rebuild the tree and write
 it back: quotes, case, entities and implied tags change). Stray end tags and unclosed tags are
 kept as they are; an unclosed ``<pre>``/``<code>`` (or another kept element) keeps everything up
-to the end tag of one of its parents untranslated.
+to the end tag of one of its parents untranslated. A page with more than :data:`MAX_HTML_DEPTH`
+elements open at once is refused (``UserError``); below that, the time taken is linear in the
+page's size whatever its nesting.
 """
 
 from __future__ import annotations
@@ -74,11 +76,12 @@ import html as _html
 import re
 from typing import Callable, Sequence
 
+from transformer.errors import UserError
 from transformer.translate.html_placement import _Atom, _Sentence, render_sentence, sentence_events
 from transformer.translate.html_tokens import Token, tokenize
 from transformer.translate.segment import split_sentences
 
-__all__ = ["translate_html", "html_sentences", "Translate", "Align"]
+__all__ = ["translate_html", "html_sentences", "Translate", "Align", "MAX_HTML_DEPTH"]
 
 Translate = Callable[[list[str]], list[str]]
 Align = Callable[[list[str], list[str]], Sequence[Sequence["int | None"]]]
@@ -101,6 +104,23 @@ OPAQUE_BLOCK = frozenset("pre xmp listing plaintext".split())
 # Empty inline elements: a point between words.
 POINTS = frozenset("img wbr input embed".split())
 VOID = frozenset("area base br col embed hr img input keygen link meta param source track wbr".split())
+# Elements whose end tag a page may leave out, and the start tags that end one of them when it is
+# the innermost open element (the HTML rule, simplified): unclosed paragraphs, list items and
+# table cells end where the next one starts instead of piling up.
+_CELL_ENDS = frozenset("td th tr tbody thead tfoot".split())
+_ENDED_BY = {
+    "p": frozenset("address article aside blockquote details div dl fieldset figure footer form h1 h2 h3 h4 h5 h6 "
+                   "header hr main menu nav ol p pre section table ul".split()),
+    "li": frozenset(["li"]), "dt": frozenset(["dt", "dd"]), "dd": frozenset(["dt", "dd"]),
+    "option": frozenset(["option", "optgroup"]), "optgroup": frozenset(["optgroup"]),
+    "td": _CELL_ENDS, "th": _CELL_ENDS, "tr": _CELL_ENDS - {"td", "th"},
+    "thead": frozenset(["tbody", "tfoot"]), "tbody": frozenset(["tbody", "tfoot"]),
+}
+MAX_HTML_DEPTH = 10_000
+"""The most elements a page may have open at once (started, not yet ended: an element a page
+leaves unclosed counts until its parent ends, or, for those whose end tag HTML lets a page leave
+out, until the next one starts); a deeper page is refused (``UserError``) before anything is
+translated."""
 _HTML_SPACE = " \t\n\r\f"
 _TO_SPACE = str.maketrans(dict.fromkeys(_HTML_SPACE, " "))
 # A character reference, as html.unescape finds them (its own pattern where it has one).
@@ -124,6 +144,7 @@ class _Run:
         self.after: list[int] = []
         self.atoms: list[_Atom] = []
         self.sentences: list[_Sentence] = []
+        self._joined: dict[int, list[str]] = {}  # kept elements joined to the next: their text's pieces
 
     def _chars(self, text: str, before: int, after: int | None = None) -> None:
         self.plain.extend(text.translate(_TO_SPACE))
@@ -151,12 +172,12 @@ class _Run:
             previous = self.atoms[-1] if self.atoms else None
             between = "".join(self.plain[previous.end :]) if previous and previous.kind == "verbatim" else " "
             if not any(c.isspace() or c.isalpha() for c in between):
-                # Kept elements joined by punctuation are one: <kbd>Ctrl</kbd>+<kbd>C</kbd>.
-                for i in range(previous.offset, len(self.plain)):
-                    self.before[i], self.after[i] = previous.raw_start, end
-                previous.raw, previous.raw_end = self.source[previous.raw_start : end], end
+                # Kept elements joined by punctuation are one: <kbd>Ctrl</kbd>+<kbd>C</kbd>. Its
+                # extent, text and characters' places are set once, in split(): a chain of them
+                # costs linear time.
+                previous.raw_end = end
                 previous.end += len(between) + len(text)
-                previous.text += between + text
+                self._joined.setdefault(len(self.atoms) - 1, [previous.text]).extend((between, text))
                 self._chars(text, previous.raw_start, end)
             else:
                 offset = len(self.plain)
@@ -166,6 +187,12 @@ class _Run:
             self.atoms.append(_Atom("point" if kind == "verbatim" else kind, len(self.plain), raw, name, start, end))
 
     def split(self, lang: str | None) -> None:
+        for k, pieces in self._joined.items():  # a joined kept element covers all its characters
+            atom = self.atoms[k]
+            atom.raw, atom.text = self.source[atom.raw_start : atom.raw_end], "".join(pieces)
+            self.before[atom.offset : atom.end] = [atom.raw_start] * (atom.end - atom.offset)
+            self.after[atom.offset : atom.end] = [atom.raw_end] * (atom.end - atom.offset)
+        self._joined = {}
         self.offsets = [atom.offset for atom in self.atoms]
         plain = "".join(self.plain)
         spans = split_sentences(plain, lang)
@@ -215,10 +242,13 @@ def _no_translate(attrs) -> bool:
     return False
 
 
-def _region_end(tokens: list[Token], i: int, ancestors: list[str]) -> int:
+def _region_end(tokens: list[Token], i: int, ancestors: dict[str, int]) -> int:
     """The index after the last token of the element opened by ``tokens[i]``: its end tag, or
-    (unclosed) the token before the end tag of one of its ancestors, or the end of the page."""
-    name, depth, inner = tokens[i].name, 1, []
+    (unclosed) the token before the end tag of one of its ancestors (``ancestors``: how many
+    elements of each name are open around it), or the end of the page."""
+    name, depth = tokens[i].name, 1
+    inner: list[str] = []  # the elements open inside it, and how many of each name
+    inner_open: dict[str, int] = {}
     for k in range(i + 1, len(tokens)):
         token = tokens[k]
         if token.kind == "start" and token.name not in VOID:
@@ -226,16 +256,27 @@ def _region_end(tokens: list[Token], i: int, ancestors: list[str]) -> int:
                 depth += 1
             else:
                 inner.append(token.name)
+                inner_open[token.name] = inner_open.get(token.name, 0) + 1
         elif token.kind == "end":
             if token.name == name:
                 depth -= 1
                 if depth == 0:
                     return k + 1
-            elif token.name in inner:
-                del inner[len(inner) - 1 - inner[::-1].index(token.name) :]
-            elif token.name in ancestors:
+            elif inner_open.get(token.name):
+                _close(inner, inner_open, token.name)
+            elif ancestors.get(token.name):
                 return k
     return len(tokens)
+
+
+def _close(stack: list[str], counts: dict[str, int], name: str) -> None:
+    """End the innermost open element called ``name`` and those open inside it (``counts[name]``
+    is not 0): each element is popped once, so a page's end tags cost linear time in all."""
+    while True:
+        popped = stack.pop()
+        counts[popped] -= 1
+        if popped == name:
+            return
 
 
 def _plan(source: str, lang: str | None) -> tuple[list, list[_Sentence]]:
@@ -243,7 +284,8 @@ def _plan(source: str, lang: str | None) -> tuple[list, list[_Sentence]]:
     tokens = tokenize(source)
     parts: list = []
     run: _Run | None = None
-    stack: list[str] = []
+    stack: list[str] = []  # the elements open, outermost first
+    open_names: dict[str, int] = {}  # how many of each name are in the stack
 
     def in_run() -> _Run:
         nonlocal run
@@ -267,7 +309,7 @@ def _plan(source: str, lang: str | None) -> tuple[list, list[_Sentence]]:
         elif kind == "start" and name not in VOID and (
             name in VERBATIM or name in OPAQUE_INLINE or name in OPAQUE_BLOCK or _no_translate(token.attrs)
         ):
-            j = _region_end(tokens, i - 1, stack)
+            j = _region_end(tokens, i - 1, open_names)
             end = tokens[j - 1].end
             if name in VERBATIM or name in INLINE:
                 text = "".join(_html.unescape(source[t.start : t.end]) for t in tokens[i:j] if t.kind == "data")
@@ -280,9 +322,15 @@ def _plan(source: str, lang: str | None) -> tuple[list, list[_Sentence]]:
             i = j
         elif kind in ("start", "empty", "end"):
             if kind == "start" and name not in VOID:
+                while stack and name in _ENDED_BY.get(stack[-1], ()):
+                    open_names[stack.pop()] -= 1
+                if len(stack) >= MAX_HTML_DEPTH:
+                    raise UserError(f"the page has more than {MAX_HTML_DEPTH:,} elements open at once at character "
+                                    f"{token.start:,} (<{name}>): deeper than a page is translated")
                 stack.append(name)
-            elif kind == "end" and name in stack:
-                del stack[len(stack) - 1 - stack[::-1].index(name) :]
+                open_names[name] = open_names.get(name, 0) + 1
+            elif kind == "end" and open_names.get(name):
+                _close(stack, open_names, name)
             if name == "br":
                 in_run().add("br", token.start, token.end)
             elif name in POINTS or (kind != "start" and name in VERBATIM | OPAQUE_INLINE) or (
@@ -321,7 +369,8 @@ def translate_html(html: str, translate: Translate, *, lang: str | None = None, 
     ``translate`` gets all the page's sentences in one list and returns their translations in
     order; ``lang`` is the source language (sentence splitting); ``align`` optionally gives word
     alignments that place the inline tags. Raises ``ValueError`` if ``translate`` (or ``align``)
-    returns the wrong number of items.
+    returns the wrong number of items, ``UserError`` for a page nested deeper than
+    :data:`MAX_HTML_DEPTH`.
     """
     if not isinstance(html, str):
         raise TypeError(f"html must be a str, got {type(html).__name__}")

@@ -178,24 +178,31 @@ def _aligned(events: list[_Event], n: int, m: int, links: list[int | None]) -> l
             return min(after), min(after)
         return (_proportional(k, n, m),) * 2
 
+    def by_wish(node: _Node):
+        return iter(sorted((*wish(child), index, child) for index, child in enumerate(node.children)))
+
+    # Each node's children in the order of their wishes, each within its parent's [low, high), none
+    # overlapping; depth first with a stack of frames (children left, cursor, high, the node whose
+    # end tag follows them), as tags may nest deeper than Python recurses.
     out: list[_Event] = []
-
-    def layout(node: _Node, low: int, high: int) -> None:
-        """Children in the order of their wishes, each within [low, high), none overlapping."""
-        wishes = sorted((*wish(child), index, child) for index, child in enumerate(node.children))
-        cursor = low
-        for a, b, _, child in wishes:
-            start = min(max(a, cursor), high)
-            end = min(max(b, start), high)
-            cursor = end
-            child.event.b, child.event.b2 = start, end
-            out.append(child.event)
-            if child.close is not None:
-                layout(child, start, end)
-                child.close.b = child.close.b2 = end
-                out.append(child.close)
-
-    layout(root, 0, m)
+    frames: list[list] = [[by_wish(root), 0, m, None]]
+    while frames:
+        frame = frames[-1]
+        item = next(frame[0], None)
+        if item is None:
+            frames.pop()
+            if frame[3] is not None:
+                frame[3].close.b = frame[3].close.b2 = frame[2]
+                out.append(frame[3].close)
+            continue
+        a, b, _, child = item
+        start = min(max(a, frame[1]), frame[2])
+        end = min(max(b, start), frame[2])
+        frame[1] = end
+        child.event.b, child.event.b2 = start, end
+        out.append(child.event)
+        if child.close is not None:
+            frames.append([by_wish(child), start, end, child])
     return out
 
 
