@@ -17,7 +17,9 @@ indented, link reference definitions, thematic breaks, blank lines, every block'
 block whose translation equals its text. An HTML block at the top level is translated as
 ``translate_html`` translates a page. A block whose source the parser's tokens cannot be
 matched to (a construct spanning lines inside a code span, an escaped pipe in a table cell) is
-left untranslated, with a ``TranslationWarning`` naming its line.
+left untranslated, with a ``TranslationWarning`` naming its line. A file that nests block quotes
+and list items, or a block's emphasis and links, more than :data:`MAX_MARKDOWN_DEPTH` (100) deep
+is refused (``FileFormatError`` naming the line): every block up to that depth is translated.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from transformer.translate.files.base import TranslatableFile, Unit
+from transformer.translate.files.base import FileFormatError, TranslatableFile, Unit
 from transformer.translate.files.inline import Fragment, join_lines
 from transformer.translate.files.srt import split_lines
 from transformer.translate.files.text import check_count, decode_text
@@ -38,6 +40,10 @@ _ELEMENTS = {"em": "i", "strong": "b", "s": "s"}
 
 class _Mismatch(ValueError):
     """The tokens of a block do not match its source text."""
+
+
+class _TooDeep(Exception):
+    """A block's inline markup nests deeper than ``MAX_MARKDOWN_DEPTH``."""
 
 
 @dataclass
@@ -53,10 +59,21 @@ class _Block:
     end: int = 0  # an HTML block: the index after its last line
 
 
+MAX_MARKDOWN_DEPTH = 100
+"""The most block quotes and list items a Markdown file may nest in one another, and the most
+emphasis, strikethrough and links a block's text may nest: a deeper file is refused
+(``FileFormatError`` naming the line), never partly translated."""
+# The parser's own bound on its nesting levels (a list item is two: the list and the item; a
+# paragraph or table inside one a few more), above what MAX_MARKDOWN_DEPTH lets through: the parser
+# stops reading blocks deeper than it, silently, so a file must be refused before that.
+_PARSER_NESTING = 2 * MAX_MARKDOWN_DEPTH + 10
+_CONTAINERS = {"blockquote_open": 1, "list_item_open": 1, "blockquote_close": -1, "list_item_close": -1}
+
+
 def _parser():
     from markdown_it import MarkdownIt
 
-    md = MarkdownIt("commonmark").enable(["table", "strikethrough"])
+    md = MarkdownIt("commonmark", {"maxNesting": _PARSER_NESTING}).enable(["table", "strikethrough"])
     md.core.ruler.disable("text_join")  # escapes and entities stay their own tokens, with their source
     return md
 
@@ -91,7 +108,12 @@ class MarkdownFile(TranslatableFile):
         source = "\n".join([""] * skipped + bodies[skipped:])
         blocks: list[_Block] = []
         cursors: dict[int, int] = {}  # per line, where the next table cell's text is looked for
+        depth = 0  # block quotes and list items open
         for token in _parser().parse(source):
+            depth += _CONTAINERS.get(token.type, 0)
+            if depth > MAX_MARKDOWN_DEPTH:
+                raise FileFormatError(f"{name}: line {token.map[0] + 1}: block quotes and list items nested more than "
+                                      f"{MAX_MARKDOWN_DEPTH} deep, deeper than a Markdown file is translated")
             if token.map is None:
                 continue
             first, end = token.map
@@ -102,6 +124,10 @@ class MarkdownFile(TranslatableFile):
                 try:
                     fragment, groups = _inline(token.content, token.children)
                     spans = _locate(token.content, bodies, first, cursors)
+                except _TooDeep:
+                    raise FileFormatError(f"{name}: line {first + 1}: emphasis and links nested more than "
+                                          f"{MAX_MARKDOWN_DEPTH} deep, deeper than a Markdown file is "
+                                          "translated") from None
                 except _Mismatch as err:
                     warnings.warn(TranslationWarning(f"{name}: line {first + 1}: kept untranslated ({err})"),
                                   stacklevel=2)
@@ -213,6 +239,7 @@ def _inline(content: str, children) -> tuple[Fragment, list[int]]:
     groups = [1]
     pos = 0
     skip_to_close = False
+    depth = 0  # emphasis and links open
 
     def gap(upto: int) -> None:
         """Source between tokens: only whitespace (the parser drops it around line breaks)."""
@@ -239,6 +266,9 @@ def _inline(content: str, children) -> tuple[Fragment, list[int]]:
 
     for token in children:
         kind = token.type
+        depth += token.nesting
+        if depth > MAX_MARKDOWN_DEPTH:
+            raise _TooDeep
         if skip_to_close:
             if kind == "link_close":
                 skip_to_close = False
