@@ -145,6 +145,31 @@ def test_two_nodes_train_like_one_process_accumulating_twice(tmp_path, reference
     assert_same_run(tmp_path / "run", log, reference)
 
 
+def test_two_processes_step_without_reading_back_or_a_collective_of_their_own(tmp_path, reference):
+    """Between the log records (every 3 steps) and checkpoints (every 6), a process neither reads a value
+    back nor calls a collective: the step's token count comes from the batch plan both share, the clock is
+    agreed only where they meet anyway, and DDP's gradient all-reduce is the only exchange. The weights
+    and token counts are still those of one process accumulating two batches."""
+    run, log = tmp_path / "run", tmp_path / "syncs"
+    log.mkdir()
+    settings = [s for s in TINY if not s.startswith(("train.log_every=", "train.save_every="))]
+    done = standalone(run, "--quiet", *settings, "train.log_every=3", "train.save_every=6",
+                      env=environment(SYNC_LOG=str(log)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        events = json.loads((log / f"rank-{rank}.json").read_text())
+        assert not [e for e in events if e[1] == "in step"], events  # a step reads nothing back, meets no one
+        met = {step for step, _, _ in events}
+        assert met <= {0, 3, 6, 9, 12}, events  # only the records, checkpoints (and setting up) meet
+        assert {3, 6, 12} <= met  # the hooks see the meetings there are
+    name = f"checkpoints/step-{STEPS:08d}"
+    a, b = load_file(str(run / name / "model.safetensors")), load_file(str(reference[0] / name / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=0, atol=TOLERANCE) for k in a)
+    tokens = [json.loads((d / name / "trainer_state.json").read_text())["trainer"]["target_tokens"]
+              for d in (run, reference[0])]
+    assert tokens[0] == tokens[1] > 0
+
+
 @pytest.mark.slow  # three launches of torch (or a restart): 15 s on 2 cores at load 4, 35 s at load 10
 def test_a_run_moves_from_two_processes_to_one_and_back(tmp_path, reference):
     run, log = tmp_path / "run", tmp_path / "batches"
@@ -256,6 +281,33 @@ def test_the_batches_of_a_step_depend_only_on_batches_per_step():
     assert len(one) == 3 * (23 // 6)
     for world, accumulate in ((2, 3), (3, 2), (6, 1)):
         assert steps(world, accumulate) == one
+
+
+@pytest.mark.parametrize("segmented", [False, True], ids=["plain", "segmented"])
+def test_every_process_knows_the_target_tokens_of_the_others_batches(segmented):
+    """A step's normalizer without a collective: each rank's count of every rank's batches (``target_tokens_by_rank``)
+    is what that rank's own batches hold, with a segmenter too (it segments the others' batches as they do)."""
+    import numpy as np
+
+    from transformer.data import TokenBudgetBatches
+
+    examples = [([1] * (1 + i % 7), [2] * (1 + i % 5)) for i in range(230)]
+
+    def segment(indices, rng):  # a few target tokens more or fewer, drawn per batch
+        return [(examples[i][0], examples[i][1] + [3] * int(rng.integers(0, 3))) for i in indices]
+
+    def batches(rank):
+        return TokenBudgetBatches(examples, max_tokens=92, pad_id=0, bos_id=1, eos_id=2, seed=3, rank=rank,
+                                  world_size=3, segment=segment if segmented else None,
+                                  lengths=(np.array([len(s) for s, _ in examples]),
+                                           np.array([len(t) + 1 for _, t in examples])) if segmented else None)
+
+    ranks = [batches(rank) for rank in range(3)]
+    for epoch in (0, 2):
+        served = [[b.n_tgt_tokens for b in r.iter_from(epoch, 0)] for r in ranks]
+        for index, count in ((0, 1), (2, 3), (len(ranks[0]) - 2, 2)):
+            want = [sum(tokens[index:index + count]) for tokens in served]
+            assert all(r.target_tokens_by_rank(epoch, index, count) == want for r in ranks)
 
 
 def test_resume_accumulation_keeps_the_batches_per_step(tmp_path):

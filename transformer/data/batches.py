@@ -293,6 +293,7 @@ class TokenBudgetBatches:
                 "none; lower max_tokens or use fewer ranks"
             )
         self._src_lens, self._tgt_lens = src_lens, tgt_lens
+        self._lengths_are_the_examples = lengths is None  # else the budget's (a segmenter's expected lengths)
         if self.n_oversize:
             warnings.warn(
                 f"{self.n_oversize} example(s) alone exceed max_tokens={max_tokens} (padded src + tgt + 1 tokens); "
@@ -389,6 +390,27 @@ class TokenBudgetBatches:
 
     def __iter__(self) -> Iterator[Batch]:
         return self.iter_from(self.epoch, 0)
+
+    def target_tokens_by_rank(self, epoch: int, index: int, count: int) -> list[int]:
+        """The target tokens (EOS included) of batches ``index`` to ``index + count - 1`` of each rank's
+        epoch ``epoch``, rank by rank: every rank knows what the others train on beside its own batches
+        (a data-parallel step's normalizer) without asking them. With a segmenter, the other ranks'
+        batches are segmented here as they segment them."""
+        if not 0 <= index <= index + count <= len(self):
+            raise ValueError(f"batches {index} to {index + count - 1} are not within this rank's epoch of {len(self)}")
+        order = self.epoch_order(epoch)[: len(self) * self.world_size]
+        return [sum(self._target_tokens(b, epoch) for b in order[rank::self.world_size][index:index + count].tolist())
+                for rank in range(self.world_size)]
+
+    def _target_tokens(self, b: int, epoch: int) -> int:
+        indices = self._batches[b]
+        if self.segment is not None:
+            examples = self.segment(indices.tolist(), np.random.default_rng([self.seed, 2, epoch, b]))
+        elif self._lengths_are_the_examples:
+            return int(self._tgt_lens[indices].sum()) + len(indices)
+        else:
+            examples = [self.examples[i] for i in indices.tolist()]
+        return sum(len(tgt) + 1 for _, tgt in examples)
 
     # ----------------------------------------------------------------- statistics
 

@@ -6,6 +6,13 @@ rendezvous spreads the ranks over machines. Each rank trains on its own share of
 (see ``TokenBudgetBatches``); gradients are averaged by ``DistributedDataParallel``; rank 0
 alone writes checkpoints and logs. Backend: gloo on CPU, NCCL on CUDA.
 
+**No collective of its own in a step.** A step's loss is normalised by the target tokens of every
+process's batches; each process knows them from the batch plan they share
+(:func:`step_target_tokens`), so only DDP's gradient all-reduce joins the processes in a step. The
+clock (``train.time_limit``, the cooldown) is rank 0's, agreed when the processes meet anyway: at each
+log record (``train.log_every``), validation and checkpoint; in between a process neither reads
+a value back from the GPU nor waits for another.
+
 **Changing the number of processes.** A step takes ``accumulate x world_size`` batches: the
 next ones of the epoch's order, process ``r`` taking positions ``r, r + W, ...`` of them, so the
 batches of a step depend only on that product (an epoch is cut into whole steps; the few
@@ -111,6 +118,18 @@ def _all_reduce(values: list[float], info: DistInfo, device: torch.device, op) -
     t = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(t, op=op)
     return t.tolist()
+
+
+def step_target_tokens(batches, state: TrainerState, count: int, info: DistInfo, *, local: int) -> int:
+    """The target tokens of the step that starts at ``state``'s position, over all processes, from the batch
+    plan every process shares (``batches.target_tokens_by_rank``): the loss's normalizer, known without a
+    collective, so a step never waits for the others or for the GPU. ``local`` is this process's own count,
+    checked against the plan."""
+    by_rank = batches.target_tokens_by_rank(state.epoch, state.batch_in_epoch, count)
+    if by_rank[info.rank] != local:
+        raise RuntimeError(f"process {info.rank}: its batches hold {local} target tokens, the batch plan says "
+                           f"{by_rank[info.rank]}: the processes do not share one data order")
+    return sum(by_rank)
 
 
 def broadcast_number(value: float, info: DistInfo, device: torch.device) -> float:

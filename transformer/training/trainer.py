@@ -95,7 +95,10 @@ class Trainer(TrainerSetUp, ValidationAndSaving):
         t, st = self.cfg.train, self.state
         model: torch.nn.Module = self.model
         if self.dist.enabled:
-            model = DistributedDataParallel(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+            # broadcast_buffers off: the one buffer, the positional table, is the config's on every process, and
+            # broadcasting it would be a collective at every forward pass
+            devices = [self.device.index] if self.device.type == "cuda" else None
+            model = DistributedDataParallel(self.model, device_ids=devices, broadcast_buffers=False)
         total = t.max_steps or t.epochs * self.steps_per_epoch
         before = st.seconds  # the run's time limit counts the invocations before this one too
         limits = [x for x in (t.time_limit, self.pause_at) if x is not None]
@@ -106,6 +109,14 @@ class Trainer(TrainerSetUp, ValidationAndSaving):
         self.board = TensorBoardLog.open(self.run_dir, enabled=t.tensorboard and self.dist.is_main, resume_step=st.step,
                                          say=progress.message if self.tensorboard_hint else lambda _: None)
         start = self.clock()
+        compiled_before = self._compile_seconds()
+
+        def agree_clock() -> None:
+            """``st.seconds`` read now: rank 0's clock on every rank, so that every rank stops at the same step
+            and cools down alike; the time compiling took is the compiler's, not training's (left out)."""
+            st.seconds = D.broadcast_number(before + self.clock() - start - (self._compile_seconds() - compiled_before),
+                                            self.dist, self.device)
+
         rate_tokens = 0.0  # the tokens of the logging window trained by this call (the rate's, not the loss's)
         window_start = self.rate_clock()
         last_valid: dict[str, Any] | None = None
@@ -124,23 +135,29 @@ class Trainer(TrainerSetUp, ValidationAndSaving):
                 if st.step % t.log_every == 0:
                     self._log(progress, lr=lr, rate_tokens=rate_tokens, window_start=window_start)
                     rate_tokens, window_start = 0.0, self.rate_clock()
-                # rank 0's clock, so that every rank stops at the same step and cools down alike
-                st.seconds = D.broadcast_number(before + self.clock() - start, self.dist, self.device)
+                evaluate = bool(t.eval_every) and st.step % t.eval_every == 0
+                save = bool(t.save_every) and st.step % t.save_every == 0
+                if not self.dist.enabled or st.step % t.log_every == 0 or evaluate or save:
+                    agree_clock()  # several processes agree when they meet anyway, never at every step
                 stop = self._run_over()
                 if stop:
                     break
                 paused = self.rate_clock()
-                if t.eval_every and st.step % t.eval_every == 0:
+                if evaluate:
                     last_valid = self._validate_and_save(progress)
-                elif t.save_every and st.step % t.save_every == 0:
+                elif save:
                     self._save()
                 window_start += self.rate_clock() - paused  # tokens/s counts training, not evaluating or saving
             else:  # the epoch ran to its end
                 st.epoch += 1
                 st.batch_in_epoch = 0
                 if not t.eval_every:
+                    if self.dist.enabled:
+                        agree_clock()
                     last_valid = self._validate_and_save(progress)
         if last_valid is None or last_valid.get("step") != st.step:
+            if self.dist.enabled:
+                agree_clock()
             last_valid = self._validate_and_save(progress)
         self._finish(progress)
         progress.close()
@@ -205,6 +222,10 @@ class Trainer(TrainerSetUp, ValidationAndSaving):
             return batches
         return iter(cuda.DeviceBatches(batches, self.device, pad_id=self.vocab.tgt.pad_id))
 
+    def _compile_seconds(self) -> float:
+        """Host seconds the CUDA engine has spent on batches that compiled a graph (0 without torch.compile)."""
+        return self.engine.compile_seconds if isinstance(self.engine, cuda.CudaTraining) else 0.0
+
     def _step(self, model: torch.nn.Module, group: list[Batch]) -> tuple[torch.Tensor, float]:
         """One optimizer step over ``group``; the loss is normalised by the step's global target tokens.
 
@@ -212,7 +233,10 @@ class Trainer(TrainerSetUp, ValidationAndSaving):
         so the host does not wait for the GPU each step) and the local target tokens."""
         t = self.cfg.train
         local_tokens = float(sum(b.n_tgt_tokens for b in group))
-        (global_tokens,) = D.all_reduce_sum([local_tokens], self.dist, self.device)
+        global_tokens = local_tokens
+        if self.dist.enabled:  # every process knows the other processes' batches of the step: no collective
+            global_tokens = float(D.step_target_tokens(self.batches, self.state, len(group), self.dist,
+                                                       local=int(local_tokens)))
         self.state.target_tokens += int(global_tokens)
         # DDP averages gradients over ranks, so scale by world_size to get sum / global tokens.
         factor = self.dist.world_size / global_tokens
@@ -223,10 +247,7 @@ class Trainer(TrainerSetUp, ValidationAndSaving):
                                src_unk_id=self.vocab.src.unk_id, tgt_unk_id=self.vocab.tgt.unk_id)
             sync = nullcontext() if (not self.dist.enabled or i == len(group) - 1) else model.no_sync()  # type: ignore[operator]
             with sync:
-                with self._autocast():  # the forward pass only; backward runs in the dtypes it recorded
-                    loss, reported = self._loss(model, batch)
-                scaled = loss * factor
-                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+                reported = self._forward_backward(model, batch, factor)
             loss_total += reported.detach()
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
@@ -237,10 +258,14 @@ class Trainer(TrainerSetUp, ValidationAndSaving):
             self.grad_norm = norm = torch.nn.utils.get_total_norm(
                 [p.grad for p in self.model.parameters() if p.grad is not None])
         if self.scaler:
-            scale = self.scaler.get_scale()
+            if self.loss_scale is None:  # a scaler given after the set-up
+                self.loss_scale = self.scaler.get_scale()
             self.scaler.step(self.optimizer)  # skips the optimizer step when a gradient is inf or nan
             self.scaler.update()
-            stepped = self.scaler.get_scale() >= scale  # update() lowers the scale only after a skipped step
+            # update() lowers the scale only after a skipped step: fp16's one read of a step (the schedule
+            # counts the steps taken), against the scale the previous step left
+            scale, self.loss_scale = self.loss_scale, self.scaler.get_scale()
+            stepped = self.loss_scale >= scale
         else:
             self.optimizer.step()
             stepped = True
@@ -252,6 +277,18 @@ class Trainer(TrainerSetUp, ValidationAndSaving):
                 self.ema.update(self.model)
         self.optimizer.zero_grad(set_to_none=True)
         return loss_total, local_tokens
+
+    def _forward_backward(self, model: torch.nn.Module, batch: Batch, factor: float) -> torch.Tensor:
+        """One batch's forward and backward passes (the CUDA engine's ``run``: it times a compilation and
+        falls back to eager where compiling the backward fails); returns the loss to report."""
+        def passes() -> torch.Tensor:
+            with self._autocast():  # the forward pass only; backward runs in the dtypes it recorded
+                loss, reported = self._loss(model, batch)
+            scaled = loss * factor
+            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            return reported
+
+        return self.engine.run(passes) if isinstance(self.engine, cuda.CudaTraining) else passes()
 
     def _note_nonfinite(self, loss: torch.Tensor, norm: torch.Tensor | None) -> None:
         """Keep on the device the first step whose loss or gradient norm is not finite: a few scalar kernels,

@@ -140,6 +140,8 @@ class TrainerSetUp:
             write_run_files(self.run_dir, cfg, self.vocab, model_cfg, self.initialized_from)
         D.barrier(self.dist)
         self._resume()
+        # fp16: the loss scale the last step left (a resumed run's is the checkpoint's; no read of the GPU here)
+        self.loss_scale = self.scaler.get_scale() if self.scaler is not None else None
         D.adopt_layout(self.state, self.dist, self.accumulate)
         self.alignments = AlignmentLog.for_run(self.run_dir, self.data, t.alignment_sentences,
                                                after_step=self.state.step, write=self.dist.is_main)
