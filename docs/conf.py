@@ -8,8 +8,7 @@ configuration reference (``configref``: every key of the config dataclasses with
 range and meaning), the command-line reference (``cliref``: ``transformer.cli.build_parser()``)
 and the HTTP API reference (``openapiref``: the OpenAPI schema of
 ``transformer.serve.app.create_app``). They write into ``docs/_generated/`` (ignored by git);
-pages include them. ``docstrings`` lets plain-text docstrings render without warnings;
-``lazyexports`` has the reference list the public names that packages import on first use.
+pages include them. ``docstrings`` lets plain-text docstrings render without warnings.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ extensions = [
     "docstrings",  # plain-text docstring habits made valid reStructuredText (before napoleon)
     "sphinx.ext.napoleon",  # the docstrings' Google-style Args: / Returns: / Raises: sections
     "autoapi.extension",
-    "lazyexports",  # the names packages import under `if TYPE_CHECKING:` (lazily at run time), as imports
     "configref",
     "cliref",
     "openapiref",
