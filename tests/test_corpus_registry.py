@@ -20,6 +20,7 @@ import pytest
 from file_server import server  # noqa: F401 (a fixture)
 
 from transformer.corpus import registry
+from transformer.corpus.cli_args import register_data_command
 from transformer.corpus.files import CorpusError
 from transformer.corpus.registry import (
     DATA_ENV,
@@ -27,10 +28,10 @@ from transformer.corpus.registry import (
     CorpusInfo,
     RemoteFile,
     corpus_pairs,
+    data_command,
     default_cache_dir,
     fetch,
     get_corpus,
-    register_data_command,
     tatoeba_splits,
 )
 
@@ -331,7 +332,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def test_data_list(capsys):
     args = _parser().parse_args(["data", "list"])
-    assert args.handler(args) == 0
+    assert data_command(args) == 0
     out = capsys.readouterr().out
     assert "multi30k" in out and "en/de/fr" in out and "CC BY 2.0 FR" in out
 
@@ -339,7 +340,7 @@ def test_data_list(capsys):
 @needs_data
 def test_data_download_from_local_copy(capsys):
     args = _parser().parse_args(["data", "download", "tatoeba", "--from", str(SHARED_DATA)])
-    assert args.handler(args) == 0
+    assert data_command(args) == 0
     captured = capsys.readouterr()
     assert captured.out.strip() == str(SHARED_DATA / "tatoeba")
     assert "Attribution: www.manythings.org/anki and tatoeba.org" in captured.err
@@ -348,7 +349,7 @@ def test_data_download_from_local_copy(capsys):
 def test_data_download_unknown_name(tmp_path):
     args = _parser().parse_args(["data", "download", "nope", "--cache-dir", str(tmp_path)])
     with pytest.raises(CorpusError, match="unknown corpus 'nope'"):
-        args.handler(args)
+        data_command(args)
 
 
 def test_registry_module_exports():

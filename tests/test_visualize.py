@@ -18,7 +18,8 @@ from transformer.corpus.builtin import generate_pairs
 from transformer.model import Transformer
 from transformer.text import Vocabularies
 from transformer.translate.translator import Translator
-from transformer.visualize.cli import register_attend_command, write_demo_pages
+from transformer.visualize.cli import run_attend, write_demo_pages
+from transformer.visualize.cli_args import register_attend_command
 from transformer.visualize.data import KINDS, AttentionData, TokenAxis, best_translation_ids, collect_attention
 from transformer.visualize.heatmaps import (
     FONT_POINTS,
@@ -274,7 +275,7 @@ def attend(*argv: str) -> int:
     parser = argparse.ArgumentParser(prog="transformer")
     register_attend_command(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["attend", *argv])
-    return args.handler(args)
+    return run_attend(args)
 
 
 def test_attend_command_writes_everything(run_dir, tmp_path, capsys):

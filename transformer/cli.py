@@ -1,6 +1,12 @@
 """The ``transformer`` command: thin subcommands that call the library.
 
-Each subcommand registers itself with ``_register``. Errors are printed as one line on stderr,
+Building the parser imports nothing heavy (no torch, no optional extra), so ``transformer --help``
+and every command's ``--help`` are quick and work on a base install. ``demo``, ``train``,
+``average`` and ``info`` are defined here, their heavy imports inside their handlers; every other
+command's parser is in the ``cli_args.py`` of its package (``translate``, ``serve``, ``visualize``,
+``interop``, ``corpus``), whose handler is a ``"module:function"`` reference imported when the
+command runs. A module of an optional extra missing then is one line naming the extra and the
+command that installs it (:class:`transformer.errors.MissingExtraError`). Errors are printed as one line on stderr,
 ``transformer COMMAND: error: ...``, naming the problem and the fix, never as a stack trace.
 Exit statuses (also in ``transformer --help``):
 
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import json
 import math
 import os
@@ -28,20 +35,29 @@ import sys
 import textwrap
 import time
 import traceback
-from typing import Callable, Sequence
-
-import torch
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from transformer import __version__
-from transformer.errors import UserError
-from transformer.cpu.allocator import retain_freed_memory
 from transformer.config import PRESETS, preset
-from transformer.model.masks import padding_mask
-from transformer.model import Transformer
-from transformer.precision import WEIGHT_DTYPES, add_precision_option, precision_option
-from transformer.threads import default_threads
-from transformer.run.config import MAX_THREADS
+from transformer.corpus.cli_args import register_data_command
+from transformer.errors import MissingExtraError, UserError
+from transformer.interop.cli_args import register_interop_commands
+from transformer.precision import add_precision_option, precision_option, weight_dtype
+from transformer.run.config import describe_ranges
+from transformer.serve.cli_args import register_serve_command
+from transformer.threads import MAX_THREADS, default_threads
+from transformer.translate.cli_args import (
+    register_calibrate_command, register_detect_command, register_evaluate_command, register_translate_command,
+)
+from transformer.visualize.cli_args import register_attend_command, register_report_command
 
+if TYPE_CHECKING:
+    import torch
+
+    from transformer.model import Transformer
+
+# A command's handler: the function itself (the commands of this module), or a "module:function"
+# reference to it, imported when the command runs (the commands of the packages).
 Handler = Callable[[argparse.Namespace], int]
 
 
@@ -72,9 +88,13 @@ def _add_threads_option(parser: argparse.ArgumentParser, command: str) -> None:
 def _apply_threads(args: argparse.Namespace) -> None:
     """torch.set_num_threads before the command runs: --threads, else OMP_NUM_THREADS where set, else
     the idle cores (transformer/threads.py); UserError for a bad --threads."""
-    value = getattr(args, "threads", None)
+    if not hasattr(args, "threads"):  # a command that does not compute with torch
+        return
+    import torch
+
+    value = args.threads
     if value is None:
-        if "OMP_NUM_THREADS" not in os.environ and hasattr(args, "threads"):
+        if "OMP_NUM_THREADS" not in os.environ:
             # torch's own count (one per physical core) caps it: idle hyperthreads add nothing
             torch.set_num_threads(min(torch.get_num_threads(), default_threads()))
         return
@@ -107,6 +127,11 @@ def _info(args: argparse.Namespace) -> int:
     for name in ("vocab", "batch", "length"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    import torch
+
+    from transformer.model import Transformer
+    from transformer.model.masks import padding_mask
+
     precision = precision_option(args)
     cfg = preset(args.preset, src_vocab_size=args.vocab)
     torch.manual_seed(0)
@@ -129,7 +154,7 @@ def _info(args: argparse.Namespace) -> int:
     )
     tgt = src.flip(1)
     mask = padding_mask(src, pad_id=-1)
-    dtype = WEIGHT_DTYPES[precision]
+    dtype = weight_dtype(precision)
     model.to(dtype)  # the weights in that format, as the translator holds them
     with torch.inference_mode():
         model(src, tgt, mask)  # warm-up
@@ -172,8 +197,6 @@ def _layer_table(model: Transformer) -> str:
 
 
 def _register_train(sub: argparse._SubParsersAction) -> None:
-    from transformer.run.config import describe_ranges
-
     description = (
         "Train with the paper's recipe. Settings come from --config (YAML or JSON with sections "
         "data/model/train) and key=value overrides, e.g. train.epochs=5 data.corpus=files "
@@ -211,6 +234,9 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
+    import torch
+
+    from transformer.cpu.allocator import retain_freed_memory
     from transformer.run.config import RunConfig
     from transformer.training.trainer import Trainer
 
@@ -278,6 +304,7 @@ def _register_demo(sub: argparse._SubParsersAction) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from transformer.cpu.allocator import retain_freed_memory
     from transformer.demo import DEMO_STEPS, DemoError, continue_command, free_run_dir, resumable_config, run_demo
 
     if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):
@@ -380,24 +407,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _register_translate(sub: argparse._SubParsersAction) -> None:
-    from transformer.translate.cli import register_translate_command
-    from transformer.translate.evaluate_cli import register_evaluate_command
-
-    register_translate_command(sub)
-    register_evaluate_command(sub)
-
-
-def _register_detect(sub: argparse._SubParsersAction) -> None:
-    from transformer.translate.detect_cli import register_detect_command
-
-    register_detect_command(sub)
-
-
 def _register_calibrate(sub: argparse._SubParsersAction) -> None:
-    from transformer.translate.calibrate import register_calibrate_command
+    register_calibrate_command(sub).set_defaults(handler=_calibrate)
 
-    register_calibrate_command(sub, _validation_pairs)
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from transformer.translate.calibrate import calibrate_command
+
+    return calibrate_command(args, _validation_pairs)
 
 
 def _validation_pairs(data):  # DataConfig -> list[tuple[str, str]]
@@ -408,40 +425,35 @@ def _validation_pairs(data):  # DataConfig -> list[tuple[str, str]]
     return load_text_splits(data)[0].get("valid", [])
 
 
-def _register_attend(sub: argparse._SubParsersAction) -> None:
-    from transformer.visualize.cli import register_attend_command
-
-    register_attend_command(sub)
-
-
-def _register_data(sub: argparse._SubParsersAction) -> None:
-    from transformer.corpus.registry import register_data_command
-
-    register_data_command(sub)
-
-
-def _register_interop(sub: argparse._SubParsersAction) -> None:
-    from transformer.interop.cli import register_interop_commands
-
-    register_interop_commands(sub)
-
-
-def _register_serve(sub: argparse._SubParsersAction) -> None:
-    from transformer.serve.cli import register_serve_command
-
-    register_serve_command(sub)
-
-
-def _register_report(sub: argparse._SubParsersAction) -> None:
-    from transformer.visualize.report import register_report_command
-
-    register_report_command(sub)
-
-
-_SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _register_demo, _register_train, _register_translate, _register_detect, _register_calibrate, _register_attend, _register_report,
-    _register_average, _register_data, _register_serve, _register_info, _register_interop,
+# The commands in the order ``transformer --help`` lists them.
+_SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], object]] = [
+    _register_demo, _register_train, register_translate_command, register_evaluate_command, register_detect_command,
+    _register_calibrate, register_attend_command, register_report_command, _register_average, register_data_command,
+    register_serve_command, _register_info, register_interop_commands,
 ]
+
+
+def _handler(reference: Handler | str) -> Handler:
+    """The function that runs a command: ``reference`` itself, or the function a
+    ``"module:function"`` reference names, its module imported now."""
+    if callable(reference):
+        return reference
+    module, _, name = reference.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Import the command's code, set torch's threads, run it; a module of an optional extra that is
+    missing, wherever the command imports it, becomes a MissingExtraError naming the extra."""
+    try:
+        handler = _handler(args.handler)
+        _apply_threads(args)
+        return handler(args)
+    except ModuleNotFoundError as err:
+        missing = MissingExtraError.of(err, f"transformer {args.command}")
+        if missing is None:  # not an extra's: a bug of this package
+            raise
+        raise missing from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -458,8 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        _apply_threads(args)
-        return args.handler(args)
+        return _run(args)
     except (UserError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
             PermissionError) as err:
         print(f"transformer {args.command}: error: {_one_line(err)}", file=sys.stderr)

@@ -22,25 +22,23 @@ name stands for, the CPU for int8 under ``auto``.
 Not the same idea: ``train.precision`` (``auto``, ``fp32``, ``bf16``, ``fp16``) is the autocast a
 training runs under, its weights staying float32. :mod:`transformer.cpu.precision` resolves its
 ``auto`` (bf16 where the device multiplies bf16 matrices in hardware) and says which devices do.
+
+The names and the options import nothing heavy: the command line's parsers take them without
+loading torch, which the functions that check a precision on a device import when called.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
-import torch
-from torch import nn
-
-from transformer.cpu import build
-from transformer.model import Transformer
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 PRECISIONS = ("fp32", "bf16", "int8", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 QUANTIZE = (None, "int8")  # the values of Translator's older quantize= keyword
-# The dtype of the weights a model translates with; int8 keeps float32 weights, of which the
-# CPU engine packs int8 copies.
-WEIGHT_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32, "fp16": torch.float16}
 FLAGS = ("int8", "bf16")  # the values with an option of their own, the older spelling (--int8, --bf16)
 PRECISION_HELP = {
     "fp32": "the weights as trained (the default)",
@@ -50,6 +48,14 @@ PRECISION_HELP = {
             "models on the CPU)",
     "fp16": "a float16 copy of the weights (on a GPU)",
 }
+
+
+def weight_dtype(precision: str) -> torch.dtype:
+    """The dtype of the weights a model translates with in ``precision`` (one of ``PRECISIONS``);
+    int8 keeps float32 weights, of which the CPU engine packs int8 copies."""
+    import torch
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32, "fp16": torch.float16}[precision]
 
 
 def add_precision_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *,
@@ -125,6 +131,11 @@ def check_precision(precision: str, device: torch.device | str, *, model: nn.Mod
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    import torch
+
+    from transformer.cpu import build
+    from transformer.model import Transformer
+
     device = torch.device(device)
     _check_device(precision, device)
     name = name or precision
@@ -163,6 +174,8 @@ def resolve_device(name: str, *, precision: str = "fp32", setting: str = "--devi
         ValueError: an unknown name, ``cuda`` where PyTorch sees no CUDA device, a precision that
             does not run on the device named.
     """
+    import torch
+
     if name not in DEVICES:
         raise ValueError(f"device must be one of {DEVICES}, got {name!r}")
     if name == "auto":

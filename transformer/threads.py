@@ -18,6 +18,7 @@ import os
 import resource
 import time
 
+MAX_THREADS = 1024  # torch crashes far beyond the cores a machine has (set_num_threads(100000) segfaults)
 MIN_WINDOW = 0.2  # seconds of observation needed for a count to mean something (a clock tick is 10 ms)
 MARGIN = 0.25  # a neighbour using under a quarter of a CPU does not cost a thread; more does
 

@@ -18,7 +18,8 @@ an existing local copy when given one (``local_dir``, ``--from DIR`` or ``$TRANS
 laid out as ``<root>/<corpus>/<file>``), verifying every file's sha256, and otherwise downloads
 the missing files into ``<cache>/<corpus>/`` (verified before they get their final name, see
 :mod:`transformer.corpus.download`). :func:`corpus_pairs` then reads sentence pairs from it
-(:func:`read_corpus`: with the reading statistics).
+(:func:`read_corpus`: with the reading statistics). :func:`data_command` runs ``transformer data``,
+whose parser is in :mod:`transformer.corpus.cli_args`.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from transformer.errors import UserError
 
 __all__ = [
     "DATA_ENV", "CACHE_ENV", "REGISTRY", "WMT14_PARTS", "CorpusInfo", "RemoteFile", "corpus_pairs", "data_command",
-    "default_cache_dir", "fetch", "get_corpus", "read_corpus", "register_data_command", "tatoeba_splits",
+    "default_cache_dir", "fetch", "get_corpus", "read_corpus", "tatoeba_splits",
 ]
 
 DATA_ENV = "TRANSFORMER_DATA"
@@ -455,27 +456,3 @@ def data_command(args: argparse.Namespace) -> int:
         print(directory)
         return 0
     raise CorpusError(f"unknown data action {args.data_action!r}; use list or download")
-
-
-def register_data_command(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``data`` subcommand (``list``, ``download``) to the CLI's subparsers."""
-    p = subparsers.add_parser(
-        "data",
-        help="list the registered real corpora, or download one (sha256-verified)",
-        description="List the registered real corpora (Multi30k, Tatoeba en-fr, the WMT14 en-de and en-fr "
-        "training data), or download one into the "
-        f"cache (${CACHE_ENV}, default ~/.cache/transformer), verifying each file's sha256. With --from DIR "
-        f"or ${DATA_ENV}=DIR, a local copy laid out as DIR/<corpus>/<file> is verified and used instead.",
-    )
-    actions = p.add_subparsers(dest="data_action", metavar="ACTION", required=True)
-    actions.add_parser("list", help="names, languages, splits and licenses of the registered corpora")
-    dl = actions.add_parser(
-        "download", help="fetch a corpus (or verify a local copy) and print its directory",
-        description="Fetch a corpus and print the directory holding its files.",
-    )
-    dl.add_argument("name", metavar="NAME", help=f"the corpus: {', '.join(REGISTRY)}")
-    dl.add_argument("--from", dest="from_dir", metavar="DIR", default=None,
-                    help=f"use the verified local copy DIR/NAME/ instead of downloading (default: ${DATA_ENV} if set)")
-    dl.add_argument("--cache-dir", metavar="DIR", default=None,
-                    help=f"download cache root (default: ${CACHE_ENV} or ~/.cache/transformer)")
-    p.set_defaults(handler=data_command)

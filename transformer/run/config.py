@@ -23,9 +23,8 @@ from transformer.corpus.builtin import WRITTEN_SHARE
 from transformer.config import PRESETS, ModelConfig, preset
 from transformer.config_dict import at_least, int_at_least, positive, positive_int, probability, valid
 from transformer.model.rnn_config import RNNConfig, rnn_preset
-from transformer.cpu.precision import TRAIN_PRECISIONS
-from transformer.data.mixing import parse_mix
 from transformer.text.tokenizer import BYTE_TOKENS, SPECIAL_TOKENS
+from transformer.threads import MAX_THREADS
 from transformer.run_files import RunFileError, read_json, write_atomic
 from transformer.errors import UserError
 
@@ -39,7 +38,6 @@ DEFAULT_WARMUP = {"noam": 4000, "inverse_sqrt": 100, "constant": 100}
 # how long a run goes on: a resume may set them anew (only train.cooldown's decay follows them)
 RUN_LENGTH_KEYS = ("epochs", "max_steps", "time_limit")
 DEVICES = ("auto", "cpu", "cuda")
-MAX_THREADS = 1024  # torch crashes far beyond the cores a machine has (set_num_threads(100000) segfaults)
 
 
 # The smallest vocabulary the BPE tokenizer can hold: its special tokens, its 256 byte tokens and one piece.
@@ -246,6 +244,8 @@ class RunConfig:
             raise UserError(
                 f"train.average_last ({t.average_last}) must not exceed train.keep_last ({t.keep_last}): only the "
                 "newest train.keep_last checkpoints are kept to average; raise train.keep_last or lower train.average_last")
+        from transformer.cpu.precision import TRAIN_PRECISIONS  # with torch: not for reading the settings' ranges
+
         _choice("train.precision", t.precision, TRAIN_PRECISIONS)
         _choice("train.device", t.device, DEVICES)
         _choice("train.schedule", t.schedule, SCHEDULES)
@@ -255,6 +255,8 @@ class RunConfig:
             raise UserError("data.bpe_dropout does not work with data.mix yet: train on one corpus, or set "
                              "data.bpe_dropout=0")
         if d.mix:
+            from transformer.data.mixing import parse_mix  # with numpy and torch: not for reading the settings
+
             names = [name for name, _ in parse_mix(d.mix)]
             if d.corpus != "builtin" and d.corpus != names[0]:
                 raise UserError(f"data.corpus={d.corpus} and data.mix={d.mix} disagree: with data.mix the first corpus "

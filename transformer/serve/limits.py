@@ -4,6 +4,10 @@
 them); :class:`ConnectionLimits` bounds the connections themselves: how long a client may take
 to send a request, how many connections may be open, how large a request head may be, and how
 long a shutdown may take (:mod:`transformer.serve.protocol` enforces them).
+
+``PIVOT``, the language a pair without a model of its own is translated through, is here beside
+them: like them, ``transformer serve --help`` shows it without loading the server (this module
+imports nothing heavy).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import math
 from dataclasses import dataclass, fields
 
 from transformer.errors import UserError
+
+PIVOT = "en"  # the language a pair without a model of its own is translated through (--pivot's default)
 
 
 @dataclass(frozen=True)

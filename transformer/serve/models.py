@@ -26,10 +26,10 @@ from typing import Any
 from transformer.errors import UserError
 from transformer.serve.batching import BatchInfo
 from transformer.serve.documents import Unprocessable
+from transformer.serve.limits import PIVOT
 from transformer.serve.service import DecodingSettings, TranslationService
 from transformer.text.languages import language_name
 
-PIVOT = "en"  # the language a pair without a model of its own is translated through
 
 UNKNOWN = "und"  # ISO 639's "undetermined": a run that does not record a language
 AUTO = "auto"

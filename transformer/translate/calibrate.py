@@ -6,8 +6,8 @@ regression from the translation's features to "chrF >= 50" is fitted
 (:mod:`transformer.translate.confidence`) and written to ``RUN_DIR/confidence.json``.
 
 How a run's validation pairs are read belongs to training (``transformer.training.data_setup``),
-which this layer does not import: the command line hands the reader in when it registers the
-command.
+which this layer does not import: the command line hands the reader in when the command runs. The
+command's parser is in ``cli_args.py``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import torch
 from transformer.run.config import DataConfig, RunConfig
 from transformer.run.layout import RUN_CONFIG_FILE, WEIGHTS_FILE
 from transformer.run.lock import RunLock, storage_errors
-from transformer.translate.cli import add_decoding_arguments, translator_from_args
+from transformer.translate.cli import translator_from_args
+from transformer.translate.cli_args import MIN_CALIBRATION_SENTENCES
 from transformer.translate.confidence import (
     ADEQUATE_CHRF, DEFAULT_FEATURES, FEATURES, Calibration, figures, file_sha256, fit_calibration, hypothesis_features,
     sentence_chrf,
@@ -36,38 +37,8 @@ from transformer.translate.stream import Progress
 from transformer.translate.translator import Translator
 
 ValidationPairs = Callable[[DataConfig], list[tuple[str, str]]]  # a run's data settings -> its validation pairs
-MIN_SENTENCES = 50  # fewer translations say little about a calibration
 MIN_EACH = 5  # translations needed on each side of the threshold
 BATCH = 64  # sentences translated (and measured) at a time: the progress bar's step
-
-
-def register_calibrate_command(sub: argparse._SubParsersAction, validation_pairs: ValidationPairs) -> None:
-    """Add ``calibrate``; ``validation_pairs(data)`` reads the validation pairs of a run's data settings."""
-    p = sub.add_parser(
-        "calibrate",
-        help="fit the confidence of a run's translations on its validation data (writes RUN_DIR/confidence.json)",
-        description="Translate held-out sentences with the run's model, score each translation with sentence-level "
-        f"chrF against its reference, and fit the probability that a translation reaches chrF {ADEQUATE_CHRF:g} "
-        "from what the model knows about it (its length-normalised log-probability, and how its attention covers "
-        "the source): a logistic regression, written to RUN_DIR/confidence.json. The sentences: the run's "
-        "validation set (read as training read it, from the run's data settings; --from DIR for a local copy of a registry corpus), or --src FILE --ref FILE. Prints "
-        "what it fitted and how well it does on those sentences: the expected calibration error and the Spearman "
-        "correlation of the confidence with chrF (and of the raw mean log-probability, for comparison). Decode "
-        "with the settings you will translate with: a calibration holds for them.",
-    )
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--src", help="source sentences, one per line (plain or gzip), instead of the validation set")
-    p.add_argument("--ref", help="their reference translations, one per line (plain or gzip)")
-    p.add_argument("--from", dest="data_dir", metavar="DIR",
-                   help="local copy of registry corpora (e.g. ../shared/data) for the run's validation set, in place "
-                   "of the run's data.data_dir")
-    p.add_argument("--sentences", type=int, metavar="N", help="use the first N sentences only (default: all; at "
-                   f"least {MIN_SENTENCES})")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (shown only on a terminal)")
-    p.add_argument("--json", action="store_true", help="print the fitted calibration as one JSON object on the last "
-                   "line")
-    add_decoding_arguments(p)
-    p.set_defaults(handler=lambda args: calibrate_command(args, validation_pairs))
 
 
 def calibrate_command(args: argparse.Namespace, validation_pairs: ValidationPairs) -> int:
@@ -81,9 +52,9 @@ def calibrate_command(args: argparse.Namespace, validation_pairs: ValidationPair
     pairs, where = _pairs(args, validation_pairs)
     if args.sentences:
         pairs = pairs[: args.sentences]
-    if len(pairs) < MIN_SENTENCES:
+    if len(pairs) < MIN_CALIBRATION_SENTENCES:
         raise ValueError(f"{where} has {len(pairs)} sentence pairs: too few to fit a calibration (at least "
-                         f"{MIN_SENTENCES})")
+                         f"{MIN_CALIBRATION_SENTENCES})")
     with storage_errors(run_dir), RunLock(run_dir, command="calibrate"):  # no training or averaging meanwhile
         translator = translator_from_args(args)
         show = not args.no_progress and sys.stderr.isatty()

@@ -5,9 +5,9 @@ translated, and the translations are put back in the line (``translate_lines``):
 N lines out, blank lines, indentation, the gaps between sentences and CRLF line ends kept.
 ``--segment lines`` translates each line whole (pre-segmented test sets; what ``evaluate`` does).
 
-This module holds the decoding and glossary options (``evaluate`` and ``calibrate`` take them
-too), the command and the formatting of each translated line
-(text, n-best, JSON). How the input is read (plain or gzip, UTF-8 defects fixed with a warning
+This module runs the command and formats each translated line (text, n-best, JSON); its parser,
+with the decoding and glossary options that ``evaluate`` and ``calibrate`` take too, is in
+``cli_args.py``. How the input is read (plain or gzip, UTF-8 defects fixed with a warning
 naming the line) is ``inputs.py``; how lines stream through in chunks, with ``--output`` kept
 whole-chunk and resumable (``--resume``) and the progress shown, is ``stream.py``.
 """
@@ -26,52 +26,15 @@ from typing import Iterable
 from transformer.decoding import DecodeConfig
 from transformer.run.layout import WEIGHTS_FILE
 from transformer.run_files import write_atomic
-from transformer.translate.files_cli import FILE_FORMATS, file_kind, read_document, sample_text, translate_document_file
+from transformer.translate.cli_args import AUTO, DECODING_ARGUMENTS, DETECTION_CONFIDENCE
+from transformer.translate.files_cli import file_kind, read_document, sample_text, translate_document_file
 from transformer.translate.inputs import InputText, Line, Reporter, count_lines
 from transformer.translate.stream import (
-    CHUNK_CHARS, PROGRESS_EVERY, Progress, encode_output, open_output, same_file, write_chunks,
+    PROGRESS_EVERY, Progress, encode_output, open_output, same_file, write_chunks,
 )
-from transformer.precision import DEVICES, add_precision_option, precision_option
+from transformer.precision import precision_option
 from transformer.translate.translator import TranslationWarning, Translator, load_translator
 from transformer.translate.warning import TermWarning, TruncationWarning
-
-
-DEVICE_HELP = ("where to decode: auto (default) is the GPU where PyTorch sees one (the CPU with --precision int8, "
-               "a CPU format), else the CPU")
-DEFAULT_CHUNK_LINES = 2000
-DEFAULT_MAX_LINE_CHARS = 1_000_000
-AUTO = "auto"  # --src-lang auto: each line's language detected
-# A detection at least this sure picks its line's sentence-splitting rules, and is worth a warning
-# when it is not the run's source language; on the Multi30k and Tatoeba test sentences no wrong
-# detection among all languages reached 0.51 (docs/translate.md#detecting-the-source-language).
-DETECTION_CONFIDENCE = 0.8
-
-
-def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("decoding (defaults: the paper's beam 4, length penalty 0.6, max length source + 50)")
-    g.add_argument("--beam", type=int, default=4, help="beam size (default: 4; 1 = greedy)")
-    g.add_argument("--greedy", action="store_true", help="greedy search")
-    g.add_argument("--n-best", type=int, default=1, help="hypotheses per sentence (default: 1)")
-    g.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent (default: 0.6)")
-    g.add_argument("--length-penalty", choices=("gnmt", "exponent", "none"), default="gnmt",
-                   help="gnmt: ((5+|Y|)/6)^alpha (default); exponent: |Y|^alpha; none")
-    g.add_argument("--max-len-b", type=int, default=50, help="output limit = source length + this (default: 50)")
-    g.add_argument("--stopping", default="exact", choices=["exact", "k_finished"],
-                   help="beam search: stop a sentence when no open beam can win (exact, default) or once "
-                   "beam-size hypotheses have finished (k_finished: faster, as fairseq and CTranslate2 do)")
-    g.add_argument("--sample", action="store_true", help="sample instead of searching")
-    g.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
-    g.add_argument("--top-k", type=int, default=0, help="sample from the k most likely tokens (0 = all)")
-    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold (default: 1.0 = off)")
-    g.add_argument("--seed", type=int, default=None, help="sampling seed (same seed, same samples)")
-    add_precision_option(g, what="decode")
-    g.add_argument("--batch-tokens", type=int, default=None,
-                   help="padded source tokens x beams per batch (default: 12000 on a CPU, 160000 on a GPU)")
-    g.add_argument("--device", choices=DEVICES, default="auto", help=DEVICE_HELP)
-
-
-DECODING_ARGUMENTS = ("beam", "greedy", "n_best", "alpha", "length_penalty", "max_len_b", "stopping", "sample",
-                      "temperature", "top_k", "top_p", "seed", "batch_tokens", "device")
 
 
 def decode_config(args: argparse.Namespace) -> DecodeConfig:
@@ -86,16 +49,6 @@ def decode_config(args: argparse.Namespace) -> DecodeConfig:
         length_penalty=args.length_penalty, alpha=args.alpha, max_len_b=args.max_len_b, temperature=args.temperature,
         top_k=args.top_k, top_p=args.top_p, seed=args.seed, stopping=args.stopping,
     )
-
-
-GLOSSARY_HELP = ("terminology: a UTF-8 TSV file of 'source<TAB>target' lines; every source term found in a sentence "
-                 "(whole words, case-insensitive) is translated as its target, exactly as written (constrained beam "
-                 "search; greedy search and sampling refuse it). A term that cannot be placed within the sentence's "
-                 "length limit is named in a warning (docs/translate.md#glossaries-terminology)")
-
-
-def add_glossary_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--glossary", metavar="FILE", help=GLOSSARY_HELP)
 
 
 def glossary_from_args(args: argparse.Namespace):  # -> Glossary | None
@@ -136,73 +89,6 @@ def _settings(args: argparse.Namespace) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ translate
-SEGMENT_HELP = (
-    "sentences (default): cut each line into sentences, translate each, put the translations back in the "
-    "line (N lines in, N lines out; blank lines, indentation and the spaces between sentences kept; a "
-    "sentence longer than the model's input limit is translated in pieces, with a warning naming the line). "
-    "lines: translate each line whole, as one segment, as it is: for test sets that are already one sentence a "
-    "line (what `transformer evaluate` does); a line over the input limit is cut, with a warning")
-
-
-def register_translate_command(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "translate",
-        help="translate text (sentences, paragraphs, files, HTML) with a trained run directory",
-        description="Translate text given as arguments, from --input FILE (plain or gzip), or from standard input. "
-        "Each line is cut into sentences, each sentence translated, and the translations put back where the "
-        "sentences were: one output line per input line, in order; blank lines, indentation, the spaces between "
-        "sentences and CRLF line ends are kept (--segment lines translates each line whole instead). Files of "
-        "any length stream: lines are translated in chunks (--chunk-lines) and written as each chunk is done, "
-        "with a progress bar on a terminal. With --output, an interrupted run leaves only complete lines and "
-        "--resume continues it. Input is UTF-8: invalid bytes are replaced and NUL bytes removed, with a warning "
-        "naming the line. With --n-best N, lines 'INDEX ||| TRANSLATION ||| SCORE'. --json prints one JSON "
-        "object per input line.",
-    )
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("sentences", nargs="*", metavar="TEXT", help="texts to translate (each may hold several sentences)")
-    p.add_argument("--input", "-i", help="file to translate, plain or gzip ('-' = standard input); a Markdown, "
-                   "subtitle, gettext, HTML, Word, PowerPoint, OpenDocument or EPUB file by its extension (--format)")
-    p.add_argument("--output", "-o", help="write the translation here instead of standard output (whole chunks, "
-                   "synced to disk, with the progress in OUTPUT.resume until the run completes; a file format is "
-                   "written whole, '-' = standard output)")
-    p.add_argument("--segment", choices=("sentences", "lines"), default="sentences", help=SEGMENT_HELP)
-    p.add_argument("--format", choices=("text", "html", *FILE_FORMATS), default=None,
-                   help="text (the default, streamed line by line), or html: translate the text of an HTML page "
-                   "or fragment and keep its markup (the whole input is one document), or a file format, read "
-                   f"whole and written whole ({', '.join(FILE_FORMATS)}). Without it, an --input file ending in "
-                   ".md, .markdown, .srt, .po, .pot, .html, .htm, .docx, .pptx, .odt or .epub is translated as that "
-                   "format (the output the same format: a binary one needs --output), any other as text "
-                   "(docs/translate.md#translating-files)")
-    p.add_argument("--src-lang", default=None, metavar="CODE",
-                   help="the source language, for sentence splitting (default: the run's data.src_lang; "
-                   "English rules when it does not say). auto: detect each line's language (each document's with "
-                   f"--format html) among all that py3langid knows; a detection with confidence >= "
-                   f"{DETECTION_CONFIDENCE} picks the line's splitting rules, and warns when it is not the run's "
-                   "source language (the line is translated all the same); --json gives each line's "
-                   "detected_language")
-    p.add_argument("--resume", action="store_true",
-                   help="continue an interrupted --input FILE --output FILE run where it stopped (refused when "
-                   "the input or the settings changed); starts afresh when OUTPUT does not exist yet")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
-    p.add_argument("--chunk-lines", type=int, default=DEFAULT_CHUNK_LINES, metavar="N",
-                   help=f"lines read, translated together and written at a time (default: {DEFAULT_CHUNK_LINES}; a "
-                   f"chunk also ends at {CHUNK_CHARS:,} characters): memory stays bounded whatever the file's length")
-    p.add_argument("--max-line-chars", type=int, default=DEFAULT_MAX_LINE_CHARS, metavar="N",
-                   help=f"a line longer than this (default: {DEFAULT_MAX_LINE_CHARS:,} characters) is copied to the "
-                   "output untranslated, with a warning naming it (--segment sentences)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
-    p.add_argument("--json", action="store_true", help="JSON lines, one per input line: index, source, translations "
-                   "with scores; with --segment sentences also the translated line and each sentence's source and "
-                   "target spans and score; its confidence where the run is calibrated (`transformer calibrate`), and "
-                   "the glossary terms it could not place")
-    p.add_argument("--scores", action="store_true", help="after each translated line a tab and its confidence: the "
-                   "probability that it is adequate, the lowest of its sentences' (needs a calibrated run: "
-                   "`transformer calibrate RUN_DIR`)")
-    add_glossary_argument(p)
-    add_decoding_arguments(p)
-    p.set_defaults(handler=translate_command)
-
-
 def translate_command(args: argparse.Namespace) -> int:
     if args.sentences and args.input:
         raise ValueError("give texts as arguments or --input FILE, not both")

@@ -2,7 +2,7 @@
 
 One output line per input line: its language and the probability of it, tab-separated
 (``de<TAB>0.9991``), or with ``--json`` one JSON object per line. A line without a letter (blank,
-digits, punctuation) is ``und`` with confidence 0.
+digits, punctuation) is ``und`` with confidence 0. The command's parser is in ``cli_args.py``.
 """
 
 from __future__ import annotations
@@ -14,26 +14,6 @@ import sys
 from typing import Iterable
 
 from transformer.translate.inputs import InputText, Line, Reporter
-
-
-def register_detect_command(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "detect",
-        help="detect the language of each line of a text (offline, py3langid)",
-        description="Detect the language of each text given as an argument, or of each line of --input FILE (plain "
-        "or gzip) or of standard input, among all the languages py3langid knows (--languages restricts them: "
-        "fewer candidates, fewer mistakes on short lines). Prints one line per input line: the language's code "
-        "and its probability, tab-separated; 'und' with probability 0 for a line without a letter. --json "
-        "prints one JSON object per line instead.",
-    )
-    p.add_argument("sentences", nargs="*", metavar="TEXT", help="texts whose language to detect")
-    p.add_argument("--input", "-i", help="file whose lines to detect, plain or gzip ('-' = standard input)")
-    p.add_argument("--languages", metavar="CODES", default=None,
-                   help="the candidate languages, comma-separated ISO 639-1 codes (such as en,de,fr; default: "
-                   "every language py3langid knows)")
-    p.add_argument("--json", action="store_true",
-                   help="JSON lines: index, source, language, confidence, and the next two candidates as alternatives")
-    p.set_defaults(handler=detect_command)
 
 
 def detect_command(args: argparse.Namespace) -> int:

@@ -2,7 +2,7 @@
 
 The test set comes from files, a registry corpus or a sacreBLEU test set (``_test_set``); each
 source line is translated whole, as ``translate --segment lines`` does, with the decoding and
-glossary options of ``translate`` (``transformer.translate.cli``).
+glossary options of ``translate`` (``transformer.translate.cli_args``, which holds the parser).
 """
 
 from __future__ import annotations
@@ -17,42 +17,11 @@ from pathlib import Path
 from transformer.decoding import DecodeConfig
 from transformer.run.layout import RUN_CONFIG_FILE
 from transformer.run_files import write_atomic
-from transformer.translate.cli import (
-    add_decoding_arguments, add_glossary_argument, glossary_from_args, translator_from_args,
-)
+from transformer.translate.cli import glossary_from_args, translator_from_args
 from transformer.translate.evaluation import score
 from transformer.translate.inputs import read_lines
 from transformer.translate.stream import same_file
 from transformer.translate.warning import TermWarning
-
-
-def register_evaluate_command(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "evaluate",
-        help="translate a test set and print sacreBLEU and chrF with their signatures",
-        description="Translate a test set and score it with sacreBLEU and chrF on detokenized, cased text (the "
-        "way papers report it). Test set: --src FILE --ref FILE (plain or gzip), --corpus multi30k|tatoeba with "
-        "--split, or --test-set NAME, a sacreBLEU test set such as wmt14/full (newstest2014) from sacreBLEU's cache "
-        "($SACREBLEU, default ~/.sacrebleu; downloaded there when missing); without any, the run's data.test_set "
-        "(languages default to the run's). Scoring is line by line: each source line is translated whole, "
-        "as one segment, and scored against the same line of the references (as `translate --segment lines`).",
-    )
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--src", help="source sentences, one per line (plain or gzip)")
-    p.add_argument("--ref", help="reference translations, one per line (plain or gzip)")
-    p.add_argument("--corpus", choices=("multi30k", "tatoeba"), help="a registry corpus instead of files")
-    p.add_argument("--split", default=None, help="corpus split (multi30k default: test_2016_flickr; tatoeba: test)")
-    p.add_argument("--test-set", metavar="NAME", help="a sacreBLEU test set, e.g. wmt14/full (newstest2014 as the "
-                   "paper scored it) or wmt13 (default: the run's data.test_set when no other test set is given)")
-    p.add_argument("--src-lang", help="source language (default: the run's data.src_lang)")
-    p.add_argument("--tgt-lang", help="target language (default: the run's data.tgt_lang)")
-    p.add_argument("--from", dest="data_dir", metavar="DIR", help="local copy of registry corpora (e.g. ../shared/data)")
-    p.add_argument("--output", "-o", help="also write the translations to this file (never over the test set)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
-    p.add_argument("--json", action="store_true", help="print the scores as one JSON object on the last line")
-    add_glossary_argument(p)
-    add_decoding_arguments(p)
-    p.set_defaults(handler=evaluate_command)
 
 
 def evaluate_command(args: argparse.Namespace) -> int:

@@ -23,9 +23,14 @@ On CPU the translator prepares the model it holds for the engine's decoding kern
 (``transformer.cpu.prepare_for_decoding``: its linear weights packed once, a decoder layer's step
 in one call); ``TRANSFORMER_FUSED_CPU=0`` keeps PyTorch's operators. A model handed to the
 constructor is prepared in place; ``close()`` gives it back as it was. On CUDA it decodes the
-CUDA engine's way (``transformer.cuda.decoding``): larger batches, encoded whole, and finished
+CUDA engine's way (``transformer.cuda.decoding``): larger batches, encoded whole, finished
 sentences checked for every few steps instead of at each, so the host does not wait for the GPU
-at every step; the outputs are the same.
+at every step, and the decoder's step captured in CUDA graphs
+(``transformer.cuda.decoding_steps``); the outputs are the same.
+
+A batch is budgeted by what its decoder cache grows to: rows (sentences x beams) x output
+positions (each sentence's limit, ``max_len_a`` x source length + ``max_len_b``) at most
+``max_tokens``, and at most ``MAX_BATCH_ROWS`` rows.
 ``benchmarks/fast_paths.py`` measures the speed and the BLEU of each precision on one checkpoint.
 """
 
@@ -50,7 +55,7 @@ from transformer.cpu import Swaps, prepare_for_decoding
 from transformer.cpu.swap import plain_copy
 from transformer.cpu.precision import slow_bf16_warning
 from transformer.model import RNNSeq2Seq, Transformer
-from transformer.precision import WEIGHT_DTYPES, check_precision, from_quantize, precision_from, resolve_device
+from transformer.precision import check_precision, from_quantize, precision_from, resolve_device, weight_dtype
 from transformer.text import Vocabularies
 from transformer.translate.warning import TermWarning, TranslationWarning, TruncationWarning
 
@@ -61,7 +66,13 @@ if TYPE_CHECKING:
 GlossaryLike = "Glossary | Mapping[str, str] | Iterable[tuple[str, str]]"
 
 DEFAULT_MAX_INPUT_TOKENS = 1024
-CPU_BATCH_TOKENS = 12000  # padded source tokens x beams per batch on a CPU (on CUDA: cuda_decoding.BATCH_TOKENS)
+# Decoder rows x output positions per batch on a CPU (on CUDA: cuda_decoding.BATCH_TOKENS): about the
+# rows the earlier budget of 12,000 source tokens x beams gave at Multi30k's lengths (15-20 tokens).
+CPU_BATCH_TOKENS = 50_000
+# Rows (sentences x beams) per batch at most, whatever the budget: past a few thousand a step is as
+# fast per row as it gets while its memory keeps growing (a float32 row of logits over a 32,000-token
+# vocabulary alone is 128 KB), and CUDA's attention kernels refuse batches of 65,536 rows or more.
+MAX_BATCH_ROWS = 4096
 # Encoding a right-padded batch on CPU: with more than this share of padding, sentences are encoded
 # in groups of similar length (the decoder still runs the whole batch); a group takes the next
 # longer sentence while its padded size stays within GROUP_PADDING x its real tokens, or while it
@@ -112,13 +123,17 @@ class Translator:
         self.model = model.to(self.device).eval()
         if precision == "bf16" and (warning := slow_bf16_warning(self.device)):
             warnings.warn(f"{warning}; translate in float32 (without bf16) on this device", stacklevel=2)
-        if WEIGHT_DTYPES[precision] != torch.float32:
-            self.model = low_precision_copy(self.model, WEIGHT_DTYPES[precision])
+        if weight_dtype(precision) != torch.float32:
+            self.model = low_precision_copy(self.model, weight_dtype(precision))
         self._swaps = Swaps()
         if self.device.type == "cpu" and isinstance(self.model, Transformer):
             # The kernels pack float32 weights (as they are, or int8 copies); a bf16 copy's they leave
             # to PyTorch's operators.
             self._swaps = prepare_for_decoding(self.model, precision="int8" if precision == "int8" else "fp32")
+        elif self.device.type == "cuda" and isinstance(self.model, Transformer):
+            from transformer.cuda.decoding_steps import accelerate_decoding
+
+            self._swaps = accelerate_decoding(self.model)  # static buffers, the step in CUDA graphs
         self.vocab = vocab
         self.decoding = decoding or DecodeConfig()
         on_gpu = self.device.type == "cuda"
@@ -293,13 +308,15 @@ class Translator:
 
     # ------------------------------------------------------------------------------------------
     def _length_sorted_batches(self, todo: list[int], src_ids: list[list[int]]) -> list[list[int]]:
-        """Group sentence indices of similar length; a batch's padded source size stays under ``max_tokens``."""
+        """Group sentence indices of similar length: a batch's rows x output positions (what its decoder
+        cache grows to) stay within ``max_tokens``, its rows within ``MAX_BATCH_ROWS``."""
         width = self._width()
         order = sorted(todo, key=lambda i: len(src_ids[i]))
         batches: list[list[int]] = []
         current: list[int] = []
         for i in order:
-            if current and (len(current) + 1) * len(src_ids[i]) * width > self.max_tokens:
+            rows = (len(current) + 1) * width
+            if current and (rows * self._output_positions(len(src_ids[i])) > self.max_tokens or rows > MAX_BATCH_ROWS):
                 batches.append(current)
                 current = []
             current.append(i)
@@ -363,6 +380,12 @@ class Translator:
     def _width(self) -> int:
         """Decoder rows per sentence: beams (or n-best samples)."""
         return max(self.decoding.beam_size if self.decoding.strategy == "beam" else 1, self.decoding.n_best)
+
+    def _output_positions(self, source_length: int) -> int:
+        """The most output positions of a sentence of ``source_length`` tokens (``output_limits``)."""
+        positions = max(1, int(self.decoding.max_len_a * source_length + self.decoding.max_len_b))
+        learned = getattr(self.model.config, "positional", None) == "learned"
+        return min(positions, self.model.config.max_positions) if learned else positions
 
 
 def low_precision_copy(model: Transformer | RNNSeq2Seq, dtype: torch.dtype) -> Transformer | RNNSeq2Seq:

@@ -7,6 +7,8 @@
 Without any of ``--heatmaps --json --page --positions`` everything is written; with some, only
 those. The sentence is translated greedily (``--beam``: the translator's beam search). Errors are raised as ValueError / FileNotFoundError / PermissionError / NotADirectoryError
 with a message; the main CLI prints them as ``transformer attend: error: ...`` and exits 2.
+The command's parser is in ``cli_args.py``, which takes this module's file names: its imports of
+torch and matplotlib stay inside the functions.
 """
 
 from __future__ import annotations
@@ -21,39 +23,6 @@ PAGE_FILE = "attention.html"
 JSON_FILE = "attention.json"
 POSITIONS_STEM = "positional_encoding"
 OUTPUTS = ("heatmaps", "json", "page", "positions")
-
-
-def register_attend_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add the ``attend`` subcommand (handler in ``set_defaults(handler=...)``) to the project's CLI."""
-    p = subparsers.add_parser(
-        "attend",
-        help="translate a sentence and draw its attention (heatmaps, JSON, interactive page)",
-        description="Translate SENTENCE with the model in RUN_DIR and write what its attention heads do: "
-        "heatmaps per layer (a grid of heads plus their average) for encoder self-attention (input-input), "
-        "decoder self-attention (output-output) and encoder-decoder attention (input-output), the weights as "
-        "JSON, one self-contained interactive HTML page, and the sinusoidal positional-encoding picture. "
-        "Without --heatmaps/--json/--page/--positions all of them are written.",
-    )
-    p.add_argument("run_dir", help="run directory with config.json, model.safetensors and the tokenizer")
-    p.add_argument("sentence", help='the source sentence, e.g. "je suis étudiant"')
-    p.add_argument("--out", help="output directory (default: RUN_DIR/attention, or RUN_DIR/attention-2, -3, ... "
-                   "when that one holds files already, such as the demo's page); files in it are never replaced "
-                   "unless --overwrite is given")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace the files of an earlier attend (or the demo) in --out or RUN_DIR/attention")
-    p.add_argument("--layer", type=int, help="layer of the heatmaps, 0-based (default: the last)")
-    p.add_argument("--heads", help="comma-separated heads of the heatmaps, e.g. 0,1 (default: all)")
-    p.add_argument("--kind", default="all", choices=["encoder", "decoder", "cross", "all"],
-                   help="which attention the heatmaps show (default: all)")
-    p.add_argument("--format", default="png,svg", help="image formats, comma-separated (default: png,svg)")
-    p.add_argument("--beam", action="store_true",
-                   help="translate with the translator's beam search (default: greedy decoding)")
-    for name, what in (("heatmaps", "the heatmaps"), ("json", f"the weights as {JSON_FILE}"),
-                       ("page", f"the interactive page {PAGE_FILE}"),
-                       ("positions", "the positional-encoding picture (models with positional encodings)")):
-        p.add_argument(f"--{name}", action="store_true", help=f"write {what}")
-    p.set_defaults(handler=run_attend)
-    return p
 
 
 def parse_heads(text: str | None) -> list[int] | None:

@@ -22,7 +22,8 @@ data), and the page carries a Content-Security-Policy (``<meta http-equiv>``) th
 own inline script and styles, by hash. A run still training can be reported at any time: the
 complete lines written so far are read.
 A directory that is not a run, or a run with no metrics yet, raises
-:class:`~transformer.visualize.run_records.RunRecordsError` before anything is written.
+:class:`~transformer.visualize.run_records.RunRecordsError` before anything is written. The
+command's parser is in ``cli_args.py``.
 """
 
 from __future__ import annotations
@@ -40,12 +41,12 @@ from typing import Any
 
 from transformer.run.layout import ALIGNMENTS_FILE, RUN_CONFIG_FILE
 from transformer.visualize._io import writable_dir, writable_file, write_text_atomic
+from transformer.visualize.cli_args import REPORT_FILE
 from transformer.visualize.csp import inline_hashes, style_attribute_hashes
 from transformer.visualize.page import _resource, _script_json, grid_assets
 from transformer.visualize.report_curves import curve_series, curve_svgs, write_curve_pngs
 from transformer.visualize.run_records import RunRecords, read_run
 
-REPORT_FILE = "report.html"
 FORMAT, VERSION = "transformer-run-report", 1
 GENERATOR = '<meta name="generator" content="transformer report">'
 _PLACEHOLDER = re.compile(
@@ -242,26 +243,6 @@ def build_report(run_dir: str | os.PathLike[str], output: str | os.PathLike[str]
     written = write_curve_pngs(curve_series(records.metrics), pngs) if pngs is not None else []
     write_text_atomic(out, text)
     return out, written, len(text.encode("utf-8"))
-
-
-def register_report_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``transformer report`` (handler in ``set_defaults(handler=...)``) to the project's CLI."""
-    p = subparsers.add_parser(
-        "report",
-        help="write one self-contained HTML page about a training run: curves, alignment timeline, settings",
-        description="Write one HTML page about the training run in RUN_DIR, self-contained (it opens without a "
-        "network): the curves of metrics.jsonl (training and validation loss, validation BLEU and chrF, learning "
-        "rate, throughput), the alignment timeline (the encoder-decoder attention of a few validation sentences "
-        "at each evaluation, with a slider over the steps; runs made before it was recorded get a note), the "
-        "validation records, the configuration and the machine. Works on a run that is still training.",
-    )
-    p.add_argument("run_dir", help="the run directory of `transformer train` or `transformer demo`")
-    p.add_argument("--output", help=f"the HTML file to write (default: RUN_DIR/{REPORT_FILE}); an existing file is "
-                   "replaced only if it is an earlier report")
-    p.add_argument("--png", metavar="DIR", help="also write the curves as PNG files into DIR (curve-loss.png, "
-                   "curve-quality.png, curve-learning_rate.png, curve-throughput.png, curve-grad_norm.png)")
-    p.set_defaults(handler=run_report)
-    return p
 
 
 def run_report(args: argparse.Namespace) -> int:
