@@ -49,6 +49,17 @@ def tm(tmp_path):
         yield memory
 
 
+def assert_counts_true(tm: TranslationMemory) -> None:
+    """The counts kept by triggers equal the entries counted afresh."""
+    with sqlite3.connect(tm.path) as conn:
+        rows = conn.execute("SELECT source_lang, target_lang, status, count(*) FROM entries GROUP BY 1, 2, 3").fetchall()
+    expected: dict = {}
+    for source_lang, target_lang, status, count in rows:
+        expected.setdefault((source_lang, target_lang), {})[status] = count
+    assert tm.stats().counts == expected
+    assert tm.stats().total == sum(count for *_, count in rows)
+
+
 def filled(tm: TranslationMemory, status: str = "accepted") -> list:
     return [tm.add(source, target, "en", "fr", origin="reviewer", status=status) for source, target in SENTENCES]
 
@@ -114,7 +125,9 @@ def test_statuses_decide_what_is_found(tm):
     rejected = tm.reject(entry.id)
     assert rejected.status == "rejected" and tm.lookup("Save the file.", "en", "fr") is None
     assert tm.search("Save the files.", "en", "fr", min_similarity=0.5) == []
+    assert_counts_true(tm)
     tm.delete(entry.id)
+    assert_counts_true(tm)
     with pytest.raises(TMError, match=f"no entry {entry.id}"):
         tm.get(entry.id)
 
@@ -200,8 +213,10 @@ def test_an_import_skips_duplicates_and_can_be_removed(tm, tmp_path):
     assert [(e.source, e.status, e.import_id, e.who) for e in imported] == [
         ("Two.", "accepted", report.id, "anna"), ("Four.", "accepted", report.id, "anna")]
     assert tm.import_tsv(tsv, "en", "fr").added == 0  # all there already
+    assert_counts_true(tm)
     assert tm.remove_import(report.id) == 2
     assert tm.entries() == [existing] and tm.imports()[0].state == "removed"
+    assert_counts_true(tm)
     with pytest.raises(TMError, match="no import 99"):
         tm.remove_import(99)
 
@@ -399,5 +414,6 @@ def test_a_killed_import_leaves_a_consistent_prefix_marked_incomplete(tmp_path):
         assert [f"{e.source}\t{e.target}" for e in entries] == lines[:report.units]  # the file's first units
         probe = entries[-1]
         assert tm.search(probe.source.replace("big", "large"), "en", "fr")[0].entry == probe
+        assert_counts_true(tm)
         assert tm.remove_import(report.id) == report.units
         assert tm.stats().total == 0

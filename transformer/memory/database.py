@@ -40,7 +40,7 @@ SCHEMA = (
         target_lang TEXT NOT NULL,
         source TEXT NOT NULL,
         target TEXT NOT NULL,
-        source_norm TEXT NOT NULL,
+        source_norm TEXT,  -- the normalised source where it differs from the source, else NULL
         source_key INTEGER NOT NULL,
         origin TEXT NOT NULL CHECK (origin IN ('suggestion', 'import', 'reviewer')),
         status TEXT NOT NULL CHECK (status IN ('pending', 'accepted', 'rejected')),
@@ -49,8 +49,7 @@ SCHEMA = (
         who TEXT,
         import_id INTEGER
     )""",
-    # Exact lookups (the pair and a hash of the normalised source), and the counts by pair and
-    # status, which read this index instead of the table.
+    # Exact lookups: the pair and a hash of the normalised source.
     "CREATE INDEX entries_exact ON entries (source_lang, target_lang, source_key, status)",
     # The review queue: pending and rejected entries in order, without the accepted mass.
     "CREATE INDEX entries_review ON entries (status, id) WHERE status != 'accepted'",
@@ -70,6 +69,29 @@ SCHEMA = (
         first_id INTEGER,
         who TEXT
     )""",
+    # The number of entries by pair and status, kept by triggers in each write's transaction, so
+    # that the counts of a memory of millions are read at once.
+    """CREATE TABLE counts (
+        source_lang TEXT NOT NULL,
+        target_lang TEXT NOT NULL,
+        status TEXT NOT NULL,
+        entries INTEGER NOT NULL,
+        PRIMARY KEY (source_lang, target_lang, status)
+    ) WITHOUT ROWID""",
+    """CREATE TRIGGER entries_added AFTER INSERT ON entries BEGIN
+        INSERT INTO counts VALUES (new.source_lang, new.target_lang, new.status, 1)
+            ON CONFLICT DO UPDATE SET entries = entries + 1;
+    END""",
+    """CREATE TRIGGER entries_removed AFTER DELETE ON entries BEGIN
+        UPDATE counts SET entries = entries - 1
+            WHERE (source_lang, target_lang, status) = (old.source_lang, old.target_lang, old.status);
+    END""",
+    """CREATE TRIGGER entries_moved AFTER UPDATE OF status ON entries WHEN old.status != new.status BEGIN
+        UPDATE counts SET entries = entries - 1
+            WHERE (source_lang, target_lang, status) = (old.source_lang, old.target_lang, old.status);
+        INSERT INTO counts VALUES (new.source_lang, new.target_lang, new.status, 1)
+            ON CONFLICT DO UPDATE SET entries = entries + 1;
+    END""",
     # The fuzzy index (transformer/memory/index.py): each entry's features as hex tokens.
     # Contentless (the tokens are not stored twice) and append-only.
     "CREATE VIRTUAL TABLE fuzzy USING fts5 (features, content='', tokenize='ascii', detail='none')",
@@ -86,7 +108,7 @@ class Database:
         timeout: seconds a write waits for another process's before :class:`~transformer.memory.errors.TMBusyError`.
 
     Raises:
-        TMError: see :class:`~transformer.memory.TranslationMemory`.
+        TMError: see :class:`~transformer.memory.store.TranslationMemory`.
     """
 
     def __init__(self, path: Path, timeout: float) -> None:

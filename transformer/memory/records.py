@@ -7,8 +7,9 @@ import hashlib
 from dataclasses import dataclass
 
 STATUSES = ("pending", "accepted", "rejected")
-"""An entry's status: only accepted entries are found by :meth:`~transformer.memory.TranslationMemory.lookup` and
-:meth:`~transformer.memory.TranslationMemory.search`."""
+"""An entry's status: only accepted entries are found by
+:meth:`~transformer.memory.store.TranslationMemory.lookup` and
+:meth:`~transformer.memory.store.TranslationMemory.search`."""
 ORIGINS = ("suggestion", "import", "reviewer")
 """Where an entry came from: a user's suggestion (``/suggest``), a TMX or TSV import, a reviewer."""
 IMPORT_STATES = ("incomplete", "complete", "failed", "removed")
@@ -31,7 +32,8 @@ class Entry:
         updated: when its status or target last changed (``created`` until then).
         who: who gave it: ``key:`` and a hash of an API key, ``client:`` and an address
             (:func:`identity`), or any text the caller chose; ``None`` if unknown.
-        import_id: the import that added it (:meth:`~transformer.memory.TranslationMemory.imports`), or ``None``.
+        import_id: the import that added it
+            (:meth:`~transformer.memory.store.TranslationMemory.imports`), or ``None``.
     """
 
     id: int
@@ -55,7 +57,8 @@ class Match:
         entry: the entry found.
         similarity: 1.0 for the same normalised source, else rapidfuzz's ``fuzz.ratio`` of the
             two normalised sources over 100 (1 - their insertion-and-deletion distance over their
-            total length). For :meth:`~transformer.memory.TranslationMemory.near_duplicates`, the targets' instead.
+            total length). For :meth:`~transformer.memory.store.TranslationMemory.near_duplicates`,
+            the targets' instead.
     """
 
     entry: Entry
@@ -64,7 +67,8 @@ class Match:
 
 @dataclass(frozen=True)
 class ImportReport:
-    """What an import did (:meth:`~transformer.memory.TranslationMemory.import_tmx` and the others return it).
+    """What an import did (:meth:`~transformer.memory.store.TranslationMemory.import_tmx` and the
+    other imports return it).
 
     Attributes:
         id: the import's number; its entries carry it as ``import_id``.
@@ -75,7 +79,7 @@ class ImportReport:
         state: ``complete``; ``incomplete`` while it runs, and forever if its process was killed:
             its entries are then those of the file's first ``units`` units;
             ``failed``: stopped by an error, its entries taken out again; ``removed``: taken out by
-            :meth:`~transformer.memory.TranslationMemory.remove_import`.
+            :meth:`~transformer.memory.store.TranslationMemory.remove_import`.
         started: when it started (ISO 8601 UTC).
         finished: when it ended, ``None`` while incomplete.
         units: the units (TMX) or lines (TSV) read and committed.
@@ -103,7 +107,7 @@ class ImportReport:
 
 @dataclass(frozen=True)
 class Stats:
-    """The memory's size (:meth:`~transformer.memory.TranslationMemory.stats`).
+    """The memory's size (:meth:`~transformer.memory.store.TranslationMemory.stats`).
 
     Attributes:
         counts: ``{(source_lang, target_lang): {status: entries}}``, the pairs sorted.

@@ -115,7 +115,7 @@ class TranslationMemory:
         entry_id = conn.execute(
             "INSERT INTO entries (source, target, source_lang, target_lang, origin, status, created, updated, who, "
             "import_id, source_norm, source_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (*row, norm, source_key(norm))).lastrowid
+            (*row, None if norm == row[0] else norm, source_key(norm))).lastrowid
         index.add_entry(conn, entry_id, norm, source_lang, target_lang, counts)
         return entry_id
 
@@ -207,8 +207,9 @@ class TranslationMemory:
                status: str | None = "accepted") -> list[Entry]:
         """The entries with this normalised source, newest change first."""
         rows = conn.execute(
-            f"SELECT {_COLUMNS}, source_norm FROM entries WHERE source_lang = ?1 AND target_lang = ?2 "
-            "AND source_key = ?3 AND (?4 IS NULL OR status = ?4) ORDER BY updated DESC, id DESC",
+            f"SELECT {_COLUMNS}, coalesce(source_norm, source) FROM entries "
+            "WHERE source_lang = ?1 AND target_lang = ?2 AND source_key = ?3 AND (?4 IS NULL OR status = ?4) "
+            "ORDER BY updated DESC, id DESC",
             (source_lang, target_lang, source_key(norm), status)).fetchall()
         return [Entry(*row[:-1]) for row in rows if row[-1] == norm]
 
@@ -284,9 +285,13 @@ class TranslationMemory:
         ids = index.candidates(conn, norm, source_lang, target_lang)
         if not ids:
             return []
+        # CROSS JOIN: each candidate looked up by its id (left alone, SQLite would rather scan the
+        # pair's whole index for the language terms).
+        columns = ", ".join(f"e.{column}" for column in _COLUMNS.split(", "))
         rows = conn.execute(
-            f"SELECT {_COLUMNS}, source_norm FROM entries WHERE id IN (SELECT value FROM json_each(?)) "
-            "AND status = 'accepted' AND source_lang = ? AND target_lang = ?",
+            f"SELECT {columns}, coalesce(e.source_norm, e.source) FROM json_each(?) AS j "
+            "CROSS JOIN entries AS e ON e.id = j.value "
+            "WHERE e.status = 'accepted' AND e.source_lang = ? AND e.target_lang = ?",
             (json.dumps(ids), source_lang, target_lang)).fetchall()
         return [(Entry(*row[:-1]), row[-1]) for row in rows]
 
@@ -378,8 +383,7 @@ class TranslationMemory:
     def stats(self) -> Stats:
         """The number of entries by pair and status, and the file's size on disk."""
         with self._transaction("DEFERRED") as conn:
-            rows = conn.execute("SELECT source_lang, target_lang, status, count(*) FROM entries "
-                                "GROUP BY source_lang, target_lang, status "
+            rows = conn.execute("SELECT source_lang, target_lang, status, entries FROM counts WHERE entries > 0 "
                                 "ORDER BY source_lang, target_lang").fetchall()
         counts: dict[tuple[str, str], dict[str, int]] = {}
         for source_lang, target_lang, status, count in rows:
@@ -487,7 +491,7 @@ class TranslationMemory:
         counts: Counter = Counter()
         now = self._now()
         for where, source, target in chunk:
-            if source is None or target is None or not normalise(source) or not normalise(target):
+            if source is None or target is None or not source.strip() or not target.strip():
                 done["skipped"] += 1
                 continue
             try:
@@ -495,8 +499,10 @@ class TranslationMemory:
                 target_norm = check_text(target, "target", max_chars=self.max_chars)
             except TMError as err:
                 raise TMFormatError(f"{where}: {err}") from None
-            if any(normalise(entry.target) == target_norm
-                   for entry in self._exact(conn, norm, source_lang, target_lang, None)):
+            same_source = conn.execute("SELECT target FROM entries WHERE source_lang = ? AND target_lang = ? "
+                                       "AND source_key = ? AND coalesce(source_norm, source) = ?",
+                                       (source_lang, target_lang, source_key(norm), norm))
+            if any(normalise(other) == target_norm for (other,) in same_source):
                 done["duplicates"] += 1
                 continue
             row = (source, target, source_lang, target_lang, "import", status, now, now, who, import_id)
