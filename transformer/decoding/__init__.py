@@ -12,7 +12,9 @@ use only ``model.encode`` and ``model.decode`` with the decoder cache:
 * ``decode``: dispatch on a ``DecodeConfig``, optionally attaching encoder-decoder attention.
 
 Greedy search, sampling and ``decode`` live here, beam search in ``beam.py``, and what they share
-(``DecodeConfig``, ``Hypothesis``, length limits and penalties, per-step helpers) in ``common.py``.
+(``DecodeConfig``, ``Hypothesis``, length limits and penalties, per-step helpers) in ``common.py``;
+``steps.py`` runs the decoder a step at a time over a batch's rows, with a cache allocated once
+per batch (or an engine's steps: on CUDA, a step captured in a CUDA graph).
 
 All of them run sentences that are finished out of the batch (rows are dropped from the cache),
 accumulate scores in float32 (float64 for a float64 model) and work with bf16 weights or
@@ -34,7 +36,6 @@ from torch import Tensor
 from transformer.decoding.beam import beam_search
 from transformer.decoding.constraints import Constraints
 from transformer.decoding.common import (
-    CACHE_CAPACITY,
     LENGTH_PENALTIES,
     STOPPING,
     STRATEGIES,
@@ -48,6 +49,7 @@ from transformer.decoding.common import (
     length_penalty_factor,
     max_lengths,
 )
+from transformer.decoding.steps import decoder_steps
 from transformer.model import Transformer
 from transformer.errors import UserError
 
@@ -60,7 +62,8 @@ __all__ = ["LENGTH_PENALTIES", "STOPPING", "STRATEGIES", "DecodeConfig", "Hypoth
 
 
 def _ancestral(model: Transformer, memory: Tensor, src_mask: Tensor, limits: Tensor, *, bos_id: int, eos_id: int,
-               pick: Callable[[Tensor, Tensor, int], Tensor] | None, sync_every: int = 1) -> list[Hypothesis]:
+               pick: Callable[[Tensor, Tensor, int], Tensor] | None, sync_every: int = 1,
+               static_cache: bool = True) -> list[Hypothesis]:
     """Extend every row by ``pick(log_probs (n, V), rows (n,), step) -> (n,)`` (None: the most probable
     token; ``rows``: the original row of each active row) until ``</s>`` or its limit.
 
@@ -71,16 +74,16 @@ def _ancestral(model: Transformer, memory: Tensor, src_mask: Tensor, limits: Ten
         raise UserError(f"sync_every must be an integer >= 1, got {sync_every!r}")
     N, dev = memory.shape[0], memory.device
     T = int(limits.max())
-    cache = model.new_cache(initial_capacity=CACHE_CAPACITY)
+    steps = decoder_steps(model, memory, src_mask, steps=T, rows=N, static=static_cache)
     rows = torch.arange(N, device=dev)  # (n,) original row of each active row
-    lim, mem, mask = limits, memory, src_mask
+    lim = limits
     out_tok = torch.full((N, T), eos_id, dtype=torch.long, device=dev)  # (N, T)
     out_steps = torch.zeros(N, dtype=torch.long, device=dev)
-    token = torch.full((N, 1), bos_id, dtype=torch.long, device=dev)
+    token = torch.full((N,), bos_id, dtype=torch.long, device=dev)
     finished = torch.zeros(N, dtype=torch.bool, device=dev)  # (n,) rows done but not yet out of the batch
     out_lp = score = None
     for t in range(T):
-        logits = model.decode(token, mem, mask, cache=cache)[:, -1]  # (n, V)
+        logits = steps.logits(token)  # (n, V)
         if pick is None:  # greedy
             step_lp, nxt = (x.squeeze(1) for x in best_tokens(model, logits, 1))  # (n,)
         else:
@@ -103,9 +106,8 @@ def _ancestral(model: Transformer, memory: Tensor, src_mask: Tensor, limits: Ten
                 if keep.numel() == 0:
                     break
                 rows, lim, score, nxt, finished = rows[keep], lim[keep], score[keep], nxt[keep], finished[keep]
-                cache.reorder(keep)
-                mem, mask = mem.index_select(0, keep), mask.index_select(0, keep)
-        token = nxt.unsqueeze(1)
+                steps.reorder(keep, keep)
+        token = nxt
     lps = out_lp.tolist() if out_lp is not None else [0.0] * N
     return hypotheses(out_tok.tolist(), out_steps.tolist(), lps, lps, eos_id)
 
@@ -113,7 +115,7 @@ def _ancestral(model: Transformer, memory: Tensor, src_mask: Tensor, limits: Ten
 @inference
 def greedy_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eos_id: int,
                   max_len_a: float = 1.0, max_len_b: int = 50, memory: Tensor | None = None,
-                  sync_every: int = 1) -> list[Hypothesis]:
+                  sync_every: int = 1, static_cache: bool = True) -> list[Hypothesis]:
     """Pick the most probable token at every step, for a whole batch at once.
 
     Args:
@@ -123,6 +125,8 @@ def greedy_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: 
         memory: ``model.encode(src, src_mask)`` when the caller has it already.
         sync_every: finished sentences leave the batch every this many steps (the same results;
             fewer waits on a GPU).
+        static_cache: the decoder's keys and values allocated once for the batch (or an
+            engine's steps, see ``beam_search``); False: the model's growing cache. The same results.
 
     Returns:
         one ``Hypothesis`` per sentence, in input order; ``score == log_prob``.
@@ -130,14 +134,15 @@ def greedy_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: 
     DecodeConfig("greedy", max_len_a=max_len_a, max_len_b=max_len_b)
     limits = output_limits(model, src_mask, max_len_a, max_len_b)  # (B,)
     memory = model.encode(src, src_mask) if memory is None else memory
-    return _ancestral(model, memory, src_mask, limits, bos_id=bos_id, eos_id=eos_id, pick=None, sync_every=sync_every)
+    return _ancestral(model, memory, src_mask, limits, bos_id=bos_id, eos_id=eos_id, pick=None, sync_every=sync_every,
+                      static_cache=static_cache)
 
 
 @inference
 def sample(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eos_id: int,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, n: int = 1, seed: int | None = None,
            max_len_a: float = 1.0, max_len_b: int = 50, memory: Tensor | None = None,
-           sync_every: int = 1) -> list[list[Hypothesis]]:
+           sync_every: int = 1, static_cache: bool = True) -> list[list[Hypothesis]]:
     """Ancestral sampling: ``n`` independent samples per sentence, drawn in one batch.
 
     Each step samples from ``softmax(log_probs / temperature)`` restricted to the ``top_k`` most
@@ -188,7 +193,7 @@ def sample(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eo
     memory = (model.encode(src, src_mask) if memory is None else memory).index_select(0, rows)  # (B*n, S, E)
     mask = src_mask.index_select(0, rows)
     hyps = _ancestral(model, memory, mask, output_limits(model, mask, max_len_a, max_len_b), bos_id=bos_id,
-                      eos_id=eos_id, pick=pick, sync_every=sync_every)
+                      eos_id=eos_id, pick=pick, sync_every=sync_every, static_cache=static_cache)
     return [sorted(hyps[b * n : (b + 1) * n], key=lambda h: -h.score) for b in range(B)]
 
 
@@ -198,7 +203,7 @@ def sample(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: int, eo
 @inference
 def decode(model: Transformer, src: Tensor, src_mask: Tensor, cfg: DecodeConfig, *, bos_id: int,
            eos_id: int, memory: Tensor | None = None, sync_every: int = 1,
-           constraints: Constraints | None = None) -> list[list[Hypothesis]]:
+           constraints: Constraints | None = None, static_cache: bool = True) -> list[list[Hypothesis]]:
     """Decode a batch with ``cfg``: per sentence a best-first list of hypotheses (1 for greedy).
 
     ``memory``: the encoder's output for ``src`` when the caller computed it (e.g. in groups of
@@ -206,11 +211,13 @@ def decode(model: Transformer, src: Tensor, src_mask: Tensor, cfg: DecodeConfig,
     the batch (see ``beam_search``; the device's choice, not the results'). ``constraints``: per
     sentence, token sequences its output must contain (beam search only: greedy search and
     sampling choose one token at a time and cannot keep a place for a constraint, so they
-    refuse any)."""
+    refuse any). ``static_cache``: the decoder's keys and values allocated once per batch, or an
+    engine's steps (``beam_search``); False: the model's own growing cache (the same results)."""
     if constraints is not None and any(constraints) and cfg.strategy != "beam":
         raise UserError(f"terminology constraints need beam search; {cfg.strategy} decoding cannot enforce them "
                          "(use beam search, e.g. --beam 4)")
-    lengths = dict(max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b, memory=memory, sync_every=sync_every)
+    lengths = dict(max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b, memory=memory, sync_every=sync_every,
+                   static_cache=static_cache)
     if cfg.strategy == "greedy":
         results = [[h] for h in greedy_search(model, src, src_mask, bos_id=bos_id, eos_id=eos_id, **lengths)]
     elif cfg.strategy == "beam":

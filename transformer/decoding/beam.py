@@ -4,8 +4,13 @@ Each sentence keeps ``K`` open beams (prefixes with their log-probabilities) and
 best finished hypotheses. A step extends every open beam by one token, takes the sentence's
 ``2K`` best extensions, moves those among the first ``K`` that end with ``</s>`` to the finished
 hypotheses, and keeps the ``K`` best others open. The beams of all open sentences go through the
-decoder together, one row each, and the rows (their tokens, memory and cache) follow the beams
-with one reorder per step.
+decoder together, one row each, and the rows (their cache and memory) follow the beams with one
+reorder per step.
+
+What a step records is written in place into tensors of a fixed size (``_History``): each open
+beam's token and parent, each finished hypothesis' score. A sentence's ``n_best`` are chosen
+once, at the end, and their tokens read back through the parents; a step only keeps, for the
+exact stopping rule, the scores of each sentence's best finished so far (a small sort).
 
 Letters: B batch, K beam size, n sentences still in the batch, k beams each (1 at the first
 step, then K), N rows (n x k, sentence by sentence), S source length, T output length,
@@ -21,7 +26,6 @@ import torch
 from torch import Tensor
 
 from transformer.decoding.common import (
-    CACHE_CAPACITY,
     DecodeConfig,
     Hypothesis,
     best_tokens,
@@ -32,8 +36,8 @@ from transformer.decoding.common import (
     score_dtype,
 )
 from transformer.decoding.constraints import ConstraintSet, Constraints, check_constraints, unmet_constraints
+from transformer.decoding.steps import Steps, decoder_steps
 from transformer.model import Transformer
-from transformer.model.cache import DecoderCache
 from transformer.errors import UserError
 
 
@@ -42,7 +46,7 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
                 beam_size: int = 4, n_best: int = 1, length_penalty: str = "gnmt", alpha: float = 0.6,
                 max_len_a: float = 1.0, max_len_b: int = 50, stopping: str = "exact",
                 memory: Tensor | None = None, sync_every: int = 1, constraints: Constraints | None = None,
-                _early_stop: bool = True) -> list[list[Hypothesis]]:
+                static_cache: bool = True, _early_stop: bool = True) -> list[list[Hypothesis]]:
     """Beam search over all sentences and beams at once (paper 6.1: beam 4, alpha 0.6).
 
     Hypotheses are ranked by ``score = log P(Y) / lp(|Y|)``, ``|Y|`` the number of predicted
@@ -77,6 +81,10 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
             contain them all, and stops once ``beam_size`` such hypotheses have finished (or by
             the exact bound, or at its length limit, where the constraints its hypotheses miss
             are listed in ``Hypothesis.unmet``).
+        static_cache: the decoder's keys and values allocated once for the batch's longest
+            output (``transformer.decoding.steps``), or an engine's steps where the model has
+            some (on CUDA: the step captured in a CUDA graph); False: the model's own growing
+            cache. The results are the same.
         _early_stop: False runs every sentence to its maximum length under "exact" stopping (the
             tests check that stopping early changes nothing).
 
@@ -95,8 +103,10 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
     memory = model.encode(src, src_mask) if memory is None else memory  # (B, S, E)
     max_len = output_limits(model, src_mask, max_len_a, max_len_b)  # (B,)
     T = int(max_len.max())
-    rows = _Rows(model, memory, src_mask, B, T, bos_id=bos_id, eos_id=eos_id)
+    steps = decoder_steps(model, memory, src_mask, steps=T, rows=B * K, static=static_cache)
+    rows = _Rows(model, steps, B, bos_id=bos_id, device=device)
     rank = torch.arange(2 * K, device=device)
+    bound_needed = stopping == "exact" and _early_stop  # the exact rule reads each sentence's n-best every step
     for t in range(T):
         logits = rows.logits()  # (N, V)
         if t == 0:  # one beam per sentence (<s>); scores in float32 (float64 for float64 logits)
@@ -104,8 +114,9 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
                 raise UserError(f"beam_size ({K}) must be smaller than the vocabulary ({logits.shape[-1]})")
             dtype = score_dtype(logits)
             lp = length_penalty_factor(torch.arange(T + 1, device=device), length_penalty, alpha).to(dtype)  # (T+1,)
-            sentences = _Sentences.start(max_len, lp, n_best, T, dtype=dtype, eos_id=eos_id)
-            results = _Finished.empty(B, n_best, T, dtype=dtype, eos_id=eos_id, device=device)  # by input index
+            sentences = _Sentences.start(max_len, lp, n_best, dtype=dtype, bound=bound_needed,
+                                         constrained=bound is not None)
+            history = _History(B, T, K, dtype=dtype, device=device, constrained=bound is not None)
         n = sentences.input_index.numel()
         if bound is None:
             scores, tokens, parents = _best_extensions(model, logits, sentences.scores, 2 * K)  # (n, 2K)
@@ -113,6 +124,7 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
         else:  # in bank round-robin order, with each candidate's constraint state
             scores, tokens, parents, states, shortfall = bound.extensions(model, logits, sentences.scores, 2 * K,
                                                                           eos_id)
+        slots = parents - (torch.arange(n, device=device) * (logits.shape[0] // n)).unsqueeze(1)  # parent's beam
         ends = tokens == eos_id
         at_limit = t + 1 >= sentences.max_len  # (n,)
         # Only the K best extensions may finish (at the maximum length all K do, cut there); one
@@ -125,13 +137,15 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
         # bookkeeping; on an accelerator the read would make the host wait for the device, so the
         # bookkeeping runs every step (with nothing finishing, it changes nothing).
         if device.type != "cpu" or bool(finishing.any()):
-            prefixes = rows.tokens.index_select(0, parents[:, :K].flatten()).view(n, K, T)
-            sentences.finish(scores[:, :K], tokens[:, :K], prefixes, finishing, t, lp[t + 1],
-                             None if shortfall is None else shortfall[:, :K])
+            short = None if shortfall is None else shortfall[:, :K].masked_fill(~finishing, EMPTY)
+            ranked = (scores[:, :K] / lp[t + 1]).masked_fill(~finishing, -math.inf)
+            history.finish(sentences.input_index, t, ranked, scores[:, :K], tokens[:, :K], slots[:, :K], short)
+            sentences.finish(ranked, short)
         # The K best extensions that did not end with </s> stay open, best first.
         order = (ends.long() * ends.shape[1] + rank[: ends.shape[1]]).argsort(dim=1)[:, :K]  # (n, K)
         sentences.scores = scores.gather(1, order)
         parents, next_tokens = parents.gather(1, order).flatten(), tokens.gather(1, order).flatten()  # (N,)
+        history.follow(sentences.input_index, t, next_tokens.view(n, K), slots.gather(1, order))
         if bound is not None:
             picked = (order + (torch.arange(n, device=device) * ends.shape[1]).unsqueeze(1)).flatten()
             bound.follow(states.select(picked))
@@ -147,8 +161,6 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
         sentences.closed = sentences.closed | done if sync_every > 1 else done
         kept = None
         if ((t + 1) % sync_every == 0 or t + 1 == T) and bool(sentences.closed.any()):  # the check: a host sync
-            leaving = sentences.closed.nonzero().squeeze(1)
-            results.put(sentences.input_index[leaving], sentences.finished.rows(leaving))
             kept = (~sentences.closed).nonzero().squeeze(1)
             if kept.numel() == 0:
                 break
@@ -157,7 +169,7 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
                 bound.rows(kept, K)
             parents, next_tokens = parents.view(n, K)[kept].flatten(), next_tokens.view(n, K)[kept].flatten()
         rows.follow(parents, next_tokens, t, kept)
-    found = results.to_hypotheses(eos_id)
+    found = history.best(n_best, eos_id)
     if bound is not None:
         for hyps, wanted in zip(found, constraints):
             for h in hyps:
@@ -195,101 +207,120 @@ def _best_extensions(model: Transformer, logits: Tensor, beam_scores: Tensor,
 EMPTY = 1 << 30  # the shortfall of an empty place among the finished: after every hypothesis
 
 
-@dataclass
-class _Finished:
-    """Finished hypotheses, ``m`` per sentence, best first (an empty place scores ``-inf``).
+def _ranked_first(score: Tensor, shortfall: Tensor | None, m: int) -> Tensor:
+    """The positions of the ``m`` first entries of each row, best first: the highest ``score``
+    (with ``shortfall``: the fewest missing constraint tokens first, then the highest score); of
+    equal ones the earlier first."""
+    order = score.sort(dim=1, descending=True, stable=True).indices
+    if shortfall is not None:
+        order = order.gather(1, shortfall.gather(1, order).sort(dim=1, stable=True).indices)
+    return order[:, :m]
 
-    With constraints, ``shortfall`` counts the constraint tokens a hypothesis lacks (only one
-    cut at the length limit lacks any; an empty place lacks ``EMPTY``), and hypotheses are
-    ranked by it first, then by score."""
 
-    score: Tensor  # (n, m) log-prob / lp(length), what hypotheses are ranked by
-    log_prob: Tensor  # (n, m) the model's log-probability of the tokens
-    length: Tensor  # (n, m) predicted tokens, </s> included
-    tokens: Tensor  # (n, m, T) </s> after the end
-    shortfall: Tensor | None = None  # (n, m) constraint tokens missing; None without constraints
+class _History:
+    """Every step of a batch's beams, by sentence (its index in the input), step and beam, written
+    in place: the open beams' tokens and parents, and the hypotheses that finished with their
+    scores. A sentence's ``n_best`` are chosen once, at the end (``best``), and their tokens
+    followed back through the parents.
 
-    @classmethod
-    def empty(cls, n: int, m: int, T: int, *, dtype: torch.dtype, eos_id: int, device: torch.device) -> _Finished:
-        return cls(torch.full((n, m), -math.inf, dtype=dtype, device=device),
-                   torch.zeros(n, m, dtype=dtype, device=device),
-                   torch.zeros(n, m, dtype=torch.long, device=device),
-                   torch.full((n, m, T), eos_id, dtype=torch.long, device=device))
+    A finished hypothesis is ranked by its score (with constraints: by the constraint tokens it
+    lacks, then its score); of equal ones the one that finished earlier (at an earlier step, or
+    among a step's K extensions, the better ranked) comes first. Sentences start with ``n_best``
+    empty places that every hypothesis beats (score ``-inf``), which is what a sentence keeps
+    where fewer finished. These are the rankings of keeping each sentence's best hypotheses at
+    every step, without the per-step sorting and copying of token rows.
+    """
 
-    def _fields(self) -> tuple[Tensor, ...]:
-        fields = self.score, self.log_prob, self.length, self.tokens
-        return fields if self.shortfall is None else (*fields, self.shortfall)
+    def __init__(self, B: int, T: int, K: int, *, dtype: torch.dtype, device: torch.device,
+                 constrained: bool) -> None:
+        self.B, self.T, self.K = B, T, K
+        self.token = torch.zeros(B, T, K, dtype=torch.long, device=device)  # the open beams' last tokens
+        self.parent = torch.zeros(B, T, K, dtype=torch.long, device=device)  # the beam (of the step before) each extends
+        self.score = torch.full((B, T, K), -math.inf, dtype=dtype, device=device)  # log-prob / lp; -inf: not finished
+        self.log_prob = torch.zeros(B, T, K, dtype=dtype, device=device)
+        self.last = torch.zeros(B, T, K, dtype=torch.long, device=device)  # a finished hypothesis' last token
+        self.last_parent = torch.zeros(B, T, K, dtype=torch.long, device=device)
+        self.shortfall = torch.full((B, T, K), EMPTY, dtype=torch.long, device=device) if constrained else None
 
-    def best(self, new: _Finished, m: int) -> _Finished:
-        """The ``m`` best of these and ``new`` per sentence; on equal scores these (found earlier) first."""
-        if self.shortfall is None and new.shortfall is not None:
-            self.shortfall = torch.where(self.score == -math.inf, EMPTY, 0)
-        both = [torch.cat([kept, added], dim=1) for kept, added in zip(self._fields(), new._fields())]
-        order = both[0].sort(dim=1, descending=True, stable=True).indices  # (n, 2m)
-        if self.shortfall is not None:  # fewest missing constraint tokens first, then the best score
-            order = order.gather(1, both[4].gather(1, order).sort(dim=1, stable=True).indices)
-        order = order[:, :m]
-        return _Finished(*(x.gather(1, order if x.dim() == 2 else order.unsqueeze(2).expand(-1, -1, x.shape[2]))
-                           for x in both))
+    def follow(self, sentences: Tensor, t: int, tokens: Tensor, parents: Tensor) -> None:
+        """The open beams after step ``t`` of the sentences ``sentences (n,)``: ``tokens (n, K)``, each
+        extending beam ``parents (n, K)`` of step ``t - 1``."""
+        self.token[sentences, t] = tokens
+        self.parent[sentences, t] = parents
 
-    def rows(self, index: Tensor) -> _Finished:
-        """The sentences ``index``."""
-        return _Finished(*(x[index] for x in self._fields()))
+    def finish(self, sentences: Tensor, t: int, score: Tensor, log_prob: Tensor, tokens: Tensor, parents: Tensor,
+               shortfall: Tensor | None) -> None:
+        """Step ``t``'s K best extensions ``(n, K)``: ``score`` (``-inf`` for those that do not
+        finish), ``log_prob``, the tokens they add, the beams they extend, the constraint tokens they
+        lack (``EMPTY`` for those that do not finish)."""
+        self.score[sentences, t] = score
+        self.log_prob[sentences, t] = log_prob
+        self.last[sentences, t] = tokens
+        self.last_parent[sentences, t] = parents
+        if self.shortfall is not None:
+            self.shortfall[sentences, t] = shortfall
 
-    def put(self, index: Tensor, other: _Finished) -> None:
-        """Write ``other``'s sentences into rows ``index``."""
-        for mine, theirs in zip(self._fields(), other._fields()):
-            mine[index] = theirs
-
-    def to_hypotheses(self, eos_id: int) -> list[list[Hypothesis]]:
-        score, log_prob, length, tokens = (x.tolist() for x in self._fields())
-        return [hypotheses(tokens[b], length[b], score[b], log_prob[b], eos_id) for b in range(len(score))]
+    def best(self, m: int, eos_id: int) -> list[list[Hypothesis]]:
+        """Each sentence's ``m`` best finished hypotheses, in input order."""
+        B, T, K, device = self.B, self.T, self.K, self.score.device
+        score = torch.cat([self.score.new_full((B, m), -math.inf), self.score.view(B, T * K)], dim=1)
+        shortfall = None if self.shortfall is None else torch.cat(
+            [self.shortfall.new_full((B, m), EMPTY), self.shortfall.view(B, T * K)], dim=1)
+        chosen = _ranked_first(score, shortfall, m).flatten() - m  # (B * m,): step * K + beam; < 0: an empty place
+        sentence = torch.arange(B, device=device).repeat_interleave(m)
+        empty = chosen < 0
+        step, beam = chosen.clamp(min=0) // K, chosen.clamp(min=0) % K
+        tokens = torch.full((B * m, max(T, 1)), eos_id, dtype=torch.long, device=device)
+        tokens[torch.arange(B * m, device=device), step] = self.last[sentence, step, beam]
+        parent = self.last_parent[sentence, step, beam]
+        last_step = int(step.max()) if B * m else 0  # one read, at the end
+        for s in range(last_step - 1, -1, -1):  # back through the parents
+            inside = s < step
+            tokens[:, s] = torch.where(inside, self.token[sentence, s, parent], tokens[:, s])
+            parent = torch.where(inside, self.parent[sentence, s, parent], parent)
+        length = torch.where(empty, 0, step + 1)
+        found = hypotheses(tokens.tolist(), length.tolist(), score.gather(1, chosen.view(B, m) + m).flatten().tolist(),
+                           torch.where(empty, 0.0, self.log_prob[sentence, step, beam]).tolist(), eos_id)
+        return [found[b * m : (b + 1) * m] for b in range(B)]
 
 
 @dataclass
 class _Sentences:
-    """The sentences still in the batch: their limits, their beams' scores, their finished hypotheses."""
+    """The sentences still in the batch: their limits, their beams' scores, how many hypotheses
+    they finished and (for the exact stopping rule) the scores of their ``n_best`` best."""
 
     input_index: Tensor  # (n,) each sentence's index in the input batch
     max_len: Tensor  # (n,) its output limit
     lp_max: Tensor  # (n,) lp(max_len), the denominator of the early-stopping bound
     scores: Tensor  # (n, k) its open beams' log-probabilities, best first
-    finished: _Finished  # its n_best best finished hypotheses
     n_finished: Tensor  # (n,) hypotheses it has finished, kept or not ("k_finished" stopping)
     closed: Tensor  # (n,) done, leaving the batch at the next check
+    best_score: Tensor | None  # (n, n_best) its best finished hypotheses' scores, in rank order; None: not kept
+    best_shortfall: Tensor | None  # (n, n_best) their missing constraint tokens (with constraints)
 
     @classmethod
-    def start(cls, max_len: Tensor, lp: Tensor, n_best: int, T: int, *, dtype: torch.dtype,
-              eos_id: int) -> _Sentences:
+    def start(cls, max_len: Tensor, lp: Tensor, n_best: int, *, dtype: torch.dtype, bound: bool,
+              constrained: bool) -> _Sentences:
         """All sentences, each with one open beam (``<s>``, log-probability 0) and nothing finished."""
         B, device = max_len.shape[0], max_len.device
         return cls(input_index=torch.arange(B, device=device), max_len=max_len, lp_max=lp[max_len],
                    scores=torch.zeros(B, 1, dtype=dtype, device=device),
-                   finished=_Finished.empty(B, n_best, T, dtype=dtype, eos_id=eos_id, device=device),
                    n_finished=torch.zeros(B, dtype=torch.long, device=device),
-                   closed=torch.zeros(B, dtype=torch.bool, device=device))
+                   closed=torch.zeros(B, dtype=torch.bool, device=device),
+                   best_score=torch.full((B, n_best), -math.inf, dtype=dtype, device=device) if bound else None,
+                   best_shortfall=torch.full((B, n_best), EMPTY, device=device) if bound and constrained else None)
 
-    def finish(self, scores: Tensor, tokens: Tensor, prefixes: Tensor, finishing: Tensor, t: int,
-               lp: Tensor, shortfall: Tensor | None = None) -> None:
-        """Add the extensions ``finishing`` of step ``t`` to the finished hypotheses, each sentence
-        keeping its best.
-
-        Args:
-            scores: ``(n, K)``, the extensions' log-probabilities.
-            tokens: ``(n, K)``, the tokens they add.
-            prefixes: ``(n, K, T)``, the tokens of the beams they extend.
-            finishing: ``(n, K)`` bool, the extensions that finish.
-            t: the step.
-            lp: ``lp(t + 1)``, the length penalty of a hypothesis finishing at this step.
-            shortfall: ``(n, K)``, the constraint tokens each extension lacks (None without
-                constraints).
-        """
-        prefixes[:, :, t] = tokens
-        n, K = scores.shape
-        new = _Finished(score=(scores / lp).masked_fill(~finishing, -math.inf), log_prob=scores,
-                        length=torch.full((n, K), t + 1, dtype=torch.long, device=scores.device), tokens=prefixes,
-                        shortfall=None if shortfall is None else shortfall.masked_fill(~finishing, EMPTY))
-        self.finished = self.finished.best(new, self.finished.score.shape[1])
+    def finish(self, score: Tensor, shortfall: Tensor | None) -> None:
+        """Rank a step's finished hypotheses ``score (n, K)`` (``-inf``: not finished; ``shortfall``:
+        their missing constraint tokens) among the best kept for the stopping rule."""
+        if self.best_score is None:
+            return
+        both = torch.cat([self.best_score, score], dim=1)
+        short = None if self.best_shortfall is None else torch.cat([self.best_shortfall, shortfall], dim=1)
+        first = _ranked_first(both, short, self.best_score.shape[1])
+        self.best_score = both.gather(1, first)
+        if short is not None:
+            self.best_shortfall = short.gather(1, first)
 
     def cannot_improve(self) -> Tensor:
         """``(n,)`` bool: no continuation of an open beam can enter the sentence's finished n-best.
@@ -300,35 +331,33 @@ class _Sentences:
         open beam (the first, except with constraints, whose beams are in bank order), no
         continuation can replace it (on equal scores the earlier hypothesis stays).
         """
-        return self.finished.score[:, -1] >= self.scores.max(dim=1).values / self.lp_max
+        assert self.best_score is not None
+        return self.best_score[:, -1] >= self.scores.max(dim=1).values / self.lp_max
 
     def rows(self, index: Tensor) -> _Sentences:
         """The sentences ``index``."""
+        pick = (lambda x: None if x is None else x[index])
         return _Sentences(self.input_index[index], self.max_len[index], self.lp_max[index], self.scores[index],
-                          self.finished.rows(index), self.n_finished[index], self.closed[index])
+                          self.n_finished[index], self.closed[index], pick(self.best_score), pick(self.best_shortfall))
 
 
 class _Rows:
-    """The decoder's rows, one per open beam: the beams' tokens, the memory they read, the cache.
+    """The decoder's rows, one per open beam: the token each was extended by last, and the batch's
+    steps (its cache and the memory the rows read), which follow the beams with one reorder a step.
 
     A model with ``supports_grouped_memory`` reads one memory row per sentence, shared by the
     sentence's beams (the CPU engine's attention reads it in place for all of them); another
     reads one copy per beam.
     """
 
-    def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor, B: int, T: int, *, bos_id: int,
-                 eos_id: int) -> None:
-        device = src_mask.device
-        self.model = model
+    def __init__(self, model: Transformer, steps: Steps, B: int, *, bos_id: int, device: torch.device) -> None:
         self.grouped = getattr(model, "supports_grouped_memory", False)
-        self.memory, self.src_mask = memory, src_mask  # (B, S, E), (B, S): one row per sentence at first
-        self.cache = model.new_cache(initial_capacity=CACHE_CAPACITY)
-        self.tokens = torch.full((B, T), eos_id, dtype=torch.long, device=device)  # (N, T) tokens so far
-        self.last = torch.full((B,), bos_id, dtype=torch.long, device=device)  # (N,) the next step's input
+        self.steps = steps
+        self.last = torch.full((B,), bos_id, dtype=torch.long, device=device)  # (N,) the next input
 
     def logits(self) -> Tensor:
         """One decoder step: the next token's logits ``(N, V)`` of every beam."""
-        return self.model.decode(self.last.unsqueeze(1), self.memory, self.src_mask, cache=self.cache)[:, -1]
+        return self.steps.logits(self.last)
 
     def follow(self, parents: Tensor, tokens: Tensor, t: int, kept: Tensor | None) -> None:
         """The step's one reorder: row ``i`` becomes the beam that extends row ``parents[i]`` by ``tokens[i]``.
@@ -346,16 +375,5 @@ class _Rows:
             memory_rows = parents  # one row per beam: from one per sentence to K, or rows of others
         else:
             memory_rows = None  # beams moved within their sentence, whose memory rows are all equal
-        if memory_rows is not None:
-            self.memory = self.memory.index_select(0, memory_rows)
-            self.src_mask = self.src_mask.index_select(0, memory_rows)
-        if not isinstance(self.cache, DecoderCache):
-            self.cache.reorder(parents)  # one row per beam in all of it (the recurrent model's state)
-        elif memory_rows is None:  # the memory's keys/values stay: only the self-attention follows
-            for layer in self.cache.self_attn:
-                layer.reorder(parents)
-        else:
-            self.cache.reorder(parents, memory_index=memory_rows)
-        self.tokens = self.tokens.index_select(0, parents)
-        self.tokens[:, t] = tokens
+        self.steps.reorder(parents, memory_rows)
         self.last = tokens
