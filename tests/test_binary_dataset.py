@@ -226,6 +226,14 @@ def test_a_damaged_entry_is_rebuilt(tmp_path, cache):
     assert list(again.train) == pairs and "rebuilding a damaged cache entry" in lines.getvalue()
 
 
+def test_a_damaged_text_record_is_a_corpus_error_naming_the_entry(tmp_path, cache):
+    cfg = _files_cfg(tmp_path)
+    _, (first,) = data_cache.open_cache([cfg], load_text_splits)
+    (first.directory / "text.json").write_bytes(b"\xff not json")
+    with pytest.raises(data_cache.CorpusError, match="a damaged data cache entry"):
+        data_cache.open_cache([cfg], load_text_splits)
+
+
 def test_bad_data_files_are_one_corpus_error_and_leave_no_entry(tmp_path, cache):
     cfg = _files_cfg(tmp_path)
     (tmp_path / "a.en").write_text("one line\n", encoding="utf-8")

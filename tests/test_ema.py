@@ -1,12 +1,15 @@
 """train.ema: the moving average of the weights, against one recomputed from each step's
 checkpoint, across a resume, and its bad settings."""
 
+import copy
+import json
+
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from trainer_helpers import TINY, train
-from transformer.run.model import unique_state_dict
+from transformer.run.model import CheckpointError, unique_state_dict
 from transformer.run.config import RunConfig
 from transformer.run.layout import EMA_FILE
 from transformer.training.ema import WeightAverage
@@ -64,6 +67,22 @@ def test_a_resumed_run_has_the_uninterrupted_runs_average(tmp_path):
     a = load_file(str(tmp_path / "straight" / "model.safetensors"))
     b = load_file(str(tmp_path / "resumed" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_checkpoint_with_damaged_records_of_the_average_or_the_log_is_refused_by_name(tmp_path):
+    """Values of the wrong kind in trainer_state.json's extra entries: a CheckpointError naming the
+    file (the command line's exit status 2), not a plain ValueError or TypeError later in training."""
+    run = tmp_path / "run"
+    train(run, "train.ema=0.9", "train.save_every=2", "train.max_steps=2")
+    state = list_checkpoints(run)[-1] / "trainer_state.json"
+    doc = json.loads(state.read_text())
+    for key, value, message in (("ema_updates", "3", "ema_updates must be an integer >= 0, got '3'"),
+                                ("log_window", {"loss": "abc"}, "bad 'log_window' entry")):
+        damaged = copy.deepcopy(doc)
+        damaged["trainer"]["extra"][key] = value
+        state.write_text(json.dumps(damaged))
+        with pytest.raises(CheckpointError, match=f"trainer_state.json: {message}"):
+            train(run, "train.ema=0.9", "train.save_every=2", "train.max_steps=4")
 
 
 def test_bad_settings_are_refused():

@@ -332,6 +332,25 @@ def test_mismatched_optimizer_or_scheduler_fails(tmp_path):
         load_checkpoint(latest_checkpoint(tmp_path), model=model, optimizer=opt, scheduler=sched)
 
 
+@pytest.mark.parametrize("entry, value, message", [
+    ("rng", {"python": [1]}, "bad 'rng' entry"),
+    ("rng", {"numpy": ["MT19937", [1, 2], 0, 0, 0.0]}, "bad 'rng' entry"),
+    ("optimizer", {"state_values": {"abc": {}}}, "bad 'optimizer' entry"),
+    ("optimizer", {"state_values": {"0": {"step": {"__tensor__": 1, "dtype": "nope"}}}}, "bad 'optimizer' entry"),
+])
+def test_values_of_the_wrong_kind_in_the_state_file_are_named(tmp_path, entry, value, message):
+    """Values a hand or a bad disk changed: a CheckpointError naming the file, never a plain
+    ValueError or AttributeError from deep inside the restore (the command line takes those for bugs)."""
+    saved_run(tmp_path, steps=(1,))
+    path = latest_checkpoint(tmp_path)
+    doc = json.loads((path / "trainer_state.json").read_text())
+    doc[entry].update(value)
+    (path / "trainer_state.json").write_text(json.dumps(doc))
+    model, opt, sched = build()
+    with pytest.raises(CheckpointError, match=f"trainer_state.json: {message}"):
+        load_checkpoint(path, model=model, optimizer=opt, scheduler=sched)
+
+
 def test_files_are_safetensors_and_json_only(tmp_path):
     saved_run(tmp_path, steps=(1,), rng=capture_rng_state())
     path = latest_checkpoint(tmp_path)

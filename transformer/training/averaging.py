@@ -13,6 +13,7 @@ from transformer.run.model import CheckpointError
 from transformer.run.checkpoints import PathLike, list_checkpoints, read_tensors, recent_checkpoints
 from transformer.run.layout import CHECKPOINTS_DIR, WEIGHTS_FILE
 from transformer.training.state import _write_tensors
+from transformer.errors import UserError
 
 
 def average_checkpoints(paths: Sequence[PathLike]) -> dict[str, Tensor]:
@@ -22,7 +23,7 @@ def average_checkpoints(paths: Sequence[PathLike]) -> dict[str, Tensor]:
     float64 and returned in their dtype; other tensors are taken from the last checkpoint.
     """
     if not paths:
-        raise ValueError("average_checkpoints needs at least one checkpoint")
+        raise UserError("average_checkpoints needs at least one checkpoint")
     files = [Path(p) / WEIGHTS_FILE if Path(p).is_dir() else Path(p) for p in paths]
     sums: dict[str, Tensor] = {}
     ref: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
@@ -56,7 +57,7 @@ def average_last(run_dir: PathLike, n: int, out_path: PathLike) -> list[Path]:
         if extra := [p.name for p in list_checkpoints(run_dir) if p not in checkpoints]:
             message += (f" (besides {', '.join(extra)}, kept only as the best, which is never averaged; "
                         "train.keep_last must be at least the number averaged)")
-        raise ValueError(message)
+        raise UserError(message)
     used = checkpoints[-n:]
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -162,9 +162,13 @@ class _Session:
                         if {p.name for p in directory.iterdir()} <= {ENTRY_LOCK}:
                             shutil.rmtree(directory, ignore_errors=True)  # bad data leaves no empty entry behind
                         raise
-        text = json.loads((directory / "text.json").read_text(encoding="utf-8"))
-        stats = json.loads((directory / "source.json").read_text(encoding="utf-8"))["stats"]
-        return [tuple(p) for p in text["valid"]], [tuple(p) for p in text["test"]], stats
+        try:
+            text = json.loads((directory / "text.json").read_text(encoding="utf-8"))
+            stats = json.loads((directory / "source.json").read_text(encoding="utf-8"))["stats"]
+            return [tuple(p) for p in text["valid"]], [tuple(p) for p in text["test"]], stats
+        except (ValueError, KeyError, TypeError) as err:  # not JSON (or not UTF-8), or not what this code writes
+            raise CorpusError(f"{directory}: a damaged data cache entry ({err!r}); delete that directory and "
+                              "run again") from None
 
     def vocab(self, cfg: DataConfig) -> Vocabularies | None:
         """The tokenizer trained on the sources' training pairs with ``cfg``'s vocabulary settings."""

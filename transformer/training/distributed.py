@@ -98,7 +98,7 @@ def collective_timeout() -> timedelta:
     except ValueError:
         seconds = math.nan
     if not (math.isfinite(seconds) and seconds > 0):
-        raise ValueError(f"${TIMEOUT_ENV} must be a number of seconds > 0, got {raw!r}")
+        raise UserError(f"${TIMEOUT_ENV} must be a number of seconds > 0, got {raw!r}")
     return timedelta(seconds=seconds)
 
 
@@ -173,9 +173,9 @@ def resume_accumulation(run_dir: str | os.PathLike[str], accumulate: int, info: 
 
 
 def steps_per_epoch(batches_per_process: int, accumulate: int) -> int:
-    """Whole steps in an epoch; raises ``ValueError`` naming the keys when there is not even one."""
+    """Whole steps in an epoch; raises ``UserError`` naming the keys when there is not even one."""
     if batches_per_process < accumulate:
-        raise ValueError(
+        raise UserError(
             f"an epoch has {batches_per_process} batch(es) per process, fewer than the {accumulate} a step "
             "accumulates: lower train.accumulate or data.max_tokens, use fewer processes, or add training data")
     return batches_per_process // accumulate
@@ -185,8 +185,10 @@ def adopt_layout(state: TrainerState, info: DistInfo, accumulate: int) -> None:
     """Restate a checkpoint's position in its epoch for this number of processes (the batches of
     the epoch's order used so far stay the same), then record the layout the next saves are made with."""
     saved = state.extra.get(LAYOUT_KEY)
-    if isinstance(saved, dict) and saved.get("world_size") != info.world_size:
-        used = state.batch_in_epoch * int(saved["world_size"])  # whole steps, so a multiple of every sharing
+    world = saved.get("world_size") if isinstance(saved, dict) else None
+    # a layout that is not a number of processes is taken to match, as resume_accumulation takes it
+    if type(world) is int and world >= 1 and world != info.world_size:
+        used = state.batch_in_epoch * world  # whole steps, so a multiple of every sharing
         state.batch_in_epoch = used // info.world_size
     state.extra[LAYOUT_KEY] = {"world_size": info.world_size, "accumulate": accumulate}
 

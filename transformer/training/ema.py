@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer.run.model import unique_state_dict
+from transformer.errors import UserError
 
 
 class WeightAverage:
@@ -24,7 +25,7 @@ class WeightAverage:
 
     def __init__(self, model: nn.Module, decay: float) -> None:
         if not 0.0 < decay < 1.0:
-            raise ValueError(f"the moving average's decay must lie in (0, 1), got {decay}")
+            raise UserError(f"the moving average's decay must lie in (0, 1), got {decay}")
         self.decay = decay
         self.updates = 0
         self.tensors = {name: t.detach().float().clone() for name, t in unique_state_dict(model).items()
@@ -50,7 +51,7 @@ class WeightAverage:
         """Restore a saved average (its tensors and update count); the names must be this model's."""
         if tensors.keys() != self.tensors.keys():
             missing, unexpected = self.tensors.keys() - tensors.keys(), tensors.keys() - self.tensors.keys()
-            raise ValueError(f"the saved moving average does not fit the model: missing {sorted(missing)[:3]}, "
+            raise UserError(f"the saved moving average does not fit the model: missing {sorted(missing)[:3]}, "
                              f"unexpected {sorted(unexpected)[:3]}")
         for name, value in tensors.items():
             self.tensors[name].copy_(value)

@@ -23,6 +23,8 @@ from typing import Callable, Iterable
 
 import torch
 
+from transformer.errors import UserError
+
 SCHEDULES = ("noam", "inverse_sqrt", "constant")
 
 
@@ -75,15 +77,15 @@ def lr_function(schedule: str, *, d_model: int, warmup: int, scale: float = 1.0,
                 lr: float | None = None) -> Callable[[int], float]:
     """The learning rate as a function of the 1-based optimizer step for ``schedule``."""
     if warmup < 1:
-        raise ValueError(f"warmup must be >= 1 step, got {warmup}")
+        raise UserError(f"warmup must be >= 1 step, got {warmup}")
     if schedule == "noam":
         if scale <= 0:
-            raise ValueError(f"learning-rate scale must be > 0, got {scale}")
+            raise UserError(f"learning-rate scale must be > 0, got {scale}")
         return lambda step: noam_lr(step, d_model=d_model, warmup=warmup, scale=scale)
     if schedule not in SCHEDULES:
-        raise ValueError(f"unknown schedule {schedule!r}; known: {list(SCHEDULES)}")
+        raise UserError(f"unknown schedule {schedule!r}; known: {list(SCHEDULES)}")
     if lr is None or not lr > 0:
-        raise ValueError(f"the {schedule} schedule needs a learning rate > 0, got {lr}")
+        raise UserError(f"the {schedule} schedule needs a learning rate > 0, got {lr}")
     shape = inverse_sqrt_lr if schedule == "inverse_sqrt" else constant_lr
     return lambda step: shape(step, lr=lr, warmup=warmup)
 
@@ -111,7 +113,7 @@ def build_optimizer(
     rate = lr_function(schedule, d_model=d_model, warmup=warmup, scale=scale, lr=lr)
     params = list(params)
     if not params:
-        raise ValueError("no parameters to optimize (every part of the model is frozen)")
+        raise UserError("no parameters to optimize (every part of the model is frozen)")
     # The fused kernel updates every parameter in one pass (about 2x faster than the per-tensor
     # loop on CPU); it needs floating-point parameters on CPU or CUDA.
     fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)

@@ -40,6 +40,7 @@ from transformer.run.layout import (
     checkpoint_name)
 from transformer.run.model import CheckpointError, load_weights, save_weights
 from transformer.run_files import RunFileError, plain_permissions, read_json, replacing
+from transformer.errors import UserError
 
 try:
     import numpy as np
@@ -127,7 +128,7 @@ def save_checkpoint(
     of other processes are removed. Returns the checkpoint directory.
     """
     if keep_last < 1:
-        raise ValueError(f"keep_last must be >= 1, got {keep_last}")
+        raise UserError(f"keep_last must be >= 1, got {keep_last}")
     root = Path(run_dir) / CHECKPOINTS_DIR
     root.mkdir(parents=True, exist_ok=True)
     rng = capture_rng_state() if rng is None else rng
@@ -277,7 +278,12 @@ def load_checkpoint(
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{path / TRAINER_STATE_FILE}: bad 'trainer' entry: {err}") from None
     rng_tensors = read_tensors(path / RNG_FILE)
-    opt_sd = None if optimizer is None else _optimizer_state(path, doc["optimizer"], optimizer)
+    try:
+        opt_sd = None if optimizer is None else _optimizer_state(path, doc["optimizer"], optimizer)
+    except UserError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError) as err:  # a value of the wrong kind in the file
+        raise CheckpointError(f"{path / TRAINER_STATE_FILE}: bad 'optimizer' entry: {err!r}") from None
     if scheduler is not None and not isinstance(doc.get("scheduler"), dict):
         raise CheckpointError(f"{path / TRAINER_STATE_FILE} holds no scheduler state, but a scheduler was given")
     load_weights(model, path / WEIGHTS_FILE)
@@ -297,7 +303,10 @@ def load_checkpoint(
             rng["torch"] = rng_tensors["torch"]
         rng["cuda"] = [rng_tensors[k] for k in sorted((k for k in rng_tensors if k.startswith("cuda.")),
                                                        key=lambda k: int(k.split(".")[1]))]
-        restore_rng_state(rng)
+        try:
+            restore_rng_state(rng)
+        except (ValueError, TypeError, KeyError, IndexError, RuntimeError) as err:  # a generator's state of the wrong shape
+            raise CheckpointError(f"{path / TRAINER_STATE_FILE}: bad 'rng' entry: {err!r}") from None
     return trainer
 
 

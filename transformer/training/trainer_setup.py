@@ -22,7 +22,7 @@ from transformer.precision import resolve_device
 from transformer.run.checkpoints import latest_checkpoint, read_tensor_file
 from transformer.run.config import RunConfig
 from transformer.run.directory import check_model_config, previous_run, write_run_files
-from transformer.run.layout import ATOMIC_FILES, EMA_FILE, METRICS_FILE
+from transformer.run.layout import ATOMIC_FILES, EMA_FILE, METRICS_FILE, TRAINER_STATE_FILE
 from transformer.run.lock import RunLock, remove_stale_files, storage_errors
 from transformer.run.metrics import MetricsLog
 from transformer.run.model import load_config, load_weights
@@ -37,6 +37,7 @@ from transformer.training.trainer_saving import EMA_UPDATES_KEY, LOG_WINDOW_KEY,
 from transformer.training.schedule import build_optimizer
 from transformer.training.state import CheckpointError, TrainerState, load_checkpoint, remove_stale_work_files
 from transformer.training.tensorboard_log import TensorBoardLog
+from transformer.errors import UserError
 
 FINITE = 2**53  # "no step yet" for the first step with a non-finite loss (exact as int64 and float64)
 
@@ -53,9 +54,9 @@ class TrainerSetUp:
         self.device = resolve_device(t.device, setting="train.device")
         self.precision = resolve_precision(t.precision, self.device)  # "auto" resolved: fp32, bf16 or fp16
         if self.precision == "fp16" and self.device.type != "cuda":
-            raise ValueError("train.precision=fp16 needs CUDA (loss scaling); use bf16 or fp32 on CPU")
+            raise UserError("train.precision=fp16 needs CUDA (loss scaling); use bf16 or fp32 on CPU")
         if t.compile and self.device.type != "cuda":
-            raise ValueError("train.compile applies to training on CUDA (on a CPU the CPU engine's kernels "
+            raise UserError("train.compile applies to training on CUDA (on a CPU the CPU engine's kernels "
                              "do that work); leave it off or use train.device=cuda")
         self.dist = D.init_distributed(self.device.type)
         if self.dist.enabled and self.device.type == "cuda":
@@ -173,11 +174,19 @@ class TrainerSetUp:
             if saved is None:
                 raise CheckpointError(f"{path} holds no moving average of the weights ({EMA_FILE}), "
                                       "though train.ema is set")
-            self.ema.load(saved, self.state.extra.get(EMA_UPDATES_KEY, self.state.step))
+            updates = self.state.extra.get(EMA_UPDATES_KEY, self.state.step)
+            if type(updates) is not int or updates < 0:
+                raise CheckpointError(f"{path / TRAINER_STATE_FILE}: {EMA_UPDATES_KEY} must be an integer >= 0, "
+                                      f"got {updates!r:.80}")
+            self.ema.load(saved, updates)
         window = self.state.extra.get(LOG_WINDOW_KEY)
         if self.dist.is_main and isinstance(window, dict):  # all processes' sums: the first one holds them
-            self.window_loss.fill_(float(window.get("loss", 0.0)))
-            self.window_tokens = float(window.get("tokens", 0.0))
+            try:
+                loss, tokens = float(window.get("loss", 0.0)), float(window.get("tokens", 0.0))
+            except (TypeError, ValueError):  # a value of the wrong kind in the file
+                raise CheckpointError(f"{path / TRAINER_STATE_FILE}: bad {LOG_WINDOW_KEY!r} entry: {window!r:.80}") from None
+            self.window_loss.fill_(loss)
+            self.window_tokens = tokens
         self.resumed_from = self.state.step
         if self.dist.is_main:
             self.metrics.truncate_after(self.state.step)
