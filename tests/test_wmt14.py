@@ -30,6 +30,7 @@ from transformer.corpus.download import download_verified
 from transformer.corpus.files import CorpusError, read_archive_parallel
 from transformer.corpus.registry import DATA_ENV, REGISTRY, WMT14_PARTS, RemoteFile, corpus_pairs, fetch
 from transformer.corpus.testsets import sacrebleu_pairs
+from transformer.errors import UserError
 from transformer.recipes import load_recipe, recipe_names
 
 WORDS_EN = "the a house cat dog sees small big red green runs sleeps old new".split()
@@ -326,7 +327,13 @@ def test_recipe_processes_must_share_the_batches(tmp_path):
         load_recipe("wmt14-en-de-huge")
     bad = tmp_path / "r.yaml"
     bad.write_text("recipe:\n  batches_per_step: 0\n")
-    with pytest.raises(ValueError, match="batches_per_step must be an integer >= 1"):
+    with pytest.raises(UserError, match="batches_per_step must be an integer >= 1"):
+        load_recipe(bad)
+    bad.write_text("recipe:\n  batches_per_step: 1\ntrain: [1, 2]\n")  # a section that is not a mapping
+    with pytest.raises(UserError, match="config section 'train' must be a mapping, got list"):
+        load_recipe(bad)
+    bad.write_bytes(b"recipe:\n  batches_per_step: \xff\n")
+    with pytest.raises(UserError, match="is not UTF-8 text"):
         load_recipe(bad)
 
 

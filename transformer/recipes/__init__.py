@@ -24,6 +24,7 @@ import yaml
 
 from transformer.run.config import RunConfig
 from transformer.run.layout import RUN_CONFIG_FILE
+from transformer.errors import UserError
 
 __all__ = ["RECIPE_DIR", "load_recipe", "is_recipe_file", "recipe_names", "recipe_path"]
 
@@ -52,13 +53,16 @@ def recipe_path(name_or_path: str | os.PathLike[str]) -> Path:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path} is not UTF-8 text: {err}") from None
     try:
         raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path} is not valid YAML/JSON: {' '.join(str(err).split())}") from None
+    except (yaml.YAMLError, ValueError) as err:  # ValueError: also an integer of more digits than Python converts
+        raise UserError(f"{path} is not valid YAML/JSON: {' '.join(str(err).split())}") from None
     if not isinstance(raw, dict):
-        raise ValueError(f"{path}: a recipe must be a mapping with sections recipe/data/model/train")
+        raise UserError(f"{path}: a recipe must be a mapping with sections recipe/data/model/train")
     return raw
 
 
@@ -87,28 +91,30 @@ def load_recipe(
 
     Raises:
         FileNotFoundError: no such recipe.
-        ValueError: a bad recipe section, processes that cannot share the batches per step, or a
+        UserError: a bad recipe section, processes that cannot share the batches per step, or a
             bad setting (as for ``--config``).
     """
     path = recipe_path(name_or_path)
     raw = _read(path)
     meta = raw.pop("recipe", None) or {}
     if not isinstance(meta, dict) or set(meta) - _META_KEYS:
-        raise ValueError(f"{path}: the recipe section takes {', '.join(sorted(_META_KEYS))}, got {meta!r}")
+        raise UserError(f"{path}: the recipe section takes {', '.join(sorted(_META_KEYS))}, got {meta!r}")
     per_step = meta.get("batches_per_step", 1)
     if isinstance(per_step, bool) or not isinstance(per_step, int) or per_step < 1:
-        raise ValueError(f"{path}: recipe.batches_per_step must be an integer >= 1, got {per_step!r}")
+        raise UserError(f"{path}: recipe.batches_per_step must be an integer >= 1, got {per_step!r}")
     world = world_size if world_size is not None else int(os.environ.get("WORLD_SIZE", "1") or 1)
     train = raw.setdefault("train", {}) or {}
+    if not isinstance(train, dict):  # the same refusal as RunConfig.from_dict's, before train.accumulate is set in it
+        raise UserError(f"{path}: config section 'train' must be a mapping, got {type(train).__name__}")
     raw["train"] = train
     previous = Path(run_dir) / RUN_CONFIG_FILE if run_dir is not None else None
     if _overrides_accumulate(overrides):
         pass  # the command line's train.accumulate is applied with the other overrides below
     elif previous is not None and previous.is_file():
-        train["accumulate"] = RunConfig.from_dict(json.loads(previous.read_text())).train.accumulate
+        train["accumulate"] = RunConfig.read(previous).train.accumulate
     elif per_step % world:
         fits = ", ".join(str(n) for n in range(1, per_step + 1) if per_step % n == 0)
-        raise ValueError(
+        raise UserError(
             f"recipe {path.stem} takes {per_step} batches per step, which {world} processes cannot share: use "
             f"{fits} process(es), or set train.accumulate and data.max_tokens for {world}")
     else:
