@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from transformer.decoding.beam import beam_search
+from transformer.decoding.cancel import check_cancelled
 from transformer.decoding.constraints import Constraints
 from transformer.decoding.common import (
     LENGTH_PENALTIES,
@@ -83,6 +84,7 @@ def _ancestral(model: Transformer, memory: Tensor, src_mask: Tensor, limits: Ten
     finished = torch.zeros(N, dtype=torch.bool, device=dev)  # (n,) rows done but not yet out of the batch
     out_lp = score = None
     for t in range(T):
+        check_cancelled()  # a server stops a search nobody waits for any more
         logits = steps.logits(token)  # (n, V)
         if pick is None:  # greedy
             step_lp, nxt = (x.squeeze(1) for x in best_tokens(model, logits, 1))  # (n,)

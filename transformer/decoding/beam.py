@@ -35,6 +35,7 @@ from transformer.decoding.common import (
     output_limits,
     score_dtype,
 )
+from transformer.decoding.cancel import check_cancelled
 from transformer.decoding.constraints import ConstraintSet, Constraints, check_constraints, unmet_constraints
 from transformer.decoding.steps import Steps, decoder_steps
 from transformer.model import Transformer
@@ -108,6 +109,7 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
     rank = torch.arange(2 * K, device=device)
     bound_needed = stopping == "exact" and _early_stop  # the exact rule reads each sentence's n-best every step
     for t in range(T):
+        check_cancelled()  # a server stops a search nobody waits for any more
         logits = rows.logits()  # (N, V)
         if t == 0:  # one beam per sentence (<s>); scores in float32 (float64 for float64 logits)
             if logits.shape[-1] <= K:

@@ -22,7 +22,9 @@ Overload: when the texts waiting would exceed ``max_queue`` a request fails at o
 :class:`Overloaded` instead of queueing without bound (an idle server takes any request, so a
 request larger than ``max_queue`` is not refused forever). A request that has not finished after
 ``timeout_s`` (waiting included) fails with :class:`TimedOut`; the texts of it that have not
-started are dropped, so a stuck decode cannot pile up work behind it.
+started are dropped, so a stuck decode cannot pile up work behind it. A model call whose
+requests have all given up (timed out, or their task cancelled) is stopped at its next decoder
+step (:mod:`transformer.decoding.cancel`), so the model is free for the requests still waiting.
 
 Other work on the same model (the attention of one sentence) goes through :meth:`call`: it
 takes the same queue, bound and timeout, and runs alone.
@@ -31,6 +33,7 @@ takes the same queue, bound and timeout, and runs alone.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
@@ -38,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from transformer.decoding.cancel import Cancelled, cancellable
 from transformer.errors import UserError
 
 
@@ -94,6 +98,7 @@ class BatchStats:
     last_batch_size: int = 0
     rejected_overload: int = 0
     timed_out: int = 0
+    cancelled_calls: int = 0  # model calls stopped because every request in them gave up
 
     def to_dict(self) -> dict[str, float]:
         out: dict[str, float] = dict(vars(self))
@@ -123,6 +128,7 @@ class DynamicBatcher:
         self._parked: list[_Job] = []  # taken in part by the call now running; back in the queue after it
         self._queued_texts = 0
         self._running = 0  # texts in the model call now running
+        self._call: tuple[list[_Job], threading.Event] | None = None  # the running call's jobs and its stop
         self._executor: ThreadPoolExecutor | None = None
         self._wakeup: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
@@ -191,6 +197,17 @@ class DynamicBatcher:
         except asyncio.TimeoutError:
             self.stats.timed_out += 1
             raise TimedOut(f"the translation did not finish within {self.timeout_s:g} s") from None
+        finally:
+            self._stop_abandoned_call()
+
+    def _stop_abandoned_call(self) -> None:
+        """Stop the running model call if no request waits for it any more (every one timed out
+        or was cancelled): its search ends at the next decoder step."""
+        if self._call is not None:
+            jobs, stop = self._call
+            if not stop.is_set() and all(job.future.done() for job in jobs):
+                stop.set()
+                self.stats.cancelled_calls += 1
 
     def _ensure_worker(self) -> None:
         if self._executor is None:
@@ -224,13 +241,18 @@ class DynamicBatcher:
             start = time.perf_counter()
             loop = asyncio.get_running_loop()
             exclusive = parts[0][0].fn
+            stop = threading.Event()
+            self._call = ([job for job, _, _ in parts], stop)
             try:
                 if exclusive is not None:
-                    results = [await loop.run_in_executor(self._executor, exclusive)]
+                    results = [await loop.run_in_executor(self._executor, _stoppable, stop, exclusive)]
                 else:
-                    results = await loop.run_in_executor(self._executor, self.run_batch, parts[0][0].key, texts)
+                    results = await loop.run_in_executor(self._executor, _stoppable, stop, self.run_batch,
+                                                         parts[0][0].key, texts)
                     if len(results) != len(texts):
                         raise RuntimeError(f"run_batch returned {len(results)} results for {len(texts)} texts")
+            except Cancelled:  # nobody waits for this call's results
+                continue
             except Exception as err:  # the batch failed: every request in it gets the error
                 for job, _, _ in parts:
                     if not job.future.done():
@@ -238,6 +260,7 @@ class DynamicBatcher:
                 continue
             finally:
                 self._running = 0
+                self._call = None
                 self._queue.extend(self._parked)  # behind the jobs that arrived during the call
                 self._parked = []
             end = time.perf_counter()
@@ -321,3 +344,9 @@ class DynamicBatcher:
         s.batched_texts += size
         s.largest_batch = max(s.largest_batch, size)
         s.last_batch_size = size
+
+
+def _stoppable(stop: threading.Event, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on the worker thread, its decoding stopped (:class:`Cancelled`) once ``stop`` is set."""
+    with cancellable(stop):
+        return fn(*args)

@@ -28,6 +28,8 @@ LIMIT_OPTIONS = {  # field -> (option, type, help)
     "max_alternatives": ("--max-alternatives", int, "the most alternatives (distinct translations besides the "
                          "translation) a request may ask for; 0: none. A text has at most beam_size - 1"),
     "max_glossary_terms": ("--max-glossary-terms", int, "glossary terms (source and target pairs) per request"),
+    "max_glossary_work": ("--max-glossary-work", int, "glossary terms found in a request's sentences (each "
+                          "sentence's counted) times its beam_size: the cost of constrained search"),
     "max_batch_size": ("--max-batch-size", int, "sentences of one or more requests merged into one model call "
                        "(1: no dynamic batching); a request with more runs in calls of its own of up to "
                        "max(this, --max-texts) sentences"),

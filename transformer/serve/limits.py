@@ -42,6 +42,10 @@ class ServeLimits:
     max_glossary_terms: glossary terms per request (``glossary`` on /v1/translate and /v1/attention,
         and on LibreTranslate's /translate; 422, or 400 there, beyond). Each term found in a
         sentence is a constraint of its beam search.
+    max_glossary_work: the glossary work of one request: the terms found in its sentences (each
+        occurrence in each sentence counted) times its ``beam_size`` (422, or 400 on LibreTranslate's
+        routes, beyond). A constrained search's cost grows with both: 8 texts holding 256 terms at
+        beam 16 (32,768) kept a CPU busy for minutes.
     max_batch_size: sentences of one or more requests merged into one model call by the dynamic
         batcher (1 = no merging); a request with more runs in calls of its own of up to
         max(max_batch_size, max_texts) sentences, interleaved with other requests.
@@ -67,6 +71,7 @@ class ServeLimits:
     max_beam_size: int = 16
     max_alternatives: int = 15
     max_glossary_terms: int = 256
+    max_glossary_work: int = 2048
     max_batch_size: int = 32
     batch_wait_ms: float = 5.0
     max_queue: int = 1024

@@ -166,12 +166,20 @@ class TranslationService:
 
     def _check_glossary(self, settings: DecodingSettings, texts: list[str]) -> None:
         """:class:`Unprocessable` for a term found in ``texts`` that is longer than any output
-        (checked on arrival, so that it never fails a model call other requests share)."""
+        (checked on arrival, so that it never fails a model call other requests share), or for
+        more constrained search than ``max_glossary_work`` (terms found x beam size)."""
         if settings.glossary:
             try:
-                self.translator_for(settings).glossary_terms(texts, _glossary(settings.glossary))
+                terms = self.translator_for(settings).glossary_terms(texts, _glossary(settings.glossary))
             except GlossaryError as err:
                 raise Unprocessable(str(err)) from None
+            found = sum(map(len, terms))
+            work, limit = found * settings.beam_size, self.limits.max_glossary_work
+            if work > limit:
+                raise Unprocessable(f"the glossary's terms are found {found} times in the request's sentences; "
+                                    f"at beam_size {settings.beam_size} that is {work} units of constrained search, "
+                                    f"more than the {limit} a request may ask for (--max-glossary-work): send "
+                                    "fewer sentences or terms, or a smaller beam_size")
 
     def _run_batch(self, settings: DecodingSettings, texts: list[str]) -> list[ModelOutput]:
         """One model call of the batcher (on its worker thread): each text's hypotheses, best
