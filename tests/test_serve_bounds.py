@@ -7,7 +7,9 @@ In-process (TestClient) against the small random model of test_serve.py.
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from fastapi.testclient import TestClient
@@ -59,3 +61,62 @@ def test_glossary_work_beyond_the_bound_is_refused_in_each_apis_shape(translator
         assert_error(client.post("/v1/translate", json=too_much), 422, "invalid_request", "--max-glossary-work", "12")
         lt = client.post("/translate", json={"q": text, "source": "fr", "target": "en", "glossary": TERMS})  # its beam: 4
         assert lt.status_code == 400 and "--max-glossary-work" in lt.json()["error"], lt.text
+
+
+# --------------------------------------------------------------------------------------------- uploads
+def upload(client, name: str, data: bytes):
+    return client.post("/translate_file", data={"source": "fr", "target": "en"}, files={"file": (name, data)})
+
+
+def test_uploads_in_flight_share_a_budget_and_parse_on_their_own_threads(translator, monkeypatch):
+    from transformer.serve import libretranslate
+
+    entered, release, threads = threading.Event(), threading.Event(), []
+    read_file = libretranslate.read_file
+
+    def held(data, name):  # the first upload stays in its parse until released
+        threads.append(threading.current_thread().name)
+        if name == "held.txt":
+            entered.set()
+            release.wait(10)
+        return read_file(data, name)
+
+    monkeypatch.setattr(libretranslate, "read_file", held)
+    limits = ServeLimits(max_uploads=2, max_upload_bytes=100_000, max_file_bytes=200_000)
+    with TestClient(create_app(translator, limits, src_lang="fr", tgt_lang="en")) as client:
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(upload, client, "held.txt", b"Le chat dort.")
+            assert entered.wait(10)
+            big = upload(client, "big.txt", b"Le chat dort." + b"\n" * 110_000)  # 110 kB beside one in flight
+            assert big.status_code == 503 and "uploads" in big.json()["error"], big.text
+            assert big.headers["Retry-After"] == "5"
+            small = upload(client, "small.txt", b"Le chien mange.")
+            assert small.status_code == 200, small.text  # two in flight: within both bounds
+            release.set()
+            assert first.result().status_code == 200
+        assert client.app.state.uploads.health()["uploads_in_flight"] == 0
+        alone = upload(client, "big.txt", b"Le chat dort." + b"\n" * 110_000)  # nothing in flight: any one upload fits
+        assert alone.status_code == 200, alone.text
+    assert threads and all(name.startswith("transformer-serve-files") for name in threads), threads
+
+
+def test_uploads_beyond_the_count_are_refused(translator, monkeypatch):
+    from transformer.serve import libretranslate
+
+    entered, release = threading.Event(), threading.Event()
+    read_file = libretranslate.read_file
+
+    def held(data, name):
+        entered.set()
+        release.wait(10)
+        return read_file(data, name)
+
+    monkeypatch.setattr(libretranslate, "read_file", held)
+    with TestClient(create_app(translator, ServeLimits(max_uploads=1), src_lang="fr", tgt_lang="en")) as client:
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(upload, client, "a.txt", b"Le chat dort.")
+            assert entered.wait(10)
+            second = upload(client, "b.txt", b"Le chien mange.")
+            release.set()
+            assert second.status_code == 503 and second.headers["Retry-After"] == "5", second.text
+            assert first.result().status_code == 200

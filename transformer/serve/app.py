@@ -75,6 +75,7 @@ from transformer.serve.middleware import (
 )
 from transformer.serve.schemas import ONE_TEXT, TEXT_LIST, request_models
 from transformer.serve.service import TranslationService
+from transformer.serve.uploads import Uploads
 from transformer.translate.translator import Translator
 
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 415: "unsupported_media_type"}
@@ -114,12 +115,14 @@ def create_app(translator: Translator | Sequence[Translator], limits: ServeLimit
     limits = service.limits
 
     store = FileStore(limits.file_ttl_s)
+    uploads = Uploads(limits.max_uploads, limits.max_upload_bytes)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
         await models.close()
         store.close()
+        uploads.close()
 
     app = FastAPI(title="transformer translation server", version=__version__, lifespan=lifespan,
                   docs_url=None, redoc_url=None,
@@ -128,6 +131,7 @@ def create_app(translator: Translator | Sequence[Translator], limits: ServeLimit
                   f"Unicode code points. Limits: {json.dumps(limits.to_dict())}.")
     app.state.models = models
     app.state.files = store
+    app.state.uploads = uploads
     app.state.service = service
     app.state.batcher = service.batcher
     app.state.limits = limits
@@ -140,7 +144,7 @@ def create_app(translator: Translator | Sequence[Translator], limits: ServeLimit
     requests = request_models(limits, service.default.beam_size)  # the limits written into the schema
     app.include_router(routes.translate_router(models, requests.translate))
     app.include_router(routes.attention_router(models, requests.attention))
-    app.include_router(libretranslate.router(models, libretranslate_options, store))
+    app.include_router(libretranslate.router(models, libretranslate_options, store, uploads))
     app.include_router(routes.status_router(models))
     app.include_router(routes.page_router(models))
     return app

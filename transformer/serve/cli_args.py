@@ -44,6 +44,10 @@ LIMIT_OPTIONS = {  # field -> (option, type, help)
                            "they are translated a model call at a time, between other requests"),
     "file_ttl_s": ("--file-ttl", float, "seconds a translated file can be downloaded (/download_file) before it "
                    "is deleted"),
+    "max_uploads": ("--max-uploads", int, "files uploaded to /translate_file in flight at once (503 with "
+                    "Retry-After beyond)"),
+    "max_upload_bytes": ("--max-upload-bytes", int, "bytes of the uploads in flight together (503 with Retry-After "
+                         "beyond; an idle server takes any one upload)"),
 }
 assert set(LIMIT_OPTIONS) == {f.name for f in fields(ServeLimits)}
 

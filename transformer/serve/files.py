@@ -90,24 +90,26 @@ class FileStore:
                 self._folder = None
 
 
-async def translate_upload(route, document: TranslatableFile, name: str, *,
-                           max_sentences: int) -> tuple[str, bytes]:
+async def translate_upload(route, document: TranslatableFile, name: str, *, max_sentences: int,
+                           run: Callable = _off_the_loop) -> tuple[str, bytes]:
     """Translate an uploaded file along ``route``.
 
     Args:
         route: the :class:`~transformer.serve.models.Route` of the request's language pair.
         document: the file as :func:`~transformer.translate.files.read_file` read it; ``name`` its name.
         max_sentences: the most sentences the file may hold (:class:`Unprocessable` beyond).
+        run: runs the parsing and writing off the event loop (``run(fn, *args)``; the server's
+            :meth:`~transformer.serve.uploads.Uploads.run`).
 
     Returns:
         The translated file's name (LibreTranslate's: the target's code after the stem) and bytes.
     """
-    cut = await _off_the_loop(FileSentences, document.units(), route.steps[0].segment_lang)
+    cut = await run(FileSentences, document.units(), route.steps[0].segment_lang)
     sentences = cut.texts
     if len(sentences) > max_sentences:
         raise Unprocessable(f"the file holds {len(sentences)} sentences; at most {max_sentences} are translated per "
                             "file (--max-file-sentences)")
     translated = await route.translate_sentences(sentences)
-    texts = await _off_the_loop(cut.rebuild, translated)
-    out = await _off_the_loop(document.write, texts, target_lang=route.target)
+    texts = await run(cut.rebuild, translated)
+    out = await run(document.write, texts, target_lang=route.target)
     return translated_name(name, route.target or "translated"), out

@@ -61,6 +61,7 @@ from transformer.serve.lt_params import BadRequest, TooLarge, read_parameters
 from transformer.serve.middleware import plain_error_json
 from transformer.serve.service import _off_the_loop
 from transformer.serve.models import AUTO, UNKNOWN, ModelSet, NoRoute, language_name
+from transformer.serve.uploads import Uploads, UploadsBusy
 from transformer.serve.suggestions import BadSuggestion, SuggestionStore, SuggestionStoreError
 from transformer.translate.files import SUPPORTED_EXTENSIONS, FileFormatError, format_for, read_file
 from transformer.translate.html import html_sentences
@@ -138,16 +139,18 @@ def _denied(err: AccessDenied) -> JSONResponse:
     return plain_error_json(err.status, err.message, headers=headers)
 
 
-def router(models: ModelSet, options: LibreTranslateOptions | None = None, store: FileStore | None = None
-           ) -> APIRouter:
+def router(models: ModelSet, options: LibreTranslateOptions | None = None, store: FileStore | None = None,
+           uploads: Uploads | None = None) -> APIRouter:
     """LibreTranslate's routes (see the module doc) over the server's models: their routes,
-    languages and limits; ``store`` keeps the translated files (the app closes it). The services
+    languages and limits; ``store`` keeps the translated files, ``uploads`` bounds the uploads in
+    flight and parses them (the app closes both). The services
     raise :class:`Unprocessable`, :class:`Overloaded` or :class:`TimedOut`, which become
     LibreTranslate errors here."""
     options = options or LibreTranslateOptions()
     routes = APIRouter()
     limits = models.primary.limits
     store = FileStore(limits.file_ttl_s) if store is None else store
+    uploads = Uploads(limits.max_uploads, limits.max_upload_bytes) if uploads is None else uploads
 
     @routes.get("/languages", include_in_schema=False)
     async def get_languages() -> JSONResponse:
@@ -229,6 +232,13 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
         if not options.files:
             return plain_error_json(403, "Files translation are disabled on this server.")
         try:
+            with uploads.reserve(_declared_size(request, limits.max_file_bytes)):
+                return await _translate_file(request)
+        except UploadsBusy as err:
+            return plain_error_json(503, str(err), headers={"Retry-After": str(err.retry_after)})
+
+    async def _translate_file(request: Request) -> JSONResponse:
+        try:
             params, upload = await lt_params.file_form(request, limits)
             _access(options, request, params, cost=max(1, len(upload[1]) // max(1, limits.max_chars)))
             source = lt_params.string(params, "source")
@@ -239,11 +249,12 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
             if format_for_name(name) is None:
                 raise BadRequest(f"Invalid request: file format not supported ({name}; supported: "
                                  f"{', '.join(SUPPORTED_EXTENSIONS)})")
-            document = await _off_the_loop(read_file, data, name)
+            document = await uploads.run(read_file, data, name)
+            del data, upload  # the parsed document is what is kept
             if source.lower() == AUTO:
-                source = await _off_the_loop(_file_language, models, document, target)
+                source = await uploads.run(_file_language, models, document, target)
             route = models.route(source, target)
-            translated_name, out = await translate_upload(route, document, name,
+            translated_name, out = await translate_upload(route, document, name, run=uploads.run,
                                                           max_sentences=limits.max_file_sentences)
         except AccessDenied as err:
             return _denied(err)
@@ -332,6 +343,15 @@ def _attachment(name: str) -> str:
     """A Content-Disposition naming the download (RFC 6266: an ASCII fallback, the UTF-8 name)."""
     ascii_name = name.encode("ascii", "replace").decode("ascii").replace('"', "_").replace("?", "_")
     return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name)}"
+
+
+def _declared_size(request: Request, limit: int) -> int:
+    """The bytes an upload's body declares (``Content-Length``; the file limit when it declares none:
+    the body guard stops a chunked body there)."""
+    try:
+        return max(0, int(request.headers.get("content-length", "")))
+    except ValueError:
+        return limit
 
 
 def _file_language(models: ModelSet, document, target: str | None) -> str:

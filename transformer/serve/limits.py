@@ -60,6 +60,10 @@ class ServeLimits:
     max_file_sentences: sentences in such a file (400 beyond): a file's sentences are not bound by
         max_sentences, they are fed to the batcher a call at a time, between other requests.
     file_ttl_s: seconds a translated file can be downloaded (/download_file) before it is deleted.
+    max_uploads: files uploaded to /translate_file in flight at once, from their body's arrival to
+        their translated file's storing (503 with ``Retry-After`` beyond).
+    max_upload_bytes: the bodies of those uploads together, as their ``Content-Length`` declares
+        (503 with ``Retry-After`` beyond; a server with no upload in flight takes any one).
     """
 
     max_chars: int = 5000
@@ -80,6 +84,8 @@ class ServeLimits:
     max_file_bytes: int = 10 * 1024 * 1024
     max_file_sentences: int = 5000
     file_ttl_s: float = 1800.0
+    max_uploads: int = 4
+    max_upload_bytes: int = 32 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for f in fields(self):
