@@ -7,6 +7,7 @@ In-process (TestClient) against the small random model of test_serve.py.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +18,10 @@ from test_serve import assert_error, make_run_dir
 
 from transformer.decoding import beam
 from transformer.serve.app import create_app
+from transformer.serve.files import FileStore
+from transformer.serve.libretranslate import LibreTranslateOptions
 from transformer.serve.limits import ServeLimits
+from transformer.serve.suggestions import SuggestionStore, SuggestionStoreError
 from transformer.translate.translator import Translator
 
 TERMS = [{"source": "chat", "target": "cat"}, {"source": "étudiant", "target": "student"}]
@@ -120,3 +124,67 @@ def test_uploads_beyond_the_count_are_refused(translator, monkeypatch):
             release.set()
             assert second.status_code == 503 and second.headers["Retry-After"] == "5", second.text
             assert first.result().status_code == 200
+
+
+# --------------------------------------------------------------------------------------------- the download store
+def test_the_download_store_keeps_at_most_its_files_and_bytes_oldest_removed_first(tmp_path):
+    now = [0.0]
+    store = FileStore(100.0, max_files=3, max_bytes=1000, sweep_s=0, clock=lambda: now[0])
+    try:
+        names = [store.put(f"f{i}.txt", b"x" * 100) for i in range(3)]
+        now[0] = 10.0
+        fourth = store.put("f3.txt", b"x" * 100)  # a fourth file: the oldest goes
+        assert store.get(names[0]) is None and store.get(names[1]) is not None and len(store) == 3
+        big = store.put("big.txt", b"y" * 901)  # 901 more bytes: all the others go, oldest first
+        assert [store.get(n) for n in (names[1], names[2], fourth)] == [None, None, None]
+        assert store.get(big) is not None and store.bytes == 901 and store.evicted == 4
+        huge = store.put("huge.txt", b"z" * 5000)  # larger than the store: it is kept alone
+        assert store.get(huge) is not None and len(store) == 1
+        assert len(list(store._path().iterdir())) == 1  # the files removed are gone from the disk
+    finally:
+        store.close()
+
+
+def test_expired_downloads_are_removed_by_a_timer_without_another_request(tmp_path):
+    store = FileStore(0.2, sweep_s=0.05)
+    try:
+        store.put("a.txt", b"abc")
+        folder = store._path()
+        deadline = time.monotonic() + 5
+        while any(folder.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(folder.iterdir()) and len(store) == 0
+    finally:
+        store.close()
+
+
+# --------------------------------------------------------------------------------------------- suggestions
+def test_the_suggestions_file_stops_at_its_size(tmp_path, translator):
+    path = tmp_path / "s.jsonl"
+    with SuggestionStore(path, max_bytes=400) as store, \
+            TestClient(create_app(translator, src_lang="fr", tgt_lang="en",
+                                  libretranslate_options=LibreTranslateOptions(suggestions=store))) as client:
+        answers = [client.post("/suggest", data={"q": "Le chat dort.", "s": "The cat sleeps.", "source": "fr",
+                                                 "target": "en"}) for _ in range(6)]
+    assert [a.status_code for a in answers[:3]] == [200, 200, 200]
+    assert answers[-1].status_code == 507 and "--max-suggestions-bytes" in answers[-1].json()["error"]
+    assert path.stat().st_size <= 400
+
+
+def test_the_suggestions_file_is_not_a_symbolic_link(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_text("")
+    (tmp_path / "s.jsonl").symlink_to(target)
+    with pytest.raises(SuggestionStoreError, match="symbolic link"):
+        SuggestionStore(tmp_path / "s.jsonl")
+    assert target.read_text() == ""
+
+
+def test_suggestions_with_unicode_line_breaks_stay_one_record_a_line(tmp_path):
+    path = tmp_path / "s.jsonl"
+    with SuggestionStore(path) as store:
+        for mark in ("\u2028", "\u2029", "\u0085"):
+            store.add(f"Le chat{mark}dort.", f"The cat{mark}sleeps.", "fr", "en")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 3
+    assert [json.loads(line)["q"] for line in lines] == [f"Le chat{m}dort." for m in ("\u2028", "\u2029", "\u0085")]

@@ -114,7 +114,7 @@ def create_app(translator: Translator | Sequence[Translator], limits: ServeLimit
     service = models.primary
     limits = service.limits
 
-    store = FileStore(limits.file_ttl_s)
+    store = FileStore(limits.file_ttl_s, max_files=limits.max_stored_files, max_bytes=limits.max_stored_bytes)
     uploads = Uploads(limits.max_uploads, limits.max_upload_bytes)
 
     @asynccontextmanager

@@ -58,7 +58,8 @@ def libretranslate_options(args: argparse.Namespace):
     except KeysFileError as err:
         raise UserError(f"--api-keys: {err}") from None
     try:
-        suggestions = SuggestionStore(args.suggestions, max_chars=args.max_chars) if args.suggestions else None
+        suggestions = SuggestionStore(args.suggestions, max_chars=args.max_chars,
+                                      max_bytes=args.max_suggestions_bytes) if args.suggestions else None
     except SuggestionStoreError as err:
         raise UserError(f"--suggestions: {err}") from None
     return LibreTranslateOptions(keys=keys, suggestions=suggestions, files=not args.disable_files_translation,

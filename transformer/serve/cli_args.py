@@ -44,6 +44,12 @@ LIMIT_OPTIONS = {  # field -> (option, type, help)
                            "they are translated a model call at a time, between other requests"),
     "file_ttl_s": ("--file-ttl", float, "seconds a translated file can be downloaded (/download_file) before it "
                    "is deleted"),
+    "max_stored_files": ("--max-stored-files", int, "translated files kept for download at once; one more "
+                         "removes the expired ones, then the oldest"),
+    "max_stored_bytes": ("--max-stored-bytes", int, "bytes of the translated files kept for download at once; "
+                         "beyond, the expired ones are removed, then the oldest"),
+    "max_suggestions_bytes": ("--max-suggestions-bytes", int, "the size the --suggestions file may grow to "
+                              "(/suggest answers 507 beyond)"),
     "max_uploads": ("--max-uploads", int, "files uploaded to /translate_file in flight at once (503 with "
                     "Retry-After beyond)"),
     "max_upload_bytes": ("--max-upload-bytes", int, "bytes of the uploads in flight together (503 with Retry-After "

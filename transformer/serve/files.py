@@ -33,19 +33,33 @@ class FileStore:
 
     A stored file's name is a random token, a dot and its download name (``<token>.report_de.docx``);
     the token cannot be guessed, so one client cannot fetch another's file. Expired files are
-    deleted whenever a file is stored or asked for, and the folder when the store is closed.
+    deleted by a timer (every ``sweep_s`` seconds), whenever a file is stored or asked for, and
+    the folder when the store is closed. The store holds at most ``max_files`` files and
+    ``max_bytes`` bytes: storing one more first removes the expired files, then the oldest ones
+    until it fits (an empty store takes any one file).
 
     Args:
         ttl_s: how long a file can be downloaded.
+        max_files, max_bytes: the most files and bytes kept.
+        sweep_s: seconds between the timer's sweeps (default: the TTL, at most 60 s; 0: no timer).
         clock: the time in seconds (``time.monotonic``; injectable for tests).
     """
 
-    def __init__(self, ttl_s: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, ttl_s: float, *, max_files: int = 1000, max_bytes: int = 1 << 30,
+                 sweep_s: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl_s = ttl_s
+        self.max_files = max_files
+        self.max_bytes = max_bytes
+        self.sweep_s = min(ttl_s, 60.0) if sweep_s is None else sweep_s
         self.clock = clock
+        self.evicted = 0  # files removed before their time to make room
         self._folder: Path | None = None
-        self._expires: dict[str, float] = {}
+        self._expires: dict[str, float] = {}  # in the order stored: the oldest first
+        self._sizes: dict[str, int] = {}
+        self._bytes = 0
         self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
 
     def _path(self) -> Path:
         if self._folder is None:
@@ -57,10 +71,28 @@ class FileStore:
         stored = f"{secrets.token_hex(16)}.{download_name}"
         with self._lock:
             self._sweep()
+            while self._expires and (len(self._expires) >= self.max_files
+                                     or self._bytes + len(data) > self.max_bytes):
+                self._remove(next(iter(self._expires)))  # the oldest: the first to expire
+                self.evicted += 1
             path = self._path() / stored
             path.write_bytes(data)
             self._expires[stored] = self.clock() + self.ttl_s
+            self._sizes[stored] = len(data)
+            self._bytes += len(data)
+            self._start_timer()
         return stored
+
+    def _start_timer(self) -> None:
+        if self.sweep_s > 0 and self._timer is None:
+            self._stop.clear()
+            self._timer = threading.Thread(target=self._sweep_every, name="transformer-serve-file-sweep", daemon=True)
+            self._timer.start()
+
+    def _sweep_every(self) -> None:
+        while not self._stop.wait(self.sweep_s):
+            with self._lock:
+                self._sweep()
 
     def get(self, stored: str) -> tuple[str, bytes] | None:
         """The download name and bytes of a stored file; None when unknown or expired."""
@@ -75,16 +107,31 @@ class FileStore:
     def _sweep(self) -> None:
         now = self.clock()
         for stored in [s for s, expires in self._expires.items() if expires <= now]:
-            del self._expires[stored]
-            (self._path() / stored).unlink(missing_ok=True)
+            self._remove(stored)
+
+    def _remove(self, stored: str) -> None:
+        del self._expires[stored]
+        self._bytes -= self._sizes.pop(stored)
+        (self._path() / stored).unlink(missing_ok=True)
 
     def __len__(self) -> int:
         return len(self._expires)
 
+    @property
+    def bytes(self) -> int:
+        """The bytes of the files kept."""
+        return self._bytes
+
     def close(self) -> None:
-        """Delete every stored file and the folder."""
+        """Delete every stored file and the folder, and stop the timer."""
+        self._stop.set()
+        if self._timer is not None:
+            self._timer.join()
+            self._timer = None
         with self._lock:
             self._expires.clear()
+            self._sizes.clear()
+            self._bytes = 0
             if self._folder is not None:
                 shutil.rmtree(self._folder, ignore_errors=True)
                 self._folder = None

@@ -62,7 +62,7 @@ from transformer.serve.middleware import plain_error_json
 from transformer.serve.service import _off_the_loop
 from transformer.serve.models import AUTO, UNKNOWN, ModelSet, NoRoute, language_name
 from transformer.serve.uploads import Uploads, UploadsBusy
-from transformer.serve.suggestions import BadSuggestion, SuggestionStore, SuggestionStoreError
+from transformer.serve.suggestions import BadSuggestion, SuggestionStore, SuggestionStoreError, SuggestionStoreFull
 from transformer.translate.files import SUPPORTED_EXTENSIONS, FileFormatError, format_for, read_file
 from transformer.translate.html import html_sentences
 
@@ -149,7 +149,8 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
     options = options or LibreTranslateOptions()
     routes = APIRouter()
     limits = models.primary.limits
-    store = FileStore(limits.file_ttl_s) if store is None else store
+    store = FileStore(limits.file_ttl_s, max_files=limits.max_stored_files, max_bytes=limits.max_stored_bytes) \
+        if store is None else store
     uploads = Uploads(limits.max_uploads, limits.max_upload_bytes) if uploads is None else uploads
 
     @routes.get("/languages", include_in_schema=False)
@@ -298,6 +299,8 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
             return plain_error_json(400, str(err))
         except BadSuggestion as err:
             return plain_error_json(400, str(err))
+        except SuggestionStoreFull as err:
+            return plain_error_json(507, str(err))
         except SuggestionStoreError as err:
             return plain_error_json(500, str(err))
         return JSONResponse({"success": True})

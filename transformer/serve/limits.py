@@ -60,6 +60,10 @@ class ServeLimits:
     max_file_sentences: sentences in such a file (400 beyond): a file's sentences are not bound by
         max_sentences, they are fed to the batcher a call at a time, between other requests.
     file_ttl_s: seconds a translated file can be downloaded (/download_file) before it is deleted.
+    max_stored_files: translated files kept for download at once; storing one more removes the
+        expired ones, then the oldest.
+    max_stored_bytes: their bytes together (the same).
+    max_suggestions_bytes: the size the suggestions file may grow to (/suggest answers 507 beyond).
     max_uploads: files uploaded to /translate_file in flight at once, from their body's arrival to
         their translated file's storing (503 with ``Retry-After`` beyond).
     max_upload_bytes: the bodies of those uploads together, as their ``Content-Length`` declares
@@ -84,6 +88,9 @@ class ServeLimits:
     max_file_bytes: int = 10 * 1024 * 1024
     max_file_sentences: int = 5000
     file_ttl_s: float = 1800.0
+    max_stored_files: int = 1000
+    max_stored_bytes: int = 1024 * 1024 * 1024
+    max_suggestions_bytes: int = 64 * 1024 * 1024
     max_uploads: int = 4
     max_upload_bytes: int = 32 * 1024 * 1024
 
