@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from test_serve import assert_error, make_run_dir
 
 from transformer.decoding import beam
+from transformer.serve.access import AccessPolicy, KeyLimits, KeyRing
 from transformer.serve.app import create_app
 from transformer.serve.files import FileStore
 from transformer.serve.libretranslate import LibreTranslateOptions
@@ -188,3 +189,29 @@ def test_suggestions_with_unicode_line_breaks_stay_one_record_a_line(tmp_path):
     lines = path.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 3
     assert [json.loads(line)["q"] for line in lines] == [f"Le chat{m}dort." for m in ("\u2028", "\u2029", "\u0085")]
+
+
+# --------------------------------------------------------------------------------------------- keys on /v1
+def test_keys_and_limits_guard_the_native_api_too(translator):
+    keys = KeyRing({"good-key-123": KeyLimits(req_limit=50)}, AccessPolicy(req_limit=10, require_key=True))
+    options = LibreTranslateOptions(keys=keys)
+    with TestClient(create_app(translator, src_lang="fr", tgt_lang="en", libretranslate_options=options)) as client:
+        ask = {"text": "Le chat dort.", "max_length": 5}
+        assert_error(client.post("/v1/translate", json=ask), 400, "api_key_required", "API key")
+        assert_error(client.post("/v1/attention", json=ask), 400, "api_key_required")
+        assert_error(client.post("/v1/translate", json=ask, headers={"X-API-Key": "wrong-key-999"}), 403,
+                     "invalid_api_key")
+        for header in ({"X-API-Key": "good-key-123"}, {"Authorization": "Bearer good-key-123"}):
+            assert client.post("/v1/translate", json=ask, headers=header).status_code == 200
+            assert client.post("/v1/attention", json=ask, headers=header).status_code == 200
+    open_keys = KeyRing({}, AccessPolicy(req_limit=3))  # no key needed, 3 requests a minute per address
+    options = LibreTranslateOptions(keys=open_keys)
+    with TestClient(create_app(translator, src_lang="fr", tgt_lang="en", libretranslate_options=options)) as client:
+        ask = {"text": ["Le chat dort.", "Il pleut."], "max_length": 5}
+        assert client.post("/v1/translate", json=ask).status_code == 200  # two texts: counts 2
+        assert client.post("/v1/translate", json=ask).status_code == 200  # 2 < 3 passes, then counts 4
+        limited = client.post("/v1/translate", json=ask)
+        assert_error(limited, 429, "rate_limited", "Slowdown: 3 per 1 minute")
+        assert int(limited.headers["retry-after"]) >= 1
+        lt = client.post("/translate", json={"q": "Le chat.", "source": "fr", "target": "en"})
+        assert lt.status_code == 429, lt.text  # the same address's counters on the other API: one policy

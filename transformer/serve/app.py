@@ -60,6 +60,7 @@ from starlette.types import Scope
 from transformer import __version__
 from transformer.errors import UserError
 from transformer.serve import libretranslate, routes
+from transformer.serve.access import AccessDenied
 from transformer.serve.batching import Overloaded, TimedOut
 from transformer.serve.limits import ServeLimits
 from transformer.serve.files import FileStore
@@ -142,14 +143,18 @@ def create_app(translator: Translator | Sequence[Translator], limits: ServeLimit
     app.add_middleware(SecurityHeaders)  # outermost: BodyGuard's errors get the headers too
     _install_error_handlers(app)
     requests = request_models(limits, service.default.beam_size)  # the limits written into the schema
-    app.include_router(routes.translate_router(models, requests.translate))
-    app.include_router(routes.attention_router(models, requests.attention))
+    libretranslate_options = libretranslate_options or libretranslate.LibreTranslateOptions()
+    keys = libretranslate_options.keys  # one access policy for both APIs
+    app.include_router(routes.translate_router(models, requests.translate, keys))
+    app.include_router(routes.attention_router(models, requests.attention, keys))
     app.include_router(libretranslate.router(models, libretranslate_options, store, uploads))
     app.include_router(routes.status_router(models))
     app.include_router(routes.page_router(models))
     return app
 
 
+_ACCESS_CODES = {"InvalidKey": "invalid_api_key", "KeyRequired": "api_key_required", "TextTooLong": "text_too_long",
+                 "RateLimited": "rate_limited", "Banned": "banned"}
 _FORM_OVERHEAD = 64 * 1024  # a file's form: its other fields and the part headers
 _NATIVE = ("/v1/", "/health", "/openapi.json")
 
@@ -198,6 +203,13 @@ def _install_error_handlers(app: FastAPI) -> None:
             details.append({"loc": [p for p in loc if p not in (ONE_TEXT, TEXT_LIST)], "message": msg})
         message = "; ".join(f"{_location(tuple(d['loc']))}: {d['message']}" for d in details)
         return error_json(422, "invalid_request", message, details)
+
+    @app.exception_handler(AccessDenied)  # the native routes' refusals (LibreTranslate's answer their own)
+    async def denied(request: Request, exc: AccessDenied) -> JSONResponse:
+        if _libretranslate_errors(request.url.path):
+            return plain_error_json(exc.status, exc.message, headers=exc.headers)
+        return error_json(exc.status, _ACCESS_CODES.get(type(exc).__name__, "forbidden"), exc.message,
+                          headers=exc.headers)
 
     @app.exception_handler(Overloaded)
     async def overloaded(request: Request, exc: Overloaded) -> JSONResponse:

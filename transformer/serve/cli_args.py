@@ -122,8 +122,8 @@ def register_serve_command(subparsers: argparse._SubParsersAction) -> argparse.A
                               "defaults of the LibreTranslate routes (see docs/serving.md)")
     lt.add_argument("--api-keys", metavar="FILE", help="the API keys and their own limits, one key a line (see "
                     "docs/serving.md); without it, a request's api_key is ignored")
-    lt.add_argument("--require-api-key", action="store_true", help="every LibreTranslate request needs a valid key "
-                    "(needs --api-keys)")
+    lt.add_argument("--require-api-key", action="store_true", help="every request to /translate, /detect, "
+                    "/translate_file, /suggest, /v1/translate and /v1/attention needs a valid key (needs --api-keys)")
     lt.add_argument("--require-api-key-origin", metavar="REGEX", help="a key is required, except from a web page "
                     "whose Origin header matches REGEX from its start (needs --api-keys)")
     lt.add_argument("--get-api-key-link", metavar="URL", help="where users get a key, named when one is required")

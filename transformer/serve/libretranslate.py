@@ -27,7 +27,8 @@ The server answers all of it that its clients call, over the server's models
 
 The parameters are read and checked by :mod:`transformer.serve.lt_params`. API keys and
 request limits (:mod:`transformer.serve.access`) apply to ``/translate``,
-``/detect``, ``/translate_file`` and ``/suggest``, as in LibreTranslate.
+``/detect``, ``/translate_file`` and ``/suggest``, as in LibreTranslate (and, with the same
+counters, to the native ``/v1/translate`` and ``/v1/attention``: :mod:`transformer.serve.routes`).
 
 Errors have LibreTranslate's shape, ``{"error": message}``: 400 for a missing or bad parameter
 (a language or pair not served, a format other than text or html, a text too long, too many

@@ -9,6 +9,12 @@
 (LibreTranslate's API has its own router, :func:`transformer.serve.libretranslate.router`.) A
 route reads its request, calls the service and shapes its answer: the timing, the headers, the
 OpenAPI description. What a request means is the service's; errors are the app's handlers'.
+
+``/v1/translate`` and ``/v1/attention`` are guarded by the same API keys and request limits as
+LibreTranslate's routes (:class:`~transformer.serve.access.KeyRing`): the key comes in an
+``X-API-Key`` header (or ``Authorization: Bearer KEY``), a request counts as many requests as it
+has texts, and a refusal is an :class:`~transformer.serve.access.AccessDenied` the app answers
+in the native shape.
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads the request models of the routes
@@ -19,10 +25,11 @@ import time
 from importlib import resources
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel
 
+from transformer.serve.access import KeyRing
 from transformer.serve.batching import BatchInfo
 from transformer.serve.page import index_html, page_csp
 from transformer.serve.documents import Unprocessable
@@ -82,19 +89,38 @@ def _settings_for(body: Any, beam_size: int | None = None):
     return settings_for
 
 
-def translate_router(models: ModelSet, TranslateRequest: type[BaseModel]) -> APIRouter:  # noqa: N803
+def api_key(request: Request) -> str | None:
+    """The API key of a native request: its ``X-API-Key`` header, or ``Authorization: Bearer KEY``."""
+    key = request.headers.get("x-api-key")
+    if key is None:
+        scheme, _, value = request.headers.get("authorization", "").partition(" ")
+        key = value.strip() if scheme.lower() == "bearer" else None
+    return key or None
+
+
+def _guard(keys: KeyRing, request: Request, texts: list[str]) -> None:
+    """Count a native request against its key's or its address's limits (AccessDenied when refused)."""
+    keys.check(api_key(request), client=request.client.host if request.client else None,
+               origin=request.headers.get("origin"), chars=max(map(len, texts), default=0), cost=max(1, len(texts)))
+
+
+def translate_router(models: ModelSet, TranslateRequest: type[BaseModel],  # noqa: N803
+                     keys: KeyRing | None = None) -> APIRouter:
     """``POST /v1/translate``; ``TranslateRequest``: its body, built for the service's limits
-    (:func:`transformer.serve.schemas.request_models`)."""
+    (:func:`transformer.serve.schemas.request_models`); ``keys``: the API keys and request limits
+    (default: none)."""
     router = APIRouter()
+    keys = keys or KeyRing()
 
     # Fields left unset (alternatives not asked for) stay out of the answer.
     @router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_unset=True,
                  responses=_responses(400, 413, 422, 500, 503),
                  summary="Translate one text or a list of texts (paragraphs, or HTML pages), with the sentence "
                          "alignment")
-    async def translate(body: TranslateRequest) -> TranslateResponse:  # type: ignore[valid-type]
+    async def translate(body: TranslateRequest, request: Request) -> TranslateResponse:  # type: ignore[valid-type]
         start = time.perf_counter()
         texts = [body.text] if isinstance(body.text, str) else list(body.text)
+        _guard(keys, request, texts)
         settings_for = _settings_for(body)
         translations, info, detected, _ = await models.translate(texts, body.source, body.target, settings_for,
                                                                  html=body.format == "html",
@@ -108,18 +134,22 @@ def translate_router(models: ModelSet, TranslateRequest: type[BaseModel]) -> API
     return router
 
 
-def attention_router(models: ModelSet, AttentionRequest: type[BaseModel]) -> APIRouter:  # noqa: N803
+def attention_router(models: ModelSet, AttentionRequest: type[BaseModel],  # noqa: N803
+                     keys: KeyRing | None = None) -> APIRouter:
     """``POST /v1/attention``: the document of ``transformer/visualize/schema.json`` for one
-    sentence of a text, where it is in the text in the ``X-Sentence-*`` and ``X-Piece-*`` headers."""
+    sentence of a text, where it is in the text in the ``X-Sentence-*`` and ``X-Piece-*`` headers;
+    ``keys`` as for :func:`translate_router`."""
     router = APIRouter()
+    keys = keys or KeyRing()
 
     @router.post("/v1/attention", responses={200: {"content": {"application/json": {"schema": _attention_schema()}},
                                                   "description": "transformer/visualize/schema.json, for the "
                                                   "sentence chosen by `sentence`", "headers": _SENTENCE_HEADERS},
                                              **_responses(400, 413, 422, 500, 503)},
                  summary="Translate one sentence of a text and return every attention weight of that translation")
-    async def attention(body: AttentionRequest) -> JSONResponse:  # type: ignore[valid-type]
+    async def attention(body: AttentionRequest, request: Request) -> JSONResponse:  # type: ignore[valid-type]
         start = time.perf_counter()
+        _guard(keys, request, [body.text])
         route = models.route(body.source, body.target)
         if route.via is not None:
             raise Unprocessable(f"the attention of one model is drawn: no model translates {route.source} into "
