@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from test_serve import assert_error, make_run_dir
 
 from transformer.decoding import beam
+from transformer.errors import UserError
 from transformer.serve.access import AccessPolicy, KeyLimits, KeyRing
 from transformer.serve.app import create_app
 from transformer.serve.files import FileStore
@@ -215,3 +216,40 @@ def test_keys_and_limits_guard_the_native_api_too(translator):
         assert int(limited.headers["retry-after"]) >= 1
         lt = client.post("/translate", json={"q": "Le chat.", "source": "fr", "target": "en"})
         assert lt.status_code == 429, lt.text  # the same address's counters on the other API: one policy
+
+
+# --------------------------------------------------------------------------------------------- X-Forwarded-For
+async def _detects(app, forwarded_allow_ips):
+    import httpx
+
+    from transformer.serve.protocol import ConnectionStats, uvicorn_config
+    from transformer.serve.limits import ConnectionLimits
+
+    config = uvicorn_config(app, ConnectionLimits(), ConnectionStats(), forwarded_allow_ips=forwarded_allow_ips)
+    config.load()  # the app as uvicorn serves it (with or without its proxy-headers middleware)
+    transport = httpx.ASGITransport(app=config.loaded_app, client=("127.0.0.1", 40000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        return [(await client.post("/detect", data={"q": "Le chat dort."},
+                                   headers={"X-Forwarded-For": f"203.0.113.{i}"})).status_code for i in range(4)]
+
+
+def test_a_client_cannot_choose_its_address_with_x_forwarded_for(translator, monkeypatch):
+    import asyncio
+
+    monkeypatch.delenv("FORWARDED_ALLOW_IPS", raising=False)
+
+    def app():
+        keys = KeyRing({}, AccessPolicy(req_limit=2))
+        return create_app(translator, src_lang="fr", tgt_lang="en",
+                          libretranslate_options=LibreTranslateOptions(keys=keys))
+
+    assert asyncio.run(_detects(app(), None)) == [200, 200, 429, 429]  # one client, whatever it claims
+    assert asyncio.run(_detects(app(), "127.0.0.1")) == [200] * 4  # behind a named proxy: its clients apart
+
+
+def test_serve_refuses_a_bad_forwarded_allow_ips(tmp_path):
+    from transformer.serve.cli import _check_forwarded_allow_ips
+
+    _check_forwarded_allow_ips("127.0.0.1, 10.0.0.0/8,*")
+    with pytest.raises(UserError, match="--forwarded-allow-ips: 'proxy.local'"):
+        _check_forwarded_allow_ips("127.0.0.1,proxy.local")

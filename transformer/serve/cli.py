@@ -131,6 +131,7 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UserError(message if name is None else CONNECTION_OPTIONS[name][0] + message[len(name):]) from None
     if not 1 <= args.beam_size <= limits.max_beam_size:
         raise UserError(f"--beam-size must be in 1..{limits.max_beam_size} (--max-beam-size), got {args.beam_size}")
+    _check_forwarded_allow_ips(args.forwarded_allow_ips)
     lt_options = libretranslate_options(args)
     _raise_open_files_limit(connection_limits.max_connections)
     try:  # bind before loading the model: a busy port is one line, at once
@@ -162,7 +163,8 @@ def run_serve(args: argparse.Namespace) -> int:
                 print(f"transformer serve: through {pivot}: {', '.join(through)}", flush=True)
             print(f"transformer serve: {served} listening on http://{host}:{port}/", flush=True)
 
-        server = GuardedServer(uvicorn_config(app, connection_limits, stats, log_level=args.log_level),
+        server = GuardedServer(uvicorn_config(app, connection_limits, stats, log_level=args.log_level,
+                                              forwarded_allow_ips=args.forwarded_allow_ips),
                                connection_limits, stats, on_started=listening)
         # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the handler that
         # was installed before it: with this one the process ends with status 0 instead of dying by it.
@@ -184,6 +186,22 @@ def run_serve(args: argparse.Namespace) -> int:
     if stopped:
         print(stop_message("SIGTERM", stats, connection_limits.shutdown_grace_s), flush=True)
     return 0
+
+
+def _check_forwarded_allow_ips(value: str | None) -> None:
+    """A one-line UserError for a --forwarded-allow-ips entry that is not an address, a network or *."""
+    import ipaddress
+
+    if value is None:
+        return
+    for entry in (e.strip() for e in value.split(",")):
+        if entry == "*":
+            continue
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise UserError(f"--forwarded-allow-ips: {entry[:60]!r} is not an IP address, a network (10.0.0.0/8) "
+                            "or *") from None
 
 
 def _pivot_pairs(app) -> list:

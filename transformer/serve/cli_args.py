@@ -118,6 +118,10 @@ def register_serve_command(subparsers: argparse._SubParsersAction) -> argparse.A
         connections.add_argument(option, dest=name, type=kind, default=getattr(_CONNECTION_DEFAULTS, name),
                                  metavar="SECONDS" if name.endswith("_s") else "N",
                                  help=f"{what} (default: {getattr(_CONNECTION_DEFAULTS, name):g})")
+    connections.add_argument("--forwarded-allow-ips", metavar="IPS", default=None,
+                             help="the reverse proxies (comma-separated addresses or networks, * for any) whose "
+                             "X-Forwarded-For and X-Forwarded-Proto headers name the client; without it the "
+                             "client is the socket's address and those headers are ignored (default: none)")
     lt = p.add_argument_group("LibreTranslate API", "API keys, request limits, suggestions, files and the web page's "
                               "defaults of the LibreTranslate routes (see docs/serving.md)")
     lt.add_argument("--api-keys", metavar="FILE", help="the API keys and their own limits, one key a line (see "

@@ -351,8 +351,13 @@ class GuardedServer(uvicorn.Server):
 
 
 def uvicorn_config(app: Any, limits: ConnectionLimits, stats: ConnectionStats, *, log_level: str = "info",
-                   backlog: int = 2048) -> uvicorn.Config:
-    """A uvicorn configuration serving ``app`` through :class:`GuardedH11Protocol`."""
+                   backlog: int = 2048, forwarded_allow_ips: str | None = None) -> uvicorn.Config:
+    """A uvicorn configuration serving ``app`` through :class:`GuardedH11Protocol`.
+
+    ``forwarded_allow_ips``: the proxies (comma-separated addresses or networks, ``*`` for any)
+    whose ``X-Forwarded-For`` and ``X-Forwarded-Proto`` headers are believed; None: none, the
+    client's address is the socket's (uvicorn would otherwise believe any client on 127.0.0.1,
+    or $FORWARDED_ALLOW_IPS)."""
 
     def protocol(config: uvicorn.Config, server_state: Any, app_state: dict[str, Any],
                  _loop: asyncio.AbstractEventLoop | None = None) -> GuardedH11Protocol:
@@ -362,7 +367,8 @@ def uvicorn_config(app: Any, limits: ConnectionLimits, stats: ConnectionStats, *
                           timeout_keep_alive=limits.keep_alive_s,  # type: ignore[arg-type]
                           h11_max_incomplete_event_size=limits.max_header_bytes + 4,
                           timeout_graceful_shutdown=limits.shutdown_grace_s,  # type: ignore[arg-type]
-                          backlog=backlog)
+                          backlog=backlog, proxy_headers=forwarded_allow_ips is not None,
+                          forwarded_allow_ips=forwarded_allow_ips or "")
 
 
 def bind_sockets(host: str, port: int) -> list[socket.socket]:
