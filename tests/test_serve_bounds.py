@@ -253,3 +253,45 @@ def test_serve_refuses_a_bad_forwarded_allow_ips(tmp_path):
     _check_forwarded_allow_ips("127.0.0.1, 10.0.0.0/8,*")
     with pytest.raises(UserError, match="--forwarded-allow-ips: 'proxy.local'"):
         _check_forwarded_allow_ips("127.0.0.1,proxy.local")
+
+
+# --------------------------------------------------------------------------------------------- download URLs
+@pytest.mark.parametrize("name", ["a#b.txt", "what?.txt", "100%.txt", "my notes.txt", "tab\there.txt", "é ü.txt"])
+def test_the_download_url_of_any_name_fetches_the_file(translator, name):
+    # The body written by hand: httpx would escape the name's tab itself, as curl does not.
+    body = (b"--b\r\nContent-Disposition: form-data; name=\"source\"\r\n\r\nfr\r\n"
+            b"--b\r\nContent-Disposition: form-data; name=\"target\"\r\n\r\nen\r\n"
+            b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"" + name.encode() + b"\"\r\n\r\n"
+            b"Le chat dort.\r\n--b--\r\n")
+    with TestClient(create_app(translator, src_lang="fr", tgt_lang="en")) as client:
+        answer = client.post("/translate_file", content=body, headers={"Content-Type": "multipart/form-data; boundary=b"})
+        assert answer.status_code == 200, answer.text
+        url = answer.json()["translatedFileUrl"]
+        assert not any(c in url.split("/download_file/", 1)[1] for c in "#? \t")
+        # TestClient decodes a path twice (httpx once, then itself): the path as uvicorn would decode it, once.
+        path = url.removeprefix("http://testserver")
+        download = client.get(path.replace("%", "%25"))
+        assert download.status_code == 200, (url, download.text)
+        assert download.content and download.content != b"Le chat dort."
+
+
+# --------------------------------------------------------------------------------------------- upload names, parse errors
+def test_a_long_or_unstorable_file_name_is_refused_before_the_translation(translator):
+    with TestClient(create_app(translator, src_lang="fr", tgt_lang="en")) as client:
+        long = upload(client, "a" * 230 + ".txt", b"Le chat dort.")
+        assert long.status_code == 400 and "234 bytes long" in long.json()["error"], long.text
+        fits = upload(client, "é" * 96 + ".txt", b"Le chat dort.")  # 196 bytes: kept
+        assert fits.status_code == 200, fits.text
+        assert client.get(fits.json()["translatedFileUrl"].replace("%", "%25")).status_code == 200
+
+
+@pytest.mark.parametrize("charset", ["undefined", "idna", "zlib", "rot13", "base64"])
+def test_a_file_declaring_an_odd_charset_is_a_400_in_libretranslates_shape(translator, charset):
+    page = f'<html><head><meta charset="{charset}"></head><body><p>Le chat dort.</p></body></html>'.encode()
+    po = (f'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset={charset}\\n"\n\n'
+          'msgid "Le chat dort."\nmsgstr ""\n').encode()
+    with TestClient(create_app(translator, src_lang="fr", tgt_lang="en")) as client:
+        for name, data in (("a.html", page), ("a.po", po)):
+            answer = upload(client, name, data)
+            assert answer.status_code in (200, 400), (name, answer.text)
+            assert set(answer.json()) == ({"translatedFileUrl"} if answer.status_code == 200 else {"error"})

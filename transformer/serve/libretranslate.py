@@ -45,6 +45,7 @@ gives.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote
@@ -248,6 +249,7 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
             name, data = upload
             if not name:
                 raise BadRequest("Invalid request: empty file")
+            _check_file_name(name)
             if format_for_name(name) is None:
                 raise BadRequest(f"Invalid request: file format not supported ({name}; supported: "
                                  f"{', '.join(SUPPORTED_EXTENSIONS)})")
@@ -270,7 +272,9 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
         except (Overloaded, TimedOut) as err:
             return plain_error_json(503, str(err), headers={"Retry-After": "1"})
         stored = store.put(translated_name, out)
-        return JSONResponse({"translatedFileUrl": str(request.url_for("download_file", filename=stored))})
+        # Percent-encoded: a name may hold '#', '?', '%', spaces or tabs, which a URL cannot carry raw.
+        url = request.url_for("download_file", filename=quote(stored, safe=""))
+        return JSONResponse({"translatedFileUrl": str(url)})
 
     @routes.get("/download_file/{filename}", name="download_file", include_in_schema=False)
     async def get_download_file(filename: str) -> Response:
@@ -347,6 +351,22 @@ def _attachment(name: str) -> str:
     """A Content-Disposition naming the download (RFC 6266: an ASCII fallback, the UTF-8 name)."""
     ascii_name = name.encode("ascii", "replace").decode("ascii").replace('"', "_").replace("?", "_")
     return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name)}"
+
+
+MAX_FILE_NAME_BYTES = 200  # the stored name adds a 33-byte token and the target's code: within 255 bytes
+_BAD_NAME = re.compile(r"[\x00-\x08\x0a-\x1f\x7f/\\]")
+
+
+def _check_file_name(name: str) -> None:
+    """BadRequest for an upload's name the download store could not keep: too long for a file
+    name, or holding a control character (a tab is fine) or a path separator."""
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > MAX_FILE_NAME_BYTES:
+        raise BadRequest(f"Invalid request: the file name is {size} bytes long; at most {MAX_FILE_NAME_BYTES} are "
+                         "taken (rename the file)")
+    if _BAD_NAME.search(name):
+        raise BadRequest("Invalid request: the file name holds a control character or a path separator "
+                         "(rename the file)")
 
 
 def _declared_size(request: Request, limit: int) -> int:
