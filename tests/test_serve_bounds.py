@@ -295,3 +295,25 @@ def test_a_file_declaring_an_odd_charset_is_a_400_in_libretranslates_shape(trans
             answer = upload(client, name, data)
             assert answer.status_code in (200, 400), (name, answer.text)
             assert set(answer.json()) == ({"translatedFileUrl"} if answer.status_code == 200 else {"error"})
+
+
+# --------------------------------------------------------------------------------------------- the keys file
+def test_the_keys_file_is_read_as_run_files_are(tmp_path):
+    import os
+
+    from transformer.serve.access import KeysFileError, read_keys
+
+    bom = tmp_path / "keys.txt"
+    bom.write_bytes("\ufeffgood-key-123 req_limit=5\nother-key-456\n".encode())
+    assert sorted(read_keys(bom)) == ["good-key-123", "other-key-456"]
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(KeysFileError, match="not a regular file"):
+        read_keys(fifo)  # at once, without waiting for a writer
+    with pytest.raises(KeysFileError, match="not a regular file"):
+        read_keys("/dev/zero")
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as f:
+        f.truncate(17 * 1024 * 1024)
+    with pytest.raises(KeysFileError, match="more than"):
+        read_keys(big)

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from transformer.errors import UserError
+from transformer.run_files import RunFileError, read_bytes
 
 # -1 is LibreTranslate's "no limit" (--char-limit -1, charLimit in /frontend/settings).
 UNLIMITED = -1
@@ -174,18 +175,28 @@ def parse_keys(text: str, source: str = "<keys>") -> dict[str, KeyLimits]:
     return keys
 
 
+MAX_KEYS_BYTES = 16 * 1024 * 1024  # a keys file's size: some 100,000 keys with their limits
+
+
 def read_keys(path: str | Path) -> dict[str, KeyLimits]:
     """The keys of the keys file at ``path`` (:func:`parse_keys`).
 
+    Read as a run's files are (:func:`transformer.run_files.read_bytes`): a regular file (a FIFO or
+    a device is refused without being opened for long) of at most :data:`MAX_KEYS_BYTES`, UTF-8
+    with or without a byte order mark.
+
     Raises:
-        KeysFileError: the file cannot be read, is not UTF-8, or has a bad line.
+        KeysFileError: the file cannot be read, is not a regular file, is too large, is not UTF-8,
+            or has a bad line.
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = read_bytes(path, limit=MAX_KEYS_BYTES)
+        text = data.decode("utf-8-sig")  # a BOM (Windows' editors write one) is not part of the first key
     except UnicodeDecodeError as err:
         raise KeysFileError(f"{path}: not UTF-8 text (byte {err.start})") from None
-    except OSError as err:
-        raise KeysFileError(f"{path}: cannot read the keys file: {err.strerror or err}") from None
+    except (OSError, RunFileError) as err:
+        message = str(err) if isinstance(err, RunFileError) else f"{path}: {err.strerror or err}"
+        raise KeysFileError(f"cannot read the keys file: {message}") from None
     return parse_keys(text, str(path))
 
 
