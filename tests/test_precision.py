@@ -7,6 +7,7 @@ import torch
 
 from transformer.cpu import precision
 from transformer.cpu.precision import fast_bf16, resolve_precision, slow_bf16_warning
+from transformer.errors import UserError
 from transformer.run.config import RunConfig
 from transformer.training.trainer import Trainer
 from transformer.translate.translator import Translator
@@ -43,9 +44,9 @@ def test_this_machine_is_reported_as_torch_reports_it():
 
 
 def test_unknown_precision_is_refused():
-    with pytest.raises(ValueError, match="precision must be one of"):
+    with pytest.raises(UserError, match="precision must be one of"):
         resolve_precision("fp8", "cpu")
-    with pytest.raises(ValueError, match="train.precision must be one of"):
+    with pytest.raises(UserError, match="train.precision must be one of"):
         RunConfig().with_overrides(["precision=fp8"])
 
 

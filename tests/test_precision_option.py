@@ -9,6 +9,7 @@ import torch
 
 from transformer.cli import build_parser, main
 from transformer.config import preset
+from transformer.errors import UserError
 from transformer.corpus.builtin import generate_pairs
 from transformer.cpu import ENV_SWITCH, build
 from transformer.model import RNNSeq2Seq, Transformer
@@ -43,7 +44,7 @@ def test_each_precision_is_accepted_where_it_runs(device, accepted, monkeypatch)
         assert check_precision(precision, torch.device(device)) == precision
     refused = set(PRECISIONS) - set(accepted)
     for precision in refused:
-        with pytest.raises(ValueError):
+        with pytest.raises(UserError):
             check_precision(precision, device)
 
 
@@ -60,14 +61,14 @@ def test_each_refusal_is_one_line(precision, device, kwargs, message):
     if kwargs.get("model") == "rnn":
         rnn = RNNSeq2Seq(RNNConfig(src_vocab_size=20, tgt_vocab_size=20, embed_dim=8, hidden_size=8))
         kwargs = {**kwargs, "model": rnn}
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(UserError) as caught:
         check_precision(precision, device, **kwargs)
     assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
 
 
 def test_int8_without_the_kernels_is_refused(monkeypatch):
     monkeypatch.setenv(ENV_SWITCH, "0")
-    with pytest.raises(ValueError, match=f"^int8 needs the compiled CPU kernels \\(a C compiler, and {ENV_SWITCH} "
+    with pytest.raises(UserError, match=f"^int8 needs the compiled CPU kernels \\(a C compiler, and {ENV_SWITCH} "
                                          "not 0\\)$"):
         check_precision("int8", "cpu")
 
@@ -76,10 +77,10 @@ def test_spellings_make_one_value_and_two_that_disagree_are_refused():
     assert precision_from({}) == "fp32"
     assert precision_from({"--precision None": None, "--int8": None}) == "fp32"
     assert precision_from({"--precision int8": "int8", "--int8": "int8"}) == "int8"  # the same value twice
-    with pytest.raises(ValueError, match=r"^int8 quantisation is for fp32 CPU inference: give --int8 or --bf16, "
+    with pytest.raises(UserError, match=r"^int8 quantisation is for fp32 CPU inference: give --int8 or --bf16, "
                                          r"not both$"):
         precision_from({"--int8": "int8", "--bf16": "bf16"})
-    with pytest.raises(ValueError, match=r"^give one precision: --precision fp32 and --int8 disagree$"):
+    with pytest.raises(UserError, match=r"^give one precision: --precision fp32 and --int8 disagree$"):
         precision_from({"--precision fp32": "fp32", "--int8": "int8"})
 
 
@@ -89,15 +90,15 @@ def test_the_device_follows_the_precision(monkeypatch):
         assert resolve_device("auto").type == ("cuda" if present else "cpu")
         assert resolve_device("auto", precision="int8").type == "cpu"  # int8 is a CPU format
         assert decoding_device("auto", int8=True) == resolve_device("auto", precision="int8")  # the older name
-    with pytest.raises(ValueError, match=r"^--device cuda: PyTorch sees no CUDA device here .*; use --device cpu "
+    with pytest.raises(UserError, match=r"^--device cuda: PyTorch sees no CUDA device here .*; use --device cpu "
                                          r"or auto$"):
         resolve_device("cuda")
-    with pytest.raises(ValueError, match=r"^train.device=cuda: .* use train.device=cpu or auto$"):
+    with pytest.raises(UserError, match=r"^train.device=cuda: .* use train.device=cpu or auto$"):
         resolve_device("cuda", setting="train.device")
-    with pytest.raises(ValueError, match="fp16 is for CUDA devices"):
+    with pytest.raises(UserError, match="fp16 is for CUDA devices"):
         resolve_device("auto", precision="fp16")  # no GPU: auto is the CPU, where fp16 does not run
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    with pytest.raises(ValueError, match="int8 quantisation is for fp32 CPU inference"):
+    with pytest.raises(UserError, match="int8 quantisation is for fp32 CPU inference"):
         resolve_device("cuda", precision="int8")
 
 
@@ -134,9 +135,9 @@ def test_the_python_spellings_give_the_same_translator(run_dir):
         assert by_name.model.output.weight.dtype == (torch.bfloat16 if precision == "bf16" else torch.float32)
     assert Translator.from_run_dir(run_dir, bf16=True).precision == "bf16"
     assert load_translator(run_dir, bf16=True).precision == "bf16"
-    with pytest.raises(ValueError, match="give precision='fp32' or bf16=True|disagree"):
+    with pytest.raises(UserError, match="give precision='fp32' or bf16=True|disagree"):
         Translator.from_run_dir(run_dir, precision="fp32", bf16=True)
-    with pytest.raises(ValueError, match=r"^int8 quantisation is for fp32 CPU inference: give int8=True or "
+    with pytest.raises(UserError, match=r"^int8 quantisation is for fp32 CPU inference: give int8=True or "
                                          r"bf16=True, not both$"):
         load_translator(run_dir, int8=True, bf16=True)
 

@@ -32,6 +32,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Mapping
 
+from transformer.errors import UserError
+
 if TYPE_CHECKING:
     import torch
     from torch import nn
@@ -94,21 +96,21 @@ def precision_from(given: Mapping[str, str | None]) -> str:
         The value asked for (checked against a device by :func:`check_precision`).
 
     Raises:
-        ValueError: two spellings ask for different precisions (named as they were given).
+        UserError: two spellings ask for different precisions (named as they were given).
     """
     named = {spelling: value for spelling, value in given.items() if value is not None}
     values = set(named.values())
     if values == {"int8", "bf16"} and len(named) == 2:
-        raise ValueError(f"int8 quantisation is for fp32 CPU inference: give {' or '.join(named)}, not both")
+        raise UserError(f"int8 quantisation is for fp32 CPU inference: give {' or '.join(named)}, not both")
     if len(values) > 1:
-        raise ValueError(f"give one precision: {' and '.join(named)} disagree")
+        raise UserError(f"give one precision: {' and '.join(named)} disagree")
     return values.pop() if values else "fp32"
 
 
 def from_quantize(quantize: str | None) -> str | None:
     """The precision ``Translator``'s older ``quantize=`` keyword asks for (None: not given)."""
     if quantize not in QUANTIZE:
-        raise ValueError(f"quantize must be one of {QUANTIZE}, got {quantize!r}")
+        raise UserError(f"quantize must be one of {QUANTIZE}, got {quantize!r}")
     return quantize
 
 
@@ -126,11 +128,11 @@ def check_precision(precision: str, device: torch.device | str, *, model: nn.Mod
         ``precision``.
 
     Raises:
-        ValueError: an unknown value, int8 off the CPU, for a model other than a Transformer or
+        UserError: an unknown value, int8 off the CPU, for a model other than a Transformer or
             without the compiled CPU kernels, fp16 off CUDA.
     """
     if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        raise UserError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     import torch
 
     from transformer.cpu import build
@@ -141,20 +143,20 @@ def check_precision(precision: str, device: torch.device | str, *, model: nn.Mod
     name = name or precision
     if precision == "int8":
         if model is not None and not isinstance(model, Transformer):
-            raise ValueError(f"{name} is for Transformer models (the recurrent baseline's layers do not run the "
+            raise UserError(f"{name} is for Transformer models (the recurrent baseline's layers do not run the "
                              "CPU kernels)")
         if not build.available():
-            raise ValueError(f"{name} needs the compiled CPU kernels (a C compiler, and {build.ENV_SWITCH} not 0)")
+            raise UserError(f"{name} needs the compiled CPU kernels (a C compiler, and {build.ENV_SWITCH} not 0)")
     return precision
 
 
 def _check_device(precision: str, device: torch.device) -> None:
     """The refusals that depend on the device alone."""
     if precision == "int8" and device.type != "cpu":
-        raise ValueError(f"int8 quantisation is for fp32 CPU inference: translate on the CPU (--device cpu or "
+        raise UserError(f"int8 quantisation is for fp32 CPU inference: translate on the CPU (--device cpu or "
                          f"auto), not {device}")
     if precision == "fp16" and device.type != "cuda":
-        raise ValueError(f"fp16 is for CUDA devices, not {device}: on a CPU use bf16 (or fp32)")
+        raise UserError(f"fp16 is for CUDA devices, not {device}: on a CPU use bf16 (or fp32)")
 
 
 def resolve_device(name: str, *, precision: str = "fp32", setting: str = "--device") -> torch.device:
@@ -171,19 +173,19 @@ def resolve_device(name: str, *, precision: str = "fp32", setting: str = "--devi
         The device.
 
     Raises:
-        ValueError: an unknown name, ``cuda`` where PyTorch sees no CUDA device, a precision that
+        UserError: an unknown name, ``cuda`` where PyTorch sees no CUDA device, a precision that
             does not run on the device named.
     """
     import torch
 
     if name not in DEVICES:
-        raise ValueError(f"device must be one of {DEVICES}, got {name!r}")
+        raise UserError(f"device must be one of {DEVICES}, got {name!r}")
     if name == "auto":
         device = torch.device("cuda" if torch.cuda.is_available() and precision != "int8" else "cpu")
     elif name == "cuda" and not torch.cuda.is_available():
         def spelled(value: str) -> str:
             return f"{setting} {value}" if setting.startswith("--") else f"{setting}={value}"
-        raise ValueError(f"{spelled('cuda')}: PyTorch sees no CUDA device here (this torch build or machine has "
+        raise UserError(f"{spelled('cuda')}: PyTorch sees no CUDA device here (this torch build or machine has "
                          f"none); use {spelled('cpu')} or auto")
     else:
         device = torch.device(name)

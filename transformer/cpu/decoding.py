@@ -36,6 +36,7 @@ from transformer.model.attention import CrossAttention, SelfAttention, scaled_do
 from transformer.model.cache import KVCache, StaticKV
 from transformer.model.layers import DecoderLayer, FeedForward
 from transformer.model.transformer import Transformer
+from transformer.errors import UserError
 
 # The precisions (transformer.precision) whose weights the kernels pack: as they are, or int8 copies.
 PACKED_PRECISIONS = ("fp32", "int8")
@@ -225,9 +226,9 @@ def prepare_for_decoding(model: nn.Module, *, precision: str = "fp32") -> Swaps:
     kernels are unavailable; for "int8" that is an error (there is no int8 without them). A model
     prepared already is refused (its packed copies belong to whoever prepared it)."""
     if precision not in PACKED_PRECISIONS:
-        raise ValueError(f"precision must be one of {PACKED_PRECISIONS}, got {precision!r}")
+        raise UserError(f"precision must be one of {PACKED_PRECISIONS}, got {precision!r}")
     if any(isinstance(module, PackedLinear) for module in model.modules()):
-        raise ValueError("this model is already prepared for decoding (e.g. held by another Translator): "
+        raise UserError("this model is already prepared for decoding (e.g. held by another Translator): "
                          "undo those swaps (Translator.close()) first, or prepare a copy")
     if not build.available():
         if precision == "int8":

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from transformer.errors import UserError
+
 # train.precision's values (the precisions a model translates in are transformer.precision.PRECISIONS)
 TRAIN_PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 _NO_CPU_UNITS = "this CPU has no bf16 matrix units (AVX-512 bf16 or AMX)"
@@ -40,7 +42,7 @@ def fast_bf16(device: torch.device | str) -> bool:
 def resolve_precision(precision: str, device: torch.device | str) -> str:
     """``precision`` with ``auto`` replaced: ``bf16`` where ``fast_bf16(device)``, else ``fp32``."""
     if precision not in TRAIN_PRECISIONS:
-        raise ValueError(f"precision must be one of {TRAIN_PRECISIONS}, got {precision!r}")
+        raise UserError(f"precision must be one of {TRAIN_PRECISIONS}, got {precision!r}")
     if precision == "auto":
         return "bf16" if fast_bf16(device) else "fp32"
     return precision
