@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from transformer.errors import UserError
+
 
 def import_hf_command(args: argparse.Namespace) -> int:
     from transformer.interop.hf import import_hf
@@ -23,13 +25,13 @@ def export_command(args: argparse.Namespace) -> int:
 
     for option in ("precision", "quantization"):
         if getattr(args, option) and args.fmt not in ("ctranslate2", "argos"):
-            raise ValueError(f"--{option} applies to --format ctranslate2 only (and argos, which packages a "
+            raise UserError(f"--{option} applies to --format ctranslate2 only (and argos, which packages a "
                              "CTranslate2 model)")
     for option in ("from_code", "to_code", "sentence_model", "check_text"):
         if getattr(args, option) and args.fmt != "argos":
-            raise ValueError(f"--{option.replace('_', '-')} applies to --format argos only")
+            raise UserError(f"--{option.replace('_', '-')} applies to --format argos only")
     if args.package_version != "1.0" and args.fmt != "argos":
-        raise ValueError("--package-version applies to --format argos only")
+        raise UserError("--package-version applies to --format argos only")
     if args.fmt == "argos":
         sample = _read_lines(args.check_text) if args.check_text else []
         out = export_argos(args.run_dir, args.out, from_code=args.from_code, to_code=args.to_code,
@@ -46,9 +48,9 @@ def export_command(args: argparse.Namespace) -> int:
 
 
 def _read_lines(path: str) -> list[str]:
-    """The lines of a UTF-8 text file; ValueError naming the file when it cannot be read."""
+    """The lines of a UTF-8 text file; UserError naming the file when it cannot be read."""
     try:
         with open(path, encoding="utf-8") as f:
             return f.read().splitlines()
     except (OSError, UnicodeDecodeError) as err:
-        raise ValueError(f"cannot read --check-text {path}: {err}") from None
+        raise UserError(f"cannot read --check-text {path}: {err}") from None

@@ -21,6 +21,7 @@ from transformer.interop.hf import copy_tokenizer_files, load_run, piece_list
 from transformer.model import Transformer
 from transformer.model.embeddings import sinusoidal_table
 from transformer.text import Vocabularies
+from transformer.errors import UserError
 
 MIN_POSITIONS = 1024  # rows of the sinusoid table written out (at least; max_positions if larger)
 # CTranslate2's weight type for each precision (transformer.precision): the same number format
@@ -104,10 +105,10 @@ def _ffn(spec, layer) -> None:
 def weight_type(precision: str | None, quantization: str | None) -> str | None:
     """CTranslate2's weight type of ``precision`` or ``quantization`` (None: as trained)."""
     if precision is not None and precision not in CTRANSLATE2_TYPES:
-        raise ValueError(f"precision must be one of {tuple(CTRANSLATE2_TYPES)}, got {precision!r}")
+        raise UserError(f"precision must be one of {tuple(CTRANSLATE2_TYPES)}, got {precision!r}")
     types = {CTRANSLATE2_TYPES.get(precision), quantization} - {None}
     if len(types) > 1:
-        raise ValueError(f"give one weight type: precision {precision} and quantization {quantization} disagree")
+        raise UserError(f"give one weight type: precision {precision} and quantization {quantization} disagree")
     return types.pop() if types else None
 
 
