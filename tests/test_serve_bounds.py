@@ -317,3 +317,19 @@ def test_the_keys_file_is_read_as_run_files_are(tmp_path):
         f.truncate(17 * 1024 * 1024)
     with pytest.raises(KeysFileError, match="more than"):
         read_keys(big)
+
+
+# --------------------------------------------------------------------------------------------- a run's languages
+def test_a_runs_language_codes_are_checked_and_lower_cased(translator):
+    from transformer.serve.models import ModelSet
+    from transformer.serve.service import TranslationService
+
+    upper = create_app(translator, src_lang="FR", tgt_lang="En")
+    assert (upper.state.service.src_lang, upper.state.service.tgt_lang) == ("fr", "en")
+    for bad in ("auto", "AUTO", "../x", "f" * 10_000, "fr\u202e", "12"):
+        with pytest.raises(UserError, match="language"):
+            create_app(translator, src_lang=bad, tgt_lang="en")
+    assert create_app(translator, src_lang="pt-BR", tgt_lang="zh-Hant").state.service.src_lang == "pt-br"
+    with pytest.raises(UserError, match="two models translate fr -> en"):
+        ModelSet([TranslationService(translator, src_lang="FR", tgt_lang="EN"),
+                  TranslationService(translator, src_lang="fr", tgt_lang="en")])

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -41,6 +42,7 @@ import anyio.to_thread
 import torch
 
 from transformer.decoding import Hypothesis
+from transformer.errors import UserError
 from transformer.serve.batching import BatchInfo, DynamicBatcher, Overloaded
 from transformer.serve.documents import (
     Document,
@@ -109,6 +111,27 @@ async def _off_the_loop(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T
     return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
 
 
+# BCP 47-like: a 2- or 3-letter language, then up to 3 subtags (script, region, variant): fr, pt-br, zh-hant.
+_LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(?:[-_][a-z0-9]{1,8}){0,3}")
+RESERVED_CODES = ("auto",)  # a request's source "auto" asks for detection: no run may be that language
+
+
+def language_code(code: str | None, what: str) -> str | None:
+    """A run's language code lower-cased (requests are matched in lower case), or :class:`UserError`
+    naming it when it is not a BCP 47-like code (``fr``, ``pt-BR``, ``zh-Hant``) or is reserved."""
+    if code is None or code == "":  # the run does not say
+        return None
+    lowered = code.lower() if isinstance(code, str) else code
+    if lowered in RESERVED_CODES:
+        raise UserError(f"the run's {what} language {code!r} is reserved (a request's source 'auto' asks for "
+                        "detection): name the run's language in its config")
+    if not isinstance(lowered, str) or not _LANGUAGE_CODE.fullmatch(lowered):
+        raise UserError(f"the run's {what} language {str(code)[:40]!r} is not a language code (a 2- or 3-letter "
+                        "code with optional subtags: fr, pt-BR, zh-Hant): check data.src_lang and data.tgt_lang "
+                        "in its config")
+    return lowered
+
+
 class TranslationService:
     """The operations of the translation server for one model (see the module docstring).
 
@@ -126,7 +149,8 @@ class TranslationService:
         # Sampling would answer the same text differently each time: a sampling translator is served by search.
         self.translator = translator.with_decoding(strategy="beam", n_best=1, return_attention=False) \
             if translator.decoding.strategy == "sample" else translator
-        self.src_lang, self.tgt_lang = src_lang, tgt_lang  # as reported to clients
+        # as reported to clients and matched against requests: checked, lower-cased
+        self.src_lang, self.tgt_lang = language_code(src_lang, "source"), language_code(tgt_lang, "target")
         self.segment_lang = src_lang or self.translator.src_lang  # the sentence splitter's
         self.input_limit = min(limits.max_input_tokens, translator.max_input_tokens)  # source tokens per model input
         self.default = DecodingSettings(self.translator.decoding.beam_size)  # for a request that chooses nothing
