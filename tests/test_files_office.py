@@ -223,7 +223,7 @@ def test_archives_that_are_not_readable_are_refused_in_one_line():
         (no_document, "a.docx is not a Word document: it has no main part"),
         (no_types, r"a.docx is not a Word document: it has no \[Content_Types\].xml"),
         (broken, "a.docx: word/document.xml is not well-formed XML"),
-        (doctype, "a.docx: word/document.xml has a document type declaration"),
+        (doctype, "a.docx: word/document.xml declares entities, which are not read"),
         (encrypted(good, "word/document.xml"), "a.docx is encrypted"),
         (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(500), "a.docx is encrypted .password-protected. or in an old"),
     ]

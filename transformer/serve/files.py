@@ -23,7 +23,7 @@ from pathlib import Path
 
 from transformer.serve.documents import Unprocessable
 from transformer.serve.service import _off_the_loop
-from transformer.translate.files import FileSentences, TranslatableFile, translated_name
+from transformer.translate.files import FileSentences, TooManySentences, TranslatableFile, translated_name
 
 _STORED = re.compile(r"[0-9a-f]{32}\.[^/\\]{1,255}")
 
@@ -151,11 +151,12 @@ async def translate_upload(route, document: TranslatableFile, name: str, *, max_
     Returns:
         The translated file's name (LibreTranslate's: the target's code after the stem) and bytes.
     """
-    cut = await run(FileSentences, document.units(), route.steps[0].segment_lang)
+    try:  # counted as the units are cut: a file far over the limit is not cut whole first
+        cut = await run(FileSentences, document.units(), route.steps[0].segment_lang,
+                        max_sentences=max_sentences)
+    except TooManySentences as err:
+        raise Unprocessable(f"{err} (--max-file-sentences)") from None
     sentences = cut.texts
-    if len(sentences) > max_sentences:
-        raise Unprocessable(f"the file holds {len(sentences)} sentences; at most {max_sentences} are translated per "
-                            "file (--max-file-sentences)")
     translated = await route.translate_sentences(sentences)
     texts = await run(cut.rebuild, translated)
     out = await run(document.write, texts, target_lang=route.target)

@@ -74,6 +74,7 @@ from __future__ import annotations
 import bisect
 import html as _html
 import re
+from array import array
 from typing import Callable, Sequence
 
 from transformer.errors import UserError
@@ -134,14 +135,15 @@ _CHARREF = getattr(_html, "_charref", None) or re.compile(
 class _Run:
     """Text and inline elements between two block-level tags. ``plain`` is the text the way it
     reads (tags out, entities decoded, HTML whitespace as spaces, ``<br>`` as a line break);
-    ``before[i]``/``after[i]`` are where plain character i starts and ends in the source."""
+    ``before[i]``/``after[i]`` are where plain character i starts and ends in the source (arrays
+    of machine integers: 16 bytes a character where lists of ints take 70)."""
 
     def __init__(self, source: str, start: int):
         self.source = source
         self.raw_start = self.raw_end = start
         self.plain: list[str] = []
-        self.before: list[int] = []
-        self.after: list[int] = []
+        self.before = array("q")
+        self.after = array("q")
         self.atoms: list[_Atom] = []
         self.sentences: list[_Sentence] = []
         self._joined: dict[int, list[str]] = {}  # kept elements joined to the next: their text's pieces
@@ -152,8 +154,8 @@ class _Run:
             self.before.extend(range(before, before + len(text)))
             self.after.extend(range(before + 1, before + len(text) + 1))
         else:  # a reference or a kept element: all its characters come from [before, after)
-            self.before.extend([before] * len(text))
-            self.after.extend([after] * len(text))
+            self.before.extend(array("q", [before]) * len(text))
+            self.after.extend(array("q", [after]) * len(text))
 
     def add(self, kind: str, start: int, end: int, name: str = "", text: str = "") -> None:
         self.raw_end = end
@@ -190,8 +192,8 @@ class _Run:
         for k, pieces in self._joined.items():  # a joined kept element covers all its characters
             atom = self.atoms[k]
             atom.raw, atom.text = self.source[atom.raw_start : atom.raw_end], "".join(pieces)
-            self.before[atom.offset : atom.end] = [atom.raw_start] * (atom.end - atom.offset)
-            self.after[atom.offset : atom.end] = [atom.raw_end] * (atom.end - atom.offset)
+            self.before[atom.offset : atom.end] = array("q", [atom.raw_start]) * (atom.end - atom.offset)
+            self.after[atom.offset : atom.end] = array("q", [atom.raw_end]) * (atom.end - atom.offset)
         self._joined = {}
         self.offsets = [atom.offset for atom in self.atoms]
         plain = "".join(self.plain)

@@ -5,19 +5,20 @@ from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from html.parser import HTMLParser
 
 __all__ = ["Token", "Tokenizer", "tokenize"]
 
 
-@dataclass
+@dataclass(slots=True)
 class Token:
     kind: str  # start empty end data comment decl pi cdata junk
     start: int
     end: int | None
     name: str = ""
-    attrs: list = field(default_factory=list)
+    attrs: Sequence = ()  # a tag's (name, value) pairs; slots and one shared empty tuple keep a page's tokens small
 
 
 class Tokenizer(HTMLParser):
@@ -36,7 +37,7 @@ class Tokenizer(HTMLParser):
 
     def _add(self, kind, end=None, name="", attrs=()):
         start = self._pos()
-        self.tokens.append(Token(kind, start, None if end is None else start + end, name, attrs=list(attrs)))
+        self.tokens.append(Token(kind, start, None if end is None else start + end, name, attrs or ()))
 
     def handle_starttag(self, tag, attrs):
         self._add("start", len(self.get_starttag_text() or "") or None, tag, attrs)

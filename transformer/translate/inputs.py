@@ -2,7 +2,8 @@
 
 A file or standard input is read line by line, so a file of any length takes bounded memory:
 plain or gzip (told by its magic bytes, not its name), UTF-8 with a byte-order mark dropped (a
-UTF-16 one is refused with how to convert). Invalid UTF-8 is replaced and NUL bytes removed, each
+UTF-16 one is refused with how to convert, and so is a PDF or a zip archive: :func:`not_text`,
+the check the file formats and the server make too). Invalid UTF-8 is replaced and NUL bytes removed, each
 with a warning naming the line (``Reporter``: the first few of each kind shown, the rest counted),
 and the other lines are translated as usual. Each ``Line`` keeps how it ended (CRLF in, CRLF out)
 and its size in bytes, which ``--resume`` uses to go on from where a run stopped.
@@ -20,11 +21,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator, TextIO
 
+from transformer.errors import UserError
 
 GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 WARNINGS_PER_KIND = 10  # then only counted, and the count given at the end
+# The first bytes of documents that are not text: a PDF, a zip archive with files or an empty one.
+_NOT_TEXT = ((b"%PDF-", "a PDF document"), (b"PK\x03\x04", "a zip archive"), (b"PK\x05\x06", "a zip archive"))
+
+
+def not_text(head: bytes) -> str | None:
+    """What a file starting with ``head`` is, in words (``"a PDF document"``, ``"a zip archive"``),
+    when it is a document that is not text; None otherwise. The one check of the command line's
+    text input, the file formats' text files and the server's uploads."""
+    return next((what for magic, what in _NOT_TEXT if head.startswith(magic)), None)
 
 
 class Reporter:
@@ -120,14 +131,19 @@ class InputText:
         try:
             first = self._file.peek(2)[:2]
         except (OSError, EOFError) as err:
-            raise ValueError(f"{self.name}: cannot be read as gzip ({err})") from None
+            raise UserError(f"{self.name}: cannot be read as gzip ({err})") from None
         if first in UTF16_BOMS:
             self._refuse_utf16()
+        binary = not_text(self._file.peek(8)[:8])
+        if binary is not None:
+            self.close()
+            hint = " (extract its text first, e.g. with pdftotext)" if binary == "a PDF document" else ""
+            raise UserError(f"{self.name} is {binary}, not text: translate reads text{hint}")
 
     def _refuse_utf16(self) -> None:
         self.close()
-        raise ValueError(f"{self.name} starts with a UTF-16 byte-order mark; translate reads UTF-8: "
-                         f"convert it first, e.g. iconv -f UTF-16 -t UTF-8 {self.path} > converted.txt")
+        raise UserError(f"{self.name} starts with a UTF-16 byte-order mark; translate reads UTF-8: "
+                        f"convert it first, e.g. iconv -f UTF-16 -t UTF-8 {self.path} > converted.txt")
 
     def close(self) -> None:
         if self._closing is not None:
@@ -149,7 +165,7 @@ class InputText:
                 self._number += 1
                 yield self._decode(self._number, raw)
         except (OSError, EOFError) as err:  # a truncated or corrupt gzip stream
-            raise ValueError(f"{self.name}: line {self._number + 1}: cannot be read ({err})") from None
+            raise UserError(f"{self.name}: line {self._number + 1}: cannot be read ({err})") from None
 
     def _decode(self, number: int, raw: bytes) -> Line:
         size = len(raw)

@@ -24,17 +24,20 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import PurePath, PureWindowsPath
 
-from transformer.translate.files.base import FileFormatError, TranslatableFile, Unit
+from transformer.errors import UserError
+from transformer.translate.files.base import MAX_FILE_CHARS, FileFormatError, TranslatableFile, Unit, too_many_chars
 from transformer.translate.files.epub import EpubFile
 from transformer.translate.files.markdown import MarkdownFile
 from transformer.translate.files.office import DocxFile, OdtFile, PptxFile
 from transformer.translate.files.po import PoFile
 from transformer.translate.files.srt import SrtFile
 from transformer.translate.files.text import HtmlFile, TextFile
+from transformer.translate.inputs import not_text
 
-__all__ = ["FORMATS", "KINDS", "SUPPORTED_EXTENSIONS", "ARCHIVE_EXTENSIONS", "MAX_FILE_BYTES", "FileFormatError",
-           "TranslatableFile", "Unit", "read_file", "format_for", "translate_units", "translate_units_async",
-           "FileSentences", "translate_file", "translate_parsed", "translated_name"]
+__all__ = ["FORMATS", "KINDS", "SUPPORTED_EXTENSIONS", "ARCHIVE_EXTENSIONS", "MAX_FILE_BYTES", "MAX_FILE_CHARS",
+           "FileFormatError", "TooManySentences", "TranslatableFile", "Unit", "read_file", "format_for",
+           "translate_units", "translate_units_async", "FileSentences", "translate_file", "translate_parsed",
+           "translated_name"]
 
 _CLASSES: list[type[TranslatableFile]] = [TextFile, HtmlFile, MarkdownFile, SrtFile, PoFile, DocxFile, PptxFile,
                                           OdtFile, EpubFile]
@@ -82,9 +85,14 @@ def read_file(data: bytes, name: str, *, kind: str | None = None) -> Translatabl
         The file, whose ``units()`` are the texts to translate.
 
     Raises:
-        FileFormatError: an unknown extension, a file too large, or one that is not what its
-            extension says (a ``.docx`` that is not a zip archive, a ``.srt`` that is one), or a
-            malformed file of its format; the message names the file and the problem.
+        FileFormatError: an unknown extension, a file too large (over :data:`MAX_FILE_BYTES`, or
+            with units of more than :data:`MAX_FILE_CHARS` characters), or one that is not what its
+            extension says (a ``.docx`` that is not a zip archive, a ``.srt`` that is one, a PDF),
+            or a malformed file of its format, or one nested deeper than its format's limit
+            (:data:`~transformer.translate.files.package.MAX_XML_DEPTH` and ``MAX_ELEMENTS``,
+            :data:`~transformer.translate.files.markdown.MAX_MARKDOWN_DEPTH`, HTML's
+            :data:`~transformer.translate.html.MAX_HTML_DEPTH` when its sentences are cut); the
+            message names the file and the problem.
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"data must be bytes, got {type(data).__name__}")
@@ -104,18 +112,24 @@ def read_file(data: bytes, name: str, *, kind: str | None = None) -> Translatabl
             raise FileFormatError(f"{name} is not a {ext} file: a {ext} file is a zip archive, and this one "
                                   "does not start like one")
     else:
-        if data.startswith(_ZIP_MAGIC):
-            raise FileFormatError(f"{name} is a zip archive, not a {ext} text file (a .docx, .odt or .epub "
-                                  "renamed?)")
-        if data.startswith(b"%PDF-"):
-            raise FileFormatError(f"{name} is a PDF document, not a {ext} text file")
+        binary = not_text(data)  # the check the command line's text path makes too
+        if binary is not None:
+            raise FileFormatError(f"{name} is {binary}, not a {ext} text file")
         if data.startswith(_UTF16_BOMS):
             raise FileFormatError(f"{name} is UTF-16 (it starts with a UTF-16 byte-order mark); {ext} files are "
                                   "read as UTF-8: convert it first, e.g. iconv -f UTF-16 -t UTF-8")
         nul = data.find(b"\x00", 0, 1 << 16)
         if nul >= 0:
             raise FileFormatError(f"{name} holds a NUL byte at offset {nul}: a binary file, not a {ext} text file")
-    return cls.read(data, name)
+        if len(data) > MAX_FILE_CHARS:  # a text's characters, counted before it is parsed
+            count = len(data.decode("utf-8", "replace"))
+            if count > MAX_FILE_CHARS:
+                raise too_many_chars(name, count, MAX_FILE_CHARS)
+    document = cls.read(data, name)
+    count = sum(len(unit.text) for unit in document.units())
+    if count > MAX_FILE_CHARS:
+        raise too_many_chars(name, count, MAX_FILE_CHARS)
+    return document
 
 
 TranslateMany = Callable[[list[str]], Sequence[str]]
@@ -228,6 +242,10 @@ def translate_file(data: bytes, name: str, translator, *, target_lang: str | Non
                             glossary=glossary, progress=progress)
 
 
+class TooManySentences(UserError):
+    """A file with more sentences than the limit it is cut under (``FileSentences``'s ``max_sentences``)."""
+
+
 class FileSentences:
     """The sentences of a file's units, in unit order, and the units rebuilt from their translations:
     a plain unit cut as ``translate_document`` cuts a text (its lines and spacing kept), an HTML unit
@@ -236,17 +254,27 @@ class FileSentences:
     Args:
         units: the file's units (``TranslatableFile.units()``).
         lang: the source language, for the sentence splitting rules.
+        max_sentences: the most sentences the file may hold, counted unit by unit as they are cut
+            (:class:`TooManySentences` as soon as there are more); None for no limit.
     """
 
-    def __init__(self, units: Sequence[Unit], lang: str | None) -> None:
+    def __init__(self, units: Sequence[Unit], lang: str | None, *, max_sentences: int | None = None) -> None:
         from transformer.translate.html import html_sentences
         from transformer.translate.segment import segment_text
 
         self.units, self.lang = list(units), lang
-        self.documents = [None if u.html else segment_text(u.text, lang) for u in self.units]
-        self.sentences: list[list[str]] = [
-            html_sentences(u.text, lang=lang) if d is None else [s.text for s in d.segments]
-            for u, d in zip(self.units, self.documents)]
+        self.documents: list = []
+        self.sentences: list[list[str]] = []
+        count = 0
+        for unit in self.units:
+            document = None if unit.html else segment_text(unit.text, lang)
+            found = html_sentences(unit.text, lang=lang) if document is None else [s.text for s in document.segments]
+            count += len(found)
+            if max_sentences is not None and count > max_sentences:
+                raise TooManySentences(f"the file holds more than {max_sentences:,} sentences ({count:,} sentences "
+                                       f"up to {unit.where}); at most {max_sentences:,} are translated per file")
+            self.documents.append(document)
+            self.sentences.append(found)
         self.where = self._names()  # how a warning names each sentence: its unit, and its line or number there
 
     def _names(self) -> list[str]:

@@ -22,9 +22,21 @@ from typing import ClassVar
 from transformer.errors import UserError
 
 
+MAX_FILE_CHARS = 10_000_000
+"""The most characters a file's units may hold together (their text and inline tags: about 3,000
+pages), checked as they are read: what cutting them into sentences and translating them holds
+in memory grows with it (about 60 bytes a character for an HTML page)."""
+
+
 class FileFormatError(UserError):
     """A file that cannot be translated: a format not supported, or a corrupt or unreadable file.
     The message names the file and the problem in one line."""
+
+
+def too_many_chars(name: str, count: int, limit: int) -> FileFormatError:
+    """The refusal of a file whose units hold ``count`` characters, over ``limit`` (:data:`MAX_FILE_CHARS`)."""
+    return FileFormatError(f"{name}: more than {limit:,} characters of text to translate ({count:,} counted), "
+                           "over the limit for a file")
 
 
 @dataclass(frozen=True)

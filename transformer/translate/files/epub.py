@@ -24,6 +24,7 @@ from urllib.parse import unquote
 
 from transformer.translate.files.base import FileFormatError, Unit
 from transformer.translate.files.package import NOT_XML, ArchiveFile, Edit, Package, Splicer
+from transformer.translate.files.text import text_encoding
 
 __all__ = ["EpubFile"]
 
@@ -72,7 +73,11 @@ class _Page:
         else:
             declared = _XML_ENCODING.match(data)
             if declared:
-                self.encoding = declared.group(1).decode("ascii").lower()
+                label = declared.group(1).decode("ascii")
+                codec = text_encoding(label, where)
+                if codec is None:
+                    raise FileFormatError(f"{where}: unknown XML encoding {label!r}")
+                self.encoding = codec
         try:
             self.text = data[len(self.bom):].decode(self.encoding)
         except (UnicodeDecodeError, LookupError) as error:

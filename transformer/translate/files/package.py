@@ -11,27 +11,44 @@ An XML part is parsed by expat (the standard library's parser) into a tree of :c
 where every element knows its byte extent in the part, so that a change is a splice: the bytes of
 one paragraph replaced, every other byte of the part kept as written (no re-serialisation: the
 namespace prefixes, quotes and attribute order of the original stay). A document type declaration
-is refused (office parts never have one: entity expansion is refused with it), or allowed without
-entity declarations where the format may have one (XHTML).
+is allowed (an EPUB 2 table of contents has one), an entity declaration is refused (nothing is
+expanded, nothing fetched), and so is a reference to an entity the part does not declare.
+
+A part is parsed as it is decompressed, and the parse counts as it goes: an archive whose parts
+hold more than :data:`MAX_ELEMENTS` elements together, or a part that nests them more than
+:data:`MAX_XML_DEPTH` deep, is refused there, before the tree (about 250 bytes an element) grows
+past it. The declared encoding must be a text encoding that writes ASCII as ASCII.
 """
 
 from __future__ import annotations
 
 import bisect
 import io
+import itertools
 import re
 import struct
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 from xml.parsers import expat
 
-from transformer.translate.files.base import FileFormatError, TranslatableFile, Unit
+from transformer.errors import UserError
+from transformer.translate.files.base import MAX_FILE_CHARS, FileFormatError, TranslatableFile, Unit, too_many_chars
+from transformer.translate.files.text import text_encoding
 
 MAX_MEMBERS = 10_000
 """The most members an archive may have."""
 MAX_UNCOMPRESSED = 200 * 1024 * 1024
 """The most bytes an archive's members may hold uncompressed, all together (200 MiB)."""
+MAX_ELEMENTS = 1_000_000
+"""The most XML elements the parts of an archive that are read may hold, all together: a Word
+document has about 25 a paragraph, so this is some 2,500 pages; a million take about 250 MB as
+a tree."""
+MAX_XML_DEPTH = 200
+"""The most elements an XML part may nest in one another (a table in a text box in a table cell
+is about 20 deep)."""
+_CHUNK = 1 << 20  # a member is decompressed and parsed a MiB at a time
 
 _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, EOFError,
                zlib.error, OSError, ValueError, struct.error)
@@ -64,6 +81,7 @@ class Package:
             raise FileFormatError(f"{name}: its archive holds {total:,} bytes uncompressed, over the limit of "
                                   f"{MAX_UNCOMPRESSED:,} bytes")
         self.infos, self.a_kind = infos, a_kind
+        self.elements_left = MAX_ELEMENTS  # what the parts still to be parsed may hold
         self.members: dict[str, zipfile.ZipInfo] = {}
         for info in infos:
             if info.flag_bits & 0x1:
@@ -86,9 +104,33 @@ class Package:
         except _ZIP_ERRORS as error:
             raise FileFormatError(f"{self.name}: {member} cannot be read from the archive ({error})") from None
 
-    def xml(self, member: str, *, doctype: bool = False) -> XmlPart:
-        """``member`` parsed (see :func:`parse_xml`)."""
-        return XmlPart(self.read(member), f"{self.name}: {member}", doctype=doctype)
+    def chunks(self, member: str) -> Iterator[bytes]:
+        """The content of ``member`` a MiB at a time (:class:`FileFormatError` when missing or
+        unreadable), never past its declared size."""
+        info = self.members.get(member)
+        if info is None:
+            raise FileFormatError(f"{self.name} is not {self.a_kind}: it has no {member}")
+        left = info.file_size
+        try:
+            with self._zip.open(info) as stream:
+                while left > 0:
+                    chunk = stream.read(min(_CHUNK, left))
+                    if not chunk:
+                        break
+                    left -= len(chunk)
+                    yield chunk
+        except _ZIP_ERRORS as error:
+            raise FileFormatError(f"{self.name}: {member} cannot be read from the archive ({error})") from None
+
+    def xml(self, member: str) -> XmlPart:
+        """``member`` parsed as it is decompressed (see :class:`XmlPart`), its elements counted
+        against the archive's :data:`MAX_ELEMENTS`."""
+        where = f"{self.name}: {member}"
+        part = XmlPart(self.chunks(member), where, max_elements=self.elements_left,
+                       too_many=f"{self.name}: more than {MAX_ELEMENTS:,} XML elements (counted up to {member}), "
+                                "more than a file to translate may hold")
+        self.elements_left -= part.elements
+        return part
 
     def write(self, changed: dict[str, bytes]) -> bytes:
         """The archive with the members in ``changed`` given their new content, every other
@@ -142,17 +184,19 @@ class Element:
     ``qnames`` their names as written. ``start`` and ``open_end`` are where the start tag begins
     and ends (after its ``>``), ``close_start`` and ``end`` where the end tag begins and ends
     (both ``open_end`` for ``<x/>``). ``content`` holds the children and the text between them
-    (text merged, entities decoded).
+    (text merged, entities decoded). Elements without attributes share one empty mapping, those
+    without content one empty tuple, and equal names one string: a tree of many small elements
+    stays small.
     """
 
     __slots__ = ("name", "qname", "attrs", "qnames", "start", "open_end", "close_start", "end", "content", "parent")
 
-    def __init__(self, name: str, qname: str, attrs: dict[str, str], qnames: dict[str, str], start: int,
+    def __init__(self, name: str, qname: str, attrs: Mapping[str, str], qnames: Mapping[str, str], start: int,
                  open_end: int, parent: Element | None):
         self.name, self.qname, self.attrs, self.qnames = name, qname, attrs, qnames
         self.start, self.open_end = start, open_end
         self.close_start = self.end = open_end
-        self.content: list[Element | str] = []
+        self.content: Sequence[Element | str] = ()
         self.parent = parent
 
     @property
@@ -192,90 +236,140 @@ class Element:
         return False
 
 
+_NO_ATTRIBUTES: Mapping[str, str] = MappingProxyType({})
+
+
 class XmlPart:
     """An XML document's bytes and its tree (:class:`Element`, the root as ``root``).
 
     Args:
-        data: the bytes (UTF-8, or another encoding that writes ASCII as ASCII, as declared).
+        data: the bytes (UTF-8, or another encoding that writes ASCII as ASCII, as declared), or
+            its pieces in order (a member as it is decompressed): the parse stops at the first
+            piece that breaks a limit, before the rest is read.
         where: names it in messages (``"report.docx: word/document.xml"``).
-        doctype: whether a document type declaration (without entity declarations) is allowed.
+        max_elements: the most elements it may hold; ``too_many``: the message beyond that.
+
+    Attributes:
+        elements: how many elements it holds.
+
+    Raises:
+        FileFormatError: not well-formed XML, UTF-16, an encoding that is not a text encoding,
+            an entity declared or not declared, more than ``max_elements`` elements, or elements
+            nested more than :data:`MAX_XML_DEPTH` deep.
     """
 
-    def __init__(self, data: bytes, where: str, *, doctype: bool = False):
-        self.data, self.where = data, where
-        if data.startswith((b"\xff\xfe", b"\xfe\xff")) or data[:4] in (b"<\x00?\x00", b"\x00<\x00?"):
+    def __init__(self, data: bytes | Iterable[bytes], where: str, *, max_elements: int = MAX_ELEMENTS,
+                 too_many: str | None = None):
+        self.where = where
+        chunks = iter([data] if isinstance(data, (bytes, bytearray)) else data)
+        first = bytes(next(chunks, b""))
+        if first.startswith((b"\xff\xfe", b"\xfe\xff")) or first[:4] in (b"<\x00?\x00", b"\x00<\x00?"):
             raise FileFormatError(f"{where} is UTF-16 XML; only UTF-8 XML parts are read")
-        declared = _ENCODING.match(data)
-        self.encoding = declared.group(1).decode("ascii").lower() if declared else "utf-8"
-        try:
-            "".encode(self.encoding)
-        except LookupError:
-            raise FileFormatError(f"{where}: unknown XML encoding {self.encoding!r}") from None
-        self.root = self._parse(doctype)
+        declared = _ENCODING.match(first)
+        self.encoding = "utf-8"
+        if declared:
+            label = declared.group(1).decode("ascii")
+            codec = text_encoding(label, where)
+            if codec is None:
+                raise FileFormatError(f"{where}: unknown XML encoding {label!r}")
+            self.encoding = codec
+        self.elements = 0
+        self.root = self._parse(first, chunks, max_elements,
+                                too_many or f"{where}: more than {max_elements:,} XML elements")
 
-    def _parse(self, doctype: bool) -> Element:
-        data, where = self.data, self.where
+    def _parse(self, first: bytes, chunks: Iterator[bytes], max_elements: int, too_many: str) -> Element:
+        where = self.where
         parser = expat.ParserCreate(namespace_separator=" ")
         parser.namespace_prefixes = True
         parser.buffer_text = True
+        data = bytearray()  # what was read so far: the tags' extents are found in it
         stack: list[Element] = []
         roots: list[Element] = []
+        texts: list[str] = []  # the text since the last tag, joined at the next one
+        names: dict[str, tuple[str, str]] = {}  # expat's name -> (``{ns}local``, as written), one string each
 
         def clark(name: str) -> tuple[str, str]:
-            parts = name.split(" ")
-            if len(parts) == 1:
-                return name, name
-            qname = f"{parts[2]}:{parts[1]}" if len(parts) == 3 else parts[1]
-            return f"{{{parts[0]}}}{parts[1]}", qname
+            found = names.get(name)
+            if found is None:
+                parts = name.split(" ")
+                if len(parts) == 1:
+                    found = name, name
+                else:
+                    found = f"{{{parts[0]}}}{parts[1]}", f"{parts[2]}:{parts[1]}" if len(parts) == 3 else parts[1]
+                found = names[name] = found
+            return found
+
+        def flush_text() -> None:
+            if texts and stack:
+                element, text = stack[-1], "".join(texts)
+                if not element.content:
+                    element.content = [text]
+                elif isinstance(element.content[-1], str):
+                    element.content[-1] += text
+                else:
+                    element.content.append(text)
+            texts.clear()
 
         def start(name: str, attributes: dict[str, str]) -> None:
+            self.elements += 1
+            if self.elements > max_elements:
+                raise FileFormatError(too_many)
+            if len(stack) >= MAX_XML_DEPTH:
+                raise FileFormatError(f"{where}: elements nested more than {MAX_XML_DEPTH} deep, deeper than a "
+                                      "file to translate may nest them")
+            flush_text()
             index = parser.CurrentByteIndex
             tag = _START_TAG.match(data, index)
             if tag is None:  # expat accepted it, so this is an encoding the pattern does not read
                 raise FileFormatError(f"{where}: a start tag at byte {index} could not be read")
             full, qname = clark(name)
-            attrs, qnames = {}, {}
-            for key, value in attributes.items():
-                attr, attr_qname = clark(key)
-                attrs[attr], qnames[attr] = value, attr_qname
-            element = Element(full, qname, attrs, qnames, index, tag.end(), stack[-1] if stack else None)
+            attrs, qnames = _NO_ATTRIBUTES, _NO_ATTRIBUTES
+            if attributes:
+                attrs, qnames = {}, {}
+                for key, value in attributes.items():
+                    attr, attr_qname = clark(key)
+                    attrs[attr], qnames[attr] = value, attr_qname
+            parent = stack[-1] if stack else None
+            element = Element(full, qname, attrs, qnames, index, tag.end(), parent)
             element.close_start = -1 if not tag.group(1) else tag.end()  # -1: closed by an end tag
-            if stack:
-                stack[-1].content.append(element)
-            else:
+            if parent is None:
                 roots.append(element)
+            elif parent.content:
+                parent.content.append(element)
+            else:
+                parent.content = [element]
             stack.append(element)
 
         def end(name: str) -> None:
+            flush_text()
             element = stack.pop()
             if element.close_start == -1:
                 index = parser.CurrentByteIndex
                 element.close_start, element.end = index, data.index(b">", index) + 1
 
-        def characters(text: str) -> None:
-            content = stack[-1].content
-            if content and isinstance(content[-1], str):
-                content[-1] += text
-            else:
-                content.append(text)
-
-        def refuse_doctype(*_args) -> None:
-            raise FileFormatError(f"{where} has a document type declaration, which this format never has")
-
         def refuse_entity(*_args) -> None:
             raise FileFormatError(f"{where} declares entities, which are not read")
 
+        def refuse_undeclared(name: str, *_args) -> None:
+            raise FileFormatError(f"{where} refers to the entity &{name}; which it does not declare")
+
         parser.StartElementHandler = start
         parser.EndElementHandler = end
-        parser.CharacterDataHandler = characters
-        if doctype:
-            parser.EntityDeclHandler = refuse_entity
-        else:
-            parser.StartDoctypeDeclHandler = refuse_doctype
+        parser.CharacterDataHandler = texts.append
+        parser.EntityDeclHandler = refuse_entity
+        parser.SkippedEntityHandler = refuse_undeclared
         try:
-            parser.Parse(data, True)
+            for chunk in itertools.chain([first], chunks):
+                data += chunk
+                parser.Parse(chunk, False)
+            parser.Parse(b"", True)
         except expat.ExpatError as error:
             raise FileFormatError(f"{where} is not well-formed XML: {error}") from None
+        except FileFormatError:  # a handler's refusal
+            raise
+        except ValueError as error:  # expat reads UTF-8 and one-byte encodings only
+            raise FileFormatError(f"{where}: its encoding {self.encoding!r} cannot be read in XML ({error})") from None
+        self.data = bytes(data)
         return roots[0]
 
     def escape(self, text: str, *, quote: bool = False) -> bytes:
@@ -335,16 +429,20 @@ class ArchiveFile(TranslatableFile):
         self._editors: list[Callable[[str, dict[str, Splicer], str | None], Edit]] = []
         self._data: dict[str, bytes] = {}  # the content of every member a unit or an edit is in
         self._parts: dict[str, XmlPart] = {}
+        self._chars = 0  # the units' characters so far, against MAX_FILE_CHARS
 
-    def _part(self, member: str, *, doctype: bool = False) -> XmlPart:
+    def _part(self, member: str) -> XmlPart:
         """``member`` parsed, once (its bytes kept for writing)."""
         part = self._parts.get(member)
         if part is None:
-            part = self._parts[member] = self.package.xml(member, doctype=doctype)
+            part = self._parts[member] = self.package.xml(member)
             self._data[member] = part.data
         return part
 
     def _add(self, unit: Unit, member: str, editor: Callable[[str, dict[str, Splicer], str | None], Edit]) -> None:
+        self._chars += len(unit.text)
+        if self._chars > MAX_FILE_CHARS:
+            raise too_many_chars(self.package.name, self._chars, MAX_FILE_CHARS)
         self._units.append(unit)
         self._members.append(member)
         self._editors.append(editor)
@@ -361,7 +459,7 @@ class ArchiveFile(TranslatableFile):
         if len(translations) != len(self._units):
             raise ValueError(f"{len(translations)} translations for {len(self._units)} units")
         if target_lang is not None and not _LANGUAGE_CODE.fullmatch(target_lang):
-            raise ValueError(f"target_lang {target_lang!r} is not a language code")
+            raise UserError(f"target_lang {target_lang!r} is not a language code")
         edits: dict[str, list[Edit]] = {}
         splicers: dict[str, Splicer] = {}  # filled before any edit is rendered
         for unit, member, editor, translation in zip(self._units, self._members, self._editors, translations):

@@ -23,16 +23,16 @@ character that charset lacks.
 
 from __future__ import annotations
 
-import codecs
 import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from transformer.errors import UserError
 from transformer.translate.files.base import FileFormatError, TranslatableFile, Unit
-from transformer.translate.files.inline import Fragment
+from transformer.translate.files.inline import Fragment, MarkupMismatch
 from transformer.translate.files.srt import split_lines
-from transformer.translate.files.text import check_count, decode_text
+from transformer.translate.files.text import check_count, decode_text, text_encoding
 from transformer.translate.warning import TranslationWarning
 
 # printf conversions (with Python's %(name)s and positional %1$s), braces ({0}, {name}, {}),
@@ -83,7 +83,7 @@ class PoFile(TranslatableFile):
     def read(cls, data: bytes, name: str) -> PoFile:
         import polib
 
-        encoding = _charset(data)
+        encoding = _charset(data, name)
         text, bom = decode_text(data, name, encoding)
         try:
             # The text and a line end: polib reads its argument as a path when a file of that name exists.
@@ -133,7 +133,7 @@ class PoFile(TranslatableFile):
                 continue
             try:
                 pieces = message.units[k][0].restore(translation)
-            except ValueError as err:
+            except MarkupMismatch as err:
                 warnings.warn(TranslationWarning(f"{self.name}: {unit.where}: kept untranslated ({err})"),
                               stacklevel=2)
                 continue
@@ -178,16 +178,14 @@ class PoFile(TranslatableFile):
             return self.bom + text.encode("utf-8")
 
 
-def _charset(data: bytes) -> str:
-    """The charset a PO file's header declares (UTF-8 when none, or one Python lacks)."""
+def _charset(data: bytes, where: str) -> str:
+    """The charset a PO file's header declares (UTF-8 when none, or one Python lacks: a template's
+    ``charset=CHARSET``); ``FileFormatError`` for a codec that is not a text encoding."""
     match = _CHARSET.search(data[:8192])
     if not match:
         return "utf-8"
-    try:
-        name = codecs.lookup(match.group(1).decode("ascii")).name
-    except (LookupError, UnicodeDecodeError):
-        return "utf-8"
-    return "utf-8" if name in ("ascii", "utf-8") else name
+    name = text_encoding(match.group(1).decode("ascii"), where)
+    return "utf-8" if name in (None, "ascii", "utf-8") else name
 
 
 def _polib_message(err: Exception) -> str:
@@ -226,7 +224,7 @@ def _msgstr_groups(lines: list[str]) -> list[tuple[int, int]]:
 def _with_language(lines: list[str], lang: str, newline: str) -> list[str]:
     """The header's msgstr lines with ``Language:`` set to ``lang``."""
     if not re.fullmatch(r"[A-Za-z0-9_@.-]{1,35}", lang):
-        raise ValueError(f"target_lang {lang!r} is not a language code")
+        raise UserError(f"target_lang {lang!r} is not a language code")
     out = list(lines)
     for k, line in enumerate(out):
         if _LANGUAGE.match(line):

@@ -19,7 +19,8 @@ import re
 import warnings
 from collections.abc import Sequence
 
-from transformer.translate.files.base import TranslatableFile, Unit
+from transformer.errors import UserError
+from transformer.translate.files.base import FileFormatError, TranslatableFile, Unit
 from transformer.translate.warning import TranslationWarning
 
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -42,6 +43,35 @@ def decode_text(data: bytes, name: str, encoding: str = "utf-8") -> tuple[str, b
             f"{name}: line {line}: invalid {encoding} at byte {len(bom) + err.start} ({err.reason}); "
             f"{bad} undecodable byte sequence{'s' if bad != 1 else ''} replaced by U+FFFD"), stacklevel=2)
         return text, bom
+
+
+# Printable ASCII and the line ends: what a declared charset must read and write as ASCII does, so
+# that the markup around the text is found, and copied, as bytes.
+_ASCII_PROBE = "".join(map(chr, range(0x20, 0x7F))) + "\t\n\r"
+
+
+def text_encoding(label: str, where: str) -> str | None:
+    """The Python codec of a charset a file declares (``label``): None when Python knows no
+    codec of that name (the caller reads the file as UTF-8, as a browser would); a
+    ``FileFormatError`` naming ``where`` when the codec is not a text encoding that writes ASCII
+    as ASCII (zlib, base64, rot13, undefined, idna, punycode, UTF-7, UTF-16 without its
+    byte-order mark...)."""
+    try:
+        info = codecs.lookup(label)
+    except LookupError:
+        return None
+    if info.name == "utf-8-sig":  # UTF-8 that skips a byte-order mark: read as UTF-8, which keeps it
+        return "utf-8"
+    try:
+        ascii_bytes = _ASCII_PROBE.encode("ascii")
+        usable = (getattr(info, "_is_text_encoding", True) and _ASCII_PROBE.encode(info.name) == ascii_bytes
+                  and ascii_bytes.decode(info.name) == _ASCII_PROBE)
+    except (LookupError, UnicodeError, TypeError, ValueError):
+        usable = False
+    if not usable:
+        raise FileFormatError(f"{where} declares the charset {label!r}, which is not a text encoding that files are "
+                              "read in (UTF-8, ISO-8859-x, windows-125x, ...)")
+    return info.name
 
 
 def check_count(translations: Sequence[str], units: Sequence[Unit]) -> list[str]:
@@ -88,17 +118,16 @@ _HTML_TAG = re.compile(r"<html(?=[\s/>])[^>]*>", re.IGNORECASE)
 _LANG = re.compile(r"(?<=[\s\"'])lang\s*=\s*(\"[^\"]*\"|'[^']*'|[^\s\"'=<>`]+)", re.IGNORECASE)
 
 
-def _page_encoding(data: bytes) -> str:
+def _page_encoding(data: bytes, name: str) -> str:
     if data.startswith(UTF8_BOM):
         return "utf-8"
     match = _META_CHARSET.search(data[:_PRESCAN_BYTES])
     if match:
-        try:
-            name = codecs.lookup(match.group(1).decode("ascii")).name
-        except (LookupError, UnicodeDecodeError):
+        codec = text_encoding(match.group(1).decode("ascii"), name)
+        if codec is None:
             return "utf-8"
         # Pages that say ASCII or Latin-1 are read as browsers read them: windows-1252.
-        return "cp1252" if name in ("ascii", "latin-1", "iso8859-1") else name
+        return "cp1252" if codec in ("ascii", "latin-1", "iso8859-1") else codec
     return "utf-8"
 
 
@@ -135,7 +164,7 @@ class HtmlFile(TranslatableFile):
 
     @classmethod
     def read(cls, data: bytes, name: str) -> HtmlFile:
-        encoding = _page_encoding(data)
+        encoding = _page_encoding(data, name)
         text, bom = decode_text(data, name, encoding)
         return cls(data, text, bom, encoding)
 
@@ -148,6 +177,6 @@ class HtmlFile(TranslatableFile):
             return self.data
         if target_lang:
             if not re.fullmatch(r"[A-Za-z0-9-]{1,35}", target_lang):
-                raise ValueError(f"target_lang {target_lang!r} is not a language code")
+                raise UserError(f"target_lang {target_lang!r} is not a language code")
             translation = set_html_lang(translation, target_lang)
         return self.bom + translation.encode(self.encoding, errors="xmlcharrefreplace")
