@@ -30,6 +30,8 @@ chosen on.
                                   # a 30-minute CPU run's steps replayed on a GPU (scored there too)
     python benchmarks/multi30k.py --minutes 0.5 --test-sentences 20 --run-dir /tmp/m30k-check --from ../shared/data
                                                                     # a check of the script, not a result
+    python benchmarks/multi30k.py --corpus builtin --src fr --minutes 0.1 --set model.preset=tiny \
+        --peak-sizes 256 --run-dir /tmp/builtin-check           # the same check without a corpus to read
 """
 
 from __future__ import annotations
@@ -186,15 +188,17 @@ def tune_decoding(run_dir: Path, weights: Path, valid: list[tuple[str, str]], be
     return DecodeConfig(strategy="beam", beam_size=best["beam"], alpha=best["alpha"]), grid
 
 
-def machine() -> dict:
-    """What makes runs of different days comparable: the CPU, torch, and today's matmul peak."""
+def machine(peak_sizes: list[int] | None = None) -> dict:
+    """What makes runs of different days comparable: the CPU, torch, and today's matmul peak (of
+    ``peak_sizes`` square products, default :func:`train_step.matmul_peak`'s)."""
     cpu = cpu_model() or platform.processor() or platform.machine()
     print("measuring the matmul peak ...", flush=True)
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     return {"cpu": cpu, "gpu": gpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
             "date": datetime.date.today().isoformat(),
-            "peak_gflops": {"fp32": round(matmul_peak(torch.float32) / 1e9),
-                            "bf16": round(matmul_peak(torch.bfloat16) / 1e9) if fast_bf16("cpu") else None}}
+            "peak_gflops": {"fp32": round(matmul_peak(torch.float32, sizes=peak_sizes) / 1e9),
+                            "bf16": round(matmul_peak(torch.bfloat16, sizes=peak_sizes) / 1e9)
+                            if fast_bf16("cpu") else None}}
 
 
 def milestone_minutes(text: str | None, minutes: float) -> list[float]:
@@ -209,7 +213,7 @@ def run(args: argparse.Namespace) -> dict:
     run_dir = Path(args.run_dir or f"runs/{args.corpus}-{args.src}-{args.tgt}")
     if run_dir.is_dir() and list_checkpoints(run_dir):
         raise SystemExit(f"{run_dir} already holds a run: choose another --run-dir (the benchmark starts from scratch)")
-    info = machine()
+    info = machine(args.peak_sizes)
     print(f"{info['cpu']}, {info['threads']} threads, torch {info['torch']}; matmul peak fp32 "
           f"{info['peak_gflops']['fp32']} GFLOP/s, bf16 {info['peak_gflops']['bf16']} GFLOP/s", flush=True)
     start = time.perf_counter()
@@ -321,7 +325,8 @@ def table(paths: list[Path]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", default="multi30k", choices=("multi30k", "tatoeba"))
+    parser.add_argument("--corpus", default="multi30k", choices=("multi30k", "tatoeba", "builtin"),
+                        help="the corpus (builtin: the generated French-English one, --src fr, for checks)")
     parser.add_argument("--src", default="de")
     parser.add_argument("--tgt", default="en")
     parser.add_argument("--minutes", type=float, default=30.0, help="training time budget")
@@ -351,6 +356,8 @@ def main() -> None:
     parser.add_argument("--valid-sentences", type=int, default=0, help="score only the first N validation sentences")
     parser.add_argument("--test-sentences", type=int, default=0,
                         help="score only the first N test sentences (0: all; fewer are a check, not a result)")
+    parser.add_argument("--peak-sizes", nargs="+", type=int, default=None,
+                        help="sizes of the square matmuls of the recorded peak (default: 2048 3072 4096)")
     parser.add_argument("--table", nargs="+", type=Path, default=None, metavar="BENCHMARK_JSON",
                         help="print the ablation table of these benchmark.json files (the first is the baseline)")
     args = parser.parse_args()

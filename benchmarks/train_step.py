@@ -30,6 +30,12 @@ the device's matmul peak (large square matmuls) in each precision and reports tr
 (6 x matmul parameters x tokens, plus attention) as a share of it; on CUDA the bf16 peak is the
 one the GPU figures are read against.
 
+``ours (compiled)`` reports apart what compiling cost: the host seconds of the warm-up batch that
+compiled (``compile_seconds``), the compilations after the first (``recompiles``: 0 when every
+batch reused the first graph) and whether the compiled graph was still in use at the end
+(``compiled``; false after a fallback to eager, with the reason). The JSON (``--out``) is
+written again after each size and shape, so a run stopped midway keeps what it measured.
+
     python benchmarks/train_step.py --from ../shared/data                  # small and base, ~10 min
     python benchmarks/train_step.py --sizes small --shapes fixed --rounds 2   # a quick look
     python benchmarks/train_step.py --device cuda                          # base and big on a GPU
@@ -142,15 +148,18 @@ def make_step(name: str, model: nn.Module, bf16: bool, device: torch.device):
     return step
 
 
-def build(name: str, cfg: ModelConfig, device: torch.device) -> nn.Module:
+def build(name: str, cfg: ModelConfig, device: torch.device,
+          backend: str = "inductor") -> tuple[nn.Module, cuda.CudaTraining | None]:
+    """The contender's model on ``device``, and for ours on the CUDA path the engine applied to it."""
     torch.manual_seed(0)
     kind = Transformer if name in OURS else {"torch.nn.Transformer": TorchNNTransformer, "Marian": Marian}[name]
     model = kind(cfg).to(device)
+    engine = None
     if name == "ours" and device.type == "cpu":
         accelerate_training(model)  # what the Trainer does on CPU (nothing where the kernels are off)
     elif name in OURS:  # what the Trainer does on CUDA (on a CPU, 'ours (compiled)' only checks that path)
-        cuda.accelerate_training(model, compile=name == "ours (compiled)")
-    return model
+        engine = cuda.accelerate_training(model, compile=name == "ours (compiled)", backend=backend, say=print)
+    return model, engine
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -189,13 +198,15 @@ def cpu_model() -> str | None:
     return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
 
 
-def matmul_peak(dtype: torch.dtype, sizes=(2048, 3072, 4096), repeats: int = 5, trials: int = 3,
+def matmul_peak(dtype: torch.dtype, sizes=None, repeats: int | None = None, trials: int = 3,
                 device: torch.device | str = "cpu") -> float:
     """Best FLOP/s of large square matmuls in ``dtype`` on ``device`` (best of ``trials`` timings per size;
-    on CUDA larger sizes, timed between synchronisations; TF32 as the caller's setting has it)."""
+    by default 2048 to 4096 on a CPU, 4096 to 16384 on CUDA, timed between synchronisations; TF32 as the
+    caller's setting has it)."""
     device = torch.device(device)
-    if device.type == "cuda":
-        sizes, repeats = (4096, 8192, 16384), 20
+    on_cuda = device.type == "cuda"
+    sizes = sizes or ((4096, 8192, 16384) if on_cuda else (2048, 3072, 4096))
+    repeats = repeats or (20 if on_cuda else 5)
     best = 0.0
     for n in sizes:
         a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
@@ -233,7 +244,7 @@ def train_flops(cfg: ModelConfig, batches: list[Batch]) -> float:
 
 # ------------------------------------------------------------------------------------------ main
 def measure(size: str, shape: str, batches: list[Batch], vocab: int, contenders: list[str], rounds: int,
-            peaks: dict[str, float], dtypes: list[str], device: torch.device) -> list[dict]:
+            peaks: dict[str, float], dtypes: list[str], device: torch.device, backend: str = "inductor") -> list[dict]:
     cfg = preset(size, src_vocab_size=vocab)
     tokens = sum(b.n_tgt_tokens for b in batches)
     flops = train_flops(cfg, batches)
@@ -241,11 +252,13 @@ def measure(size: str, shape: str, batches: list[Batch], vocab: int, contenders:
     rows = []
     for dtype in dtypes:
         torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"  # fp32 storage, TF32 matrix products
-        steps = {}
+        steps, engines = {}, {}
         for name in contenders:
-            steps[name] = make_step(name, build(name, cfg, device), dtype == "bf16", device)
+            model, engines[name] = build(name, cfg, device, backend)
+            steps[name] = make_step(name, model, dtype == "bf16", device)
+            run = engines[name].run if engines[name] else (lambda warm_up: warm_up())  # the engine times compiling
             for _ in range(2 if device.type == "cuda" else 1):  # warm-up (on CUDA: compiling, autotuning)
-                steps[name](on_device[0])
+                run(lambda: steps[name](on_device[0]))
         times: dict[str, list[float]] = {name: [] for name in contenders}
         for r in range(rounds):
             order = contenders if r % 2 == 0 else contenders[::-1]
@@ -260,13 +273,22 @@ def measure(size: str, shape: str, batches: list[Batch], vocab: int, contenders:
             sec = statistics.median(times[name])
             rows.append(dict(size=size, shape=shape, dtype=dtype, contender=name, tokens_per_s=tokens / sec,
                              seconds_per_step=sec / len(batches), flops_per_s=flops / sec,
-                             share_of_peak=flops / sec / peaks[dtype], device=device.type))
-        del steps
+                             share_of_peak=flops / sec / peaks[dtype], device=device.type,
+                             **compile_report(engines[name])))
+        del steps, engines
         if device.type == "cuda":
             torch.cuda.empty_cache()
         print_rows([r for r in rows if r["dtype"] == dtype], tokens, len(batches))
     torch.backends.cuda.matmul.allow_tf32 = False
     return rows
+
+
+def compile_report(engine: cuda.CudaTraining | None) -> dict:
+    """What compiling cost a compiled contender: seconds, recompilations, whether the graph stayed in use."""
+    if engine is None or engine.backend is None:
+        return {}
+    return dict(compiled=engine.compiled, compile_seconds=engine.compile_seconds, recompiles=engine.recompiles,
+                compile_failure=engine.failure, compile_backend=engine.backend)
 
 
 def print_rows(rows: list[dict], tokens: int, n_batches: int) -> None:
@@ -281,6 +303,11 @@ def print_rows(rows: list[dict], tokens: int, n_batches: int) -> None:
         ratio = f"{ours['tokens_per_s'] / r['tokens_per_s']:.2f}x" if ours else ""
         print(f"  {r['contender']:<22} {r['tokens_per_s']:>10,.0f} {r['seconds_per_step']:>8.3f} "
               f"{r['flops_per_s'] / 1e9:>9.0f} {r['share_of_peak']:>7.1%} {ratio:>10}")
+    for r in rows:
+        if "compiled" in r:
+            print(f"  {r['contender']}: compiled in {r['compile_seconds']:.1f} s (not in the times above), "
+                  f"{r['recompiles']} recompilation(s), "
+                  + ("the compiled graph in use" if r["compiled"] else f"fell back to eager ({r['compile_failure']})"))
     for mine in (r for r in rows if r["contender"] in OURS):
         if fastest:
             print(f"  {mine['contender']} / fastest peer ({fastest['contender']}): "
@@ -315,6 +342,12 @@ def main() -> None:
     parser.add_argument("--from", dest="data_dir", default=None, help="local copy of Multi30k (e.g. ../shared/data)")
     parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON")
     parser.add_argument("--peak-only", action="store_true", help="measure the matmul peak and stop")
+    parser.add_argument("--peak-sizes", nargs="+", type=int, default=None,
+                        help="sizes of the square matmuls of the peak (default: 2048 3072 4096 on a CPU, "
+                        "4096 8192 16384 on CUDA)")
+    parser.add_argument("--compile-backend", default="inductor",
+                        help="torch.compile backend of 'ours (compiled)' (default inductor; eager or aot_eager check "
+                        "the path quickly)")
     args = parser.parse_args()
     device = torch.device(args.device)
     on_cpu = device.type == "cpu"
@@ -338,7 +371,7 @@ def main() -> None:
     peaks = {}
     for d in dict.fromkeys(dtypes + ([] if on_cpu else ["bf16"])):  # on CUDA the bf16 peak, always
         torch.backends.cuda.matmul.allow_tf32 = d == "tf32"
-        peaks[d] = matmul_peak(dtypes_of[d], device=device)
+        peaks[d] = matmul_peak(dtypes_of[d], device=device, sizes=args.peak_sizes)
     torch.backends.cuda.matmul.allow_tf32 = False
     where = (f"this machine ({torch.get_num_threads()} threads)" if on_cpu else
              f"{torch.cuda.get_device_name(device)} (torch {torch.__version__}, CUDA {torch.version.cuda})")
@@ -358,9 +391,10 @@ def main() -> None:
     rows = []
     for size in sizes:
         for shape, batches in shapes.items():
-            rows += measure(size, shape, batches, vocab, contenders, args.rounds, peaks, dtypes, device)
-    if args.out:
-        args.out.write_text(json.dumps({"peaks": peaks, "device": where, "rows": rows}, indent=2) + "\n")
+            rows += measure(size, shape, batches, vocab, contenders, args.rounds, peaks, dtypes, device,
+                            args.compile_backend)
+            if args.out:  # after each table: a run stopped midway keeps what it measured
+                args.out.write_text(json.dumps({"peaks": peaks, "device": where, "rows": rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -118,6 +118,39 @@ def test_gpu_decoding_agrees_with_the_cpu(trained, sentences, strategy):
             assert a[0].score == pytest.approx(b[0].score, abs=1e-3)
 
 
+@pytest.mark.parametrize("decoding", [DecodeConfig(strategy="greedy", max_len_b=20),
+                                      DecodeConfig(strategy="beam", beam_size=4, max_len_b=20)], ids=["greedy", "beam"])
+def test_gpu_decoding_of_a_small_model_equals_the_cpus(decoding):
+    """The Translator's CUDA plan against the CPU's on a small untrained model whose sentences end at many
+    different steps (no training needed: the GPU check runs this one, tests/test_cuda_decoding.py's model)."""
+    from functools import partial
+
+    from transformer.config import ModelConfig
+    from transformer.corpus.builtin import generate_pairs
+    from transformer.model import Transformer
+    from transformer.text import Vocabularies
+
+    pairs = partial(generate_pairs, written_share=0)
+    vocab = Vocabularies.train(pairs(400, seed=1), vocab_size=400)
+    cfg = ModelConfig(src_vocab_size=vocab.src.vocab_size, tgt_vocab_size=vocab.tgt.vocab_size, d_model=32,
+                      n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2, tie_output=False, output_bias=True)
+    torch.manual_seed(0)
+    model = Transformer(cfg).eval()
+    with torch.no_grad():
+        model.output.bias[vocab.tgt.eos_id] = 0.5  # sentences end at many different steps
+    sentences = [src for src, _ in pairs(60, seed=7)]
+    cpu = Translator(model, vocab, decoding=decoding, device="cpu")
+    want = cpu.translate_n_best(sentences)
+    cpu.close()
+    got = Translator(model, vocab, decoding=decoding, device="cuda").translate_n_best(sentences)
+    assert len({len(h[0].tokens) for h in want}) > 2  # endings at many steps
+    same = [a[0].tokens == b[0].tokens for a, b in zip(want, got)]
+    assert sum(same) >= len(sentences) - 2, same  # fp32 on both: a near-tie may flip, not more
+    for a, b, equal in zip(want, got, same):
+        if equal:
+            assert a[0].score == pytest.approx(b[0].score, abs=1e-3)
+
+
 @pytest.mark.parametrize("decoding", [DecodeConfig(strategy="beam", beam_size=4, n_best=3),
                                       DecodeConfig(strategy="sample", n_best=2, seed=5, top_p=0.9)],
                          ids=["n-best", "sample"])
@@ -233,10 +266,12 @@ def test_device_batches_copy_the_padded_batches_to_the_gpu(tmp_path):
 
 
 def test_compiled_training_follows_eager_training(tmp_path):
-    """train.compile=true (inductor) trains the same run as eager within GPU rounding, without dropout."""
+    """train.compile=true (inductor) trains the same run as eager within GPU rounding, without dropout, from
+    one compilation for every batch shape."""
     same = (*GPU, "model.dropout=0", "train.max_steps=20", "train.precision=fp32")
     eager = train(tmp_path / "eager", *same)
     compiled = train(tmp_path / "compiled", *same, "train.compile=true")
     assert compiled.engine.compiled and compiled.engine.failure is None
+    assert (compiled.engine.compiles, compiled.engine.recompiles) == (1, 0)
     assert losses(tmp_path / "compiled") == pytest.approx(losses(tmp_path / "eager"), rel=2e-3)
     assert not eager.engine.compiled
