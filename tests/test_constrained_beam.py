@@ -22,28 +22,31 @@ def fits(constraint, position, token):
 
 
 def advance(state, token, constraints):
-    """The state ``(met, cur, j)`` after ``token``: continue the constraint in progress, else
-    start the first unmet constraint beginning with ``token`` (progress on another is lost)."""
-    met, cur, j = state
+    """The state ``(met, cur, j, after)`` after ``token``: continue the constraint in progress, else
+    start the first unmet constraint beginning with ``token`` (progress on another is lost);
+    ``after``: the tokens that may not come next (the ``not_after`` of a constraint just met)."""
+    met, cur, j, _ = state
     if j > 0 and fits(constraints[cur], j, token):
         if j + 1 == len(constraints[cur].tokens):
-            return met | {cur}, -1, 0
-        return met, cur, j + 1
+            return met | {cur}, -1, 0, constraints[cur].not_after
+        return met, cur, j + 1, frozenset()
     for c, constraint in enumerate(constraints):
         if c not in met and fits(constraint, 0, token):
-            return (met | {c}, -1, 0) if len(constraint.tokens) == 1 else (met, c, 1)
-    return met, -1, 0
+            if len(constraint.tokens) == 1:
+                return met | {c}, -1, 0, constraint.not_after
+            return met, c, 1, frozenset()
+    return met, -1, 0, frozenset()
 
 
 def bank(state, constraints):
-    met, _, j = state
+    met, _, j, _ = state
     return sum(len(constraints[c].tokens) for c in met) + j
 
 
 def reference(model, src, mask, constraints, *, beam_size, n_best, alpha, max_len):
     """One sentence's ``n_best`` hypotheses as ``(score, log_prob, tokens, shortfall)``, best first."""
     K, total = beam_size, sum(len(c.tokens) for c in constraints)
-    beams = [([], 0.0, (frozenset(), -1, 0))]
+    beams = [([], 0.0, (frozenset(), -1, 0, frozenset()))]
     finished, n_finished = [], 0
     for t in range(max_len):
         candidates = []  # (score, bank, tokens, token, state), beam by beam, token by token
@@ -51,6 +54,8 @@ def reference(model, src, mask, constraints, *, beam_size, n_best, alpha, max_le
             with torch.no_grad():
                 logits = model(src, torch.tensor([[BOS] + tokens]), mask)[0, -1]
             for token, token_log_prob in enumerate(logits.log_softmax(-1).tolist()):
+                if token in state[3]:
+                    continue  # a piece glued onto the term just met
                 new = advance(state, token, constraints)
                 if token == EOS and bank(new, constraints) < total:
                     continue  # </s> only once every constraint is met
@@ -81,7 +86,9 @@ def reference(model, src, mask, constraints, *, beam_size, n_best, alpha, max_le
     return finished
 
 
-CONSTRAINTS = [[[5, 6, 7]], [], [Constraint((9,), endings=(10, 13)), [11, 4]], [Constraint((3, 3), endings=(8,))]]
+GLUE = frozenset({4, 6, 14})  # the tokens that may not follow a term that ends a word
+CONSTRAINTS = [[Constraint((5, 6, 7), not_after=GLUE)], [], [Constraint((9,), endings=(10, 13), not_after=GLUE), [11, 4]],
+               [Constraint((3, 3), endings=(8,))]]
 CHECKED = check_constraints(CONSTRAINTS, 4, eos_id=EOS)
 
 
@@ -162,3 +169,20 @@ def test_sync_every_gives_the_same_constrained_results():
     once = beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, constraints=CONSTRAINTS)
     assert beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, constraints=CONSTRAINTS, sync_every=3) == once
     assert V > 12
+
+
+@pytest.mark.parametrize("seed, term", [(11, 9), (12, 7), (14, 9), (18, 5)])
+def test_a_term_that_ends_a_word_is_not_glued_to_the_next_piece(seed, term):
+    # Unbanned, the best hypothesis writes the term then a piece that goes on with its word ("dark"
+    # then "es": "darkes"); with that piece in not_after it is never right after the term, and the
+    # check that a hypothesis holds the term agrees with the search.
+    model = make_model(seed, eos_bias=1.0)
+    src, mask = make_batch(seed, lengths=(6,))
+    free = beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, constraints=[[[term]]])[0][0].tokens
+    glued = free[free.index(term) + 1]
+    constraint = Constraint((term,), not_after=frozenset({glued}))
+    assert unmet_constraints(free, [constraint]) == (0,)
+    for hyp in beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, n_best=3, constraints=[[constraint]])[0]:
+        assert hyp.unmet == unmet_constraints(hyp.tokens, [constraint])
+        assert hyp.unmet or any(t == term and hyp.tokens[k + 1:k + 2] != [glued] for k, t in enumerate(hyp.tokens))
+    assert beam_search(model, src, mask, bos_id=BOS, eos_id=EOS, n_best=1, constraints=[[constraint]])[0][0].unmet == ()

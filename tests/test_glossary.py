@@ -299,3 +299,63 @@ def test_a_glossary_of_100000_terms(tmp_path):
         assert [term.target for term in glossary.matches(sentence)] == [target], sentence
     assert glossary.terms[54_321] == Term(*entries[54_321], 54_322)
 
+
+
+# ---------------------------------------------------------------------------------------------
+# What a term may hold, and how much a file is read
+
+
+@pytest.mark.parametrize("target", ["c\x00at", "c\x1bat", "c\x7fat", "c\x85at", "c\u2028at", "c\ud800at"])
+def test_control_characters_in_a_term_are_refused(tmp_path, target):
+    with pytest.raises(GlossaryError, match=rf"^glossary: pair 1: the target term .* holds the control character "
+                                            rf"U\+{ord(target[1]):04X}$"):
+        Glossary.from_pairs([("chat", target)])
+    if target[1] not in "\u2028\ud800":  # a file cannot hold a lone surrogate, and U+2028 splits no TSV line
+        assert error_of(tmp_path, f"chat\t{target}\n").startswith(f"{tmp_path / 'terms.tsv'}:1: the target term")
+
+
+def test_a_byte_order_mark_at_a_terms_start_is_stripped():
+    glossary = Glossary.from_pairs([("\ufeffAuftrag", "order\ufeff"), (" \ufeff Vertrag", "contract")])
+    assert glossary.terms == (Term("Auftrag", "order", None), Term("Vertrag", "contract", None))
+    assert sources(glossary, "Der Auftrag und der Vertrag.") == ["Auftrag", "Vertrag"]
+
+
+def test_a_term_longer_than_the_limit_is_refused():
+    from transformer.translate.glossary import MAX_TERM_CHARS
+
+    assert len(Glossary.from_pairs([("a" * MAX_TERM_CHARS, "b")])) == 1
+    with pytest.raises(GlossaryError, match=rf"^glossary: pair 1: the source term is 1,001 characters, more than "
+                                            rf"{MAX_TERM_CHARS:,}$"):
+        Glossary.from_pairs([("a" * (MAX_TERM_CHARS + 1), "b")])
+
+
+def test_one_huge_line_is_refused_after_reading_no_more_than_a_line(tmp_path):
+    import tracemalloc
+
+    from transformer.translate import glossary as module
+
+    path = write(tmp_path, "Auftrag\torder\n" + "x" * 20_000_000 + "\tb\n")
+    tracemalloc.start()
+    try:
+        with pytest.raises(GlossaryError, match=rf"terms\.tsv:2: a line of more than {module._MAX_LINE_BYTES:,} bytes"):
+            Glossary.load(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2_000_000  # a line at a time, not the file's 20 MB
+
+
+def test_only_a_regular_file_of_a_bounded_size_is_read(tmp_path, monkeypatch):
+    import os
+
+    from transformer.translate import glossary as module
+
+    fifo = tmp_path / "fifo.tsv"
+    os.mkfifo(fifo)
+    with pytest.raises(GlossaryError, match="is not a regular file .a FIFO."):
+        Glossary.load(fifo)
+    with pytest.raises(GlossaryError, match="is not a regular file .a character device."):
+        Glossary.load("/dev/zero")
+    monkeypatch.setattr(module, "MAX_GLOSSARY_BYTES", 100)
+    with pytest.raises(GlossaryError, match=r"terms\.tsv: 140 bytes, more than the 100 a glossary file may have$"):
+        Glossary.load(write(tmp_path, "Auftrag\torder\n" * 10))

@@ -204,3 +204,27 @@ def test_evaluate_takes_a_glossary(run_dir, tmp_path):
                "--output", out, "--threads", 1)
     assert done.returncode == 0, done.stderr
     assert "kitty cat" in out.read_text(encoding="utf-8").splitlines()[0]
+
+
+def test_a_term_ends_its_word_in_the_translation(run_dir):
+    # The constraint of a term ending in a letter bans the pieces that would go on with its last
+    # word (no "▁" mark: "dark" + "es" is "darkes"); a term ending in punctuation, or in a script
+    # written without spaces, bans nothing.
+    import re
+
+    from transformer.translate.glossary import Term
+
+    t = translator(run_dir)
+    pieces = t.vocab.tgt.pieces(list(range(t.vocab.tgt.vocab_size)))
+    constraint = t._term_tokens(Term("chat", "dark"))
+    assert constraint.not_after and all(not pieces[i].startswith("\u2581") and pieces[i][:1].isalnum()
+                                        for i in constraint.not_after if not pieces[i].startswith("<0x"))
+    assert {i for i, p in enumerate(pieces) if re.fullmatch(r"[a-z]+", p)} <= constraint.not_after
+    assert t._term_tokens(Term("chat", "C++")).not_after == frozenset()
+    assert t._term_tokens(Term("chat", "北京")).not_after == frozenset()
+    terms = {"chat": "dark", "chien": "TABLEX", "pomme": "ab"}
+    for sentence, hyps in zip(SENTENCES, t.translate_n_best(SENTENCES, glossary=terms)):
+        text = t.vocab.tgt.decode(hyps[0].tokens)
+        for source, target in terms.items():
+            if source in sentence and not hyps[0].unmet:
+                assert re.search(rf"(?<!\w){target}(?!\w)", text), (target, text)

@@ -45,7 +45,7 @@ class RunFileError(UserError):
 
 
 @contextmanager
-def _open_regular(path: Path, *, missing: str) -> Iterator[tuple[BinaryIO, os.stat_result]]:
+def open_regular(path: Path, *, missing: str) -> Iterator[tuple[BinaryIO, os.stat_result]]:
     """``path`` opened for reading with its ``fstat``, after checking that it is a regular file (a
     symbolic link to one is fine). FileNotFoundError(``missing``) when it does not exist."""
     try:
@@ -66,7 +66,7 @@ def read_bytes(path: str | os.PathLike[str], *, limit: int) -> bytes:
     """The contents of ``path``, which must be a regular file (a symbolic link to one is fine) of at
     most ``limit`` bytes. FileNotFoundError when it does not exist; RunFileError otherwise."""
     path = Path(path)
-    with _open_regular(path, missing=f"{path} not found") as (f, info):
+    with open_regular(path, missing=f"{path} not found") as (f, info):
         if info.st_size > limit:
             raise RunFileError(f"{path} is {info.st_size:,} bytes, more than the {limit:,} such a file may have")
         data = f.read(limit + 1)
@@ -107,7 +107,7 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> dict[str, tuple[str
     """``{name: (dtype, shape)}`` from a safetensors file's header, checked to describe tensors that
     lie inside the file; no tensor is read. FileNotFoundError when missing; RunFileError otherwise."""
     path = Path(path)
-    with _open_regular(path, missing=f"weights file not found: {path}") as (f, info):
+    with open_regular(path, missing=f"weights file not found: {path}") as (f, info):
         prefix = f.read(8)
         if len(prefix) < 8:
             raise RunFileError(f"{path} {UNREADABLE}: {len(prefix)} bytes, shorter than its header")

@@ -9,6 +9,11 @@ Hu et al. (2019) describe:
   subword vocabulary often holds a word with punctuation attached (``▁building.``) beside the
   word alone (``▁building``), and the model writing the first has written the term
   (``Constraint.endings``).
+* **Word ends.** A constraint may name tokens that may not come right after it
+  (``Constraint.not_after``): the pieces that would go on with its last word (``es`` after
+  ``▁dark``: "darkes"), so that a term ends a word. The step after a beam meets such a
+  constraint, those tokens are not candidates of that beam; an occurrence followed by one does
+  not count as the constraint met (:func:`unmet_constraints`).
 * **State.** Each beam knows which of its sentence's constraints it has met and how far it is
   into the one it is producing (``cur``, ``j``: the constraint and the tokens of it produced so
   far). A token that continues that constraint advances it; any other token abandons it (the
@@ -38,7 +43,7 @@ L tokens per constraint (padded), P candidates per row, V vocabulary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
@@ -50,10 +55,13 @@ from transformer.errors import UserError
 @dataclass(frozen=True)
 class Constraint:
     """Token ids an output must contain, in order and contiguous; ``endings``: other tokens that
-    may stand for the last one (the last piece with punctuation attached)."""
+    may stand for the last one (the last piece with punctuation attached); ``not_after``: tokens
+    that may not follow it (those that would glue a piece onto its last word). Constraints of one
+    vocabulary share one ``not_after`` set, which the search turns into one mask."""
 
     tokens: tuple[int, ...]
     endings: tuple[int, ...] = ()
+    not_after: frozenset[int] = field(default=frozenset(), compare=False)
 
 
 Constraints = Sequence[Sequence[Sequence[int] | Constraint]]  # per sentence, its constraints
@@ -88,9 +96,10 @@ def unmet_constraints(tokens: Sequence[int], constraints: Sequence[Constraint]) 
     text = list(tokens)
     missing = []
     for c, need in enumerate(constraints):
-        head, last = list(need.tokens[:-1]), {need.tokens[-1], *need.endings}
-        if not any(text[i : i + len(head)] == head and text[i + len(head)] in last
-                   for i in range(len(text) - len(head))):
+        head, last, n = list(need.tokens[:-1]), {need.tokens[-1], *need.endings}, len(need.tokens)
+        if not any(text[i : i + n - 1] == head and text[i + n - 1] in last
+                   and (i + n == len(text) or text[i + n] not in need.not_after)
+                   for i in range(len(text) - n + 1)):
             missing.append(c)
     return tuple(missing)
 
@@ -102,9 +111,10 @@ class RowStates:
     met: Tensor  # (N, M) bool; a padding constraint counts as met
     cur: Tensor  # (N,) the constraint in progress (meaningful where j > 0)
     j: Tensor  # (N,) its tokens produced so far; 0 = none in progress
+    after: Tensor  # (N,) the set of tokens the next one may not be (0: none): the last token met a constraint
 
     def select(self, index: Tensor) -> RowStates:
-        return RowStates(self.met[index], self.cur[index], self.j[index])
+        return RowStates(self.met[index], self.cur[index], self.j[index], self.after[index])
 
 
 class ConstraintSet:
@@ -123,22 +133,36 @@ class ConstraintSet:
         self.tokens = torch.full((n, max(M, 1), L), -1, dtype=torch.long)  # (n, M, L); -1 = padding
         self.endings = torch.full((n, max(M, 1), A), -1, dtype=torch.long)  # (n, M, A): the last token or another
         self.length = torch.zeros(n, max(M, 1), dtype=torch.long)  # (n, M); 0 = no constraint
+        # Each distinct not_after set once (index 0: the empty one), and the index of each constraint's.
+        self._not_after: list[frozenset[int]] = [frozenset()]
+        sets: dict[int, int] = {}
+        self.banned_after = torch.zeros(n, max(M, 1), dtype=torch.long)  # (n, M)
         for b, sentence in enumerate(constraints):
             for c, constraint in enumerate(sentence):
                 self.tokens[b, c, : len(constraint.tokens)] = torch.tensor(constraint.tokens)
                 ends = (constraint.tokens[-1], *constraint.endings)
                 self.endings[b, c, : len(ends)] = torch.tensor(ends)
                 self.length[b, c] = len(constraint.tokens)
+                if constraint.not_after:
+                    key = id(constraint.not_after)
+                    if key not in sets:
+                        sets[key] = len(self._not_after)
+                        self._not_after.append(constraint.not_after)
+                    self.banned_after[b, c] = sets[key]
         self.tokens, self.endings, self.length = self.tokens.to(device), self.endings.to(device), self.length.to(device)
+        self.banned_after = self.banned_after.to(device)
+        self._ban_table: Tensor | None = None  # (sets, V) bool, made when V is known
         self.total = self.length.sum(dim=1)  # (n,) constraint tokens a finished hypothesis holds
         self.constrained = self.total > 0  # (n,)
         self.states = RowStates(met=self.length == 0, cur=torch.zeros(n, dtype=torch.long, device=device),
-                                j=torch.zeros(n, dtype=torch.long, device=device))
+                                j=torch.zeros(n, dtype=torch.long, device=device),
+                                after=torch.zeros(n, dtype=torch.long, device=device))
 
     def rows(self, index: Tensor, beams: int) -> None:
         """Keep the sentences ``index`` (of the current ones, each with ``beams`` rows)."""
         self.tokens, self.endings, self.length = self.tokens[index], self.endings[index], self.length[index]
         self.total, self.constrained = self.total[index], self.constrained[index]
+        self.banned_after = self.banned_after[index]
         rows = (index.unsqueeze(1) * beams + torch.arange(beams, device=index.device)).flatten()
         self.states = self.states.select(rows)
 
@@ -180,19 +204,32 @@ class ConstraintSet:
         states, bank = self._advance(sentence, ids)  # per candidate, (N, P)
         total = self.total[sentence].unsqueeze(1)  # (N, 1)
         scores = scores.masked_fill((ids == eos_id) & (bank < total), -torch.inf)  # </s> only with all met
+        if len(self._not_after) > 1:  # a term just met ends its word: no piece glued onto it
+            scores = scores.masked_fill(self._banned(V, device)[self.states.after.unsqueeze(1), ids], -torch.inf)
         P = ids.shape[1]
         scores, ids, bank = scores.view(n, k * P), ids.view(n, k * P), bank.view(n, k * P)
         chosen = _round_robin(scores, bank, self.total, count)  # (n, count)
         parents = chosen // P + (torch.arange(n, device=device) * k).unsqueeze(1)
         flat = (parents * P + chosen % P).flatten()  # candidate index in (N * P)
         picked = RowStates(states.met.reshape(N * P, -1)[flat], states.cur.reshape(-1)[flat],
-                           states.j.reshape(-1)[flat])
+                           states.j.reshape(-1)[flat], states.after.reshape(-1)[flat])
         shortfall = self.total.unsqueeze(1) - bank.gather(1, chosen)
         return scores.gather(1, chosen), ids.gather(1, chosen), parents, picked, shortfall
 
     def follow(self, states: RowStates) -> None:
         """The new rows' states (one per open beam, sentence by sentence)."""
         self.states = states
+
+    def _banned(self, V: int, device: torch.device) -> Tensor:
+        """``(sets, V)``: which tokens each ``not_after`` set holds (row 0: none)."""
+        if self._ban_table is None:
+            table = torch.zeros(len(self._not_after), V, dtype=torch.bool)
+            for k, tokens in enumerate(self._not_after):
+                ids = [t for t in tokens if 0 <= t < V]
+                if ids:
+                    table[k, torch.tensor(ids)] = True
+            self._ban_table = table.to(device)
+        return self._ban_table
 
     def _forced_tokens(self, sentence: Tensor) -> Tensor:
         """``(N, A (1 + M))``: each row's next token of the constraint in progress (or, where that
@@ -240,7 +277,9 @@ class ConstraintSet:
                         torch.where(has_start & (start_length > 1), 1, 0))
         cur = torch.where(continuing, s.cur.unsqueeze(1), first)
         bank = (met * length.unsqueeze(1)).sum(dim=2) + j  # (N, P)
-        return RowStates(met, cur, j), bank
+        banned_after = self.banned_after[sentence]  # (N, M)
+        after = torch.where(met_now >= 0, banned_after.gather(1, met_now.clamp(min=0)), 0)  # (N, P)
+        return RowStates(met, cur, j, after), bank
 
 
 def _round_robin(scores: Tensor, bank: Tensor, total: Tensor, count: int) -> Tensor:

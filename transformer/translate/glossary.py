@@ -4,11 +4,17 @@ from a file, and found in source sentences.
 The file
     UTF-8 (a byte-order mark at its start is allowed), one ``source<TAB>target`` pair per line.
     Blank lines and lines whose first non-blank character is ``#`` are skipped (so a source term
-    cannot start with ``#``). The whitespace around each column is stripped, and CRLF line ends
-    work. A line with another number of tab-separated columns, an empty source or target, bytes
-    that are not UTF-8, or a source term already given with a different target is refused with a
-    ``GlossaryError`` naming the file and the line (``terms.tsv:7: ...``). The same pair given
-    twice is kept once. A glossary with no terms is allowed and changes nothing.
+    cannot start with ``#``). The whitespace around each column is stripped (and a byte-order
+    mark at a term's start or end), and CRLF line ends work. A line with another number of
+    tab-separated columns, an empty source or target, a term of more than ``MAX_TERM_CHARS``
+    (1,000) characters or holding a control character (U+0000 to U+001F, U+007F to U+009F, the
+    line and paragraph separators, a lone surrogate), bytes that are not UTF-8, or a source term
+    already given with a different target is refused with a ``GlossaryError`` naming the file
+    and the line (``terms.tsv:7: ...``). The file must be a regular file of at most
+    ``MAX_GLOSSARY_BYTES`` (64 MiB), read a line at a time (a line over the longest two terms
+    can take is refused as soon as it is read). The same pair given twice is kept once. A
+    glossary with no terms is allowed and changes nothing. Pairs given in code
+    (``Glossary.from_pairs``, what the server takes) follow the same rules.
 
 Matching the source side
     Source terms are found in the sentence case-insensitively: both are compared after NFKC
@@ -47,12 +53,23 @@ import os
 import re
 import unicodedata
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterable, Iterator, Mapping
 
 from transformer.errors import UserError
+from transformer.run_files import RunFileError, open_regular
 
 UTF8_BOM = b"\xef\xbb\xbf"
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+MAX_GLOSSARY_BYTES = 64 << 20
+"""The largest glossary file read (64 MiB: about two million terms)."""
+MAX_TERM_CHARS = 1000
+"""The most characters a source or target term may have."""
+# A line's bytes: two terms of MAX_TERM_CHARS characters of up to 4 bytes, a tab, and room for the
+# whitespace around them.
+_MAX_LINE_BYTES = 8 * MAX_TERM_CHARS + 1024
+# What a term may not hold: control characters, the line and paragraph separators, lone surrogates.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 
 class GlossaryError(UserError):
@@ -109,6 +126,13 @@ def _patterns() -> tuple[re.Pattern, re.Pattern]:
     return re.compile(rf"[{_UNSPACED}]{marks_class}*|{word}+|\S"), re.compile(word)
 
 
+def word_character(char: str) -> bool:
+    """Whether ``char`` is a word character as terms are matched: a letter, digit or combining
+    mark of a script written with spaces between words, or the underscore (a term next to one is
+    not a whole word)."""
+    return bool(_patterns()[1].fullmatch(char))
+
+
 def _canonical(text: str) -> str:
     """``text`` folded, with each run of whitespace made one space and none at the ends: a source
     term's key, and the sentence it is looked for in, so that any whitespace matches its spaces."""
@@ -135,6 +159,8 @@ class Glossary:
         first_token = _patterns()[0].match
         by_key: dict[str, int] = {}
         for term in terms:
+            for side, value in (("source", term.source), ("target", term.target)):
+                _check_term(value, side, self._where(term))
             key = _canonical(term.source)
             if not (key and term.target):
                 raise GlossaryError(f"{self._where(term)}: empty {'target' if key else 'source'} term")
@@ -175,19 +201,24 @@ class Glossary:
             The glossary, named by ``path`` as given.
 
         Raises:
-            GlossaryError: the file cannot be read, or a line breaks a rule (the message names it).
+            GlossaryError: the file cannot be read (missing, not a regular file, over
+                ``MAX_GLOSSARY_BYTES``), or a line breaks a rule (the message names it).
         """
         name = os.fspath(path)
+        if Path(path).is_dir():
+            raise GlossaryError(f"{name}: is a directory, not a glossary file")
         try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            raise GlossaryError(f"{name}: no such glossary file") from None
-        except IsADirectoryError:
-            raise GlossaryError(f"{name}: is a directory, not a glossary file") from None
+            with open_regular(Path(path), missing=f"{name}: no such glossary file") as (f, info):
+                if info.st_size > MAX_GLOSSARY_BYTES:
+                    raise GlossaryError(f"{name}: {info.st_size:,} bytes, more than the {MAX_GLOSSARY_BYTES:,} a "
+                                        "glossary file may have")
+                return cls(_read_lines(f, name), name=name)
+        except FileNotFoundError as error:
+            raise GlossaryError(str(error)) from None
+        except RunFileError as error:  # not a regular file (a FIFO, a device), or unreadable
+            raise GlossaryError(str(error)) from None
         except OSError as error:
             raise GlossaryError(f"{name}: cannot read the glossary file: {error.strerror or error}") from None
-        return cls(_read_lines(data, name), name=name)
 
     @classmethod
     def from_pairs(cls, pairs: Iterable[tuple[str, str]] | Mapping[str, str], *,
@@ -297,18 +328,26 @@ class Glossary:
                                     f"longer than {what} ({limit})")
 
 
-def _read_lines(data: bytes, name: str) -> Iterator[Term]:
-    """The terms of a glossary file's bytes."""
-    if data.startswith(UTF8_BOM):
-        data = data[len(UTF8_BOM):]
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        hint = (" (it starts with a UTF-16 byte-order mark: convert it with iconv -f UTF-16 -t UTF-8)"
-                if data.startswith(UTF16_BOMS) else "")
-        raise GlossaryError(f"{name}:{line}: not valid UTF-8{hint}") from None
-    for number, line in enumerate(text.split("\n"), 1):
+def _read_lines(f: BinaryIO, name: str) -> Iterator[Term]:
+    """The terms of a glossary file, read a line at a time (a line past ``_MAX_LINE_BYTES``, or a
+    file growing past ``MAX_GLOSSARY_BYTES`` as it is read, refused there)."""
+    number = size = 0
+    while raw := f.readline(_MAX_LINE_BYTES + 1):
+        number += 1
+        size += len(raw)
+        if len(raw) > _MAX_LINE_BYTES:
+            raise GlossaryError(f"{name}:{number}: a line of more than {_MAX_LINE_BYTES:,} bytes (terms have at most "
+                                f"{MAX_TERM_CHARS:,} characters)")
+        if size > MAX_GLOSSARY_BYTES:
+            raise GlossaryError(f"{name}: more than the {MAX_GLOSSARY_BYTES:,} bytes a glossary file may have")
+        if number == 1 and raw.startswith(UTF8_BOM):
+            raw = raw[len(UTF8_BOM):]
+        try:
+            line = raw.decode("utf-8").removesuffix("\n")
+        except UnicodeDecodeError:
+            hint = (" (it starts with a UTF-16 byte-order mark: convert it with iconv -f UTF-16 -t UTF-8)"
+                    if number == 1 and raw.startswith(UTF16_BOMS) else "")
+            raise GlossaryError(f"{name}:{number}: not valid UTF-8{hint}") from None
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
@@ -316,9 +355,8 @@ def _read_lines(data: bytes, name: str) -> Iterator[Term]:
         if len(columns) != 2:
             raise GlossaryError(
                 f"{name}:{number}: expected 2 tab-separated columns (source, target), found {len(columns)}")
-        source, target = columns[0].strip(), columns[1].strip()
-        if not (source and target):
-            _check_sides(source, target, f"{name}:{number}")
+        source, target = _stripped(columns[0]), _stripped(columns[1])
+        _check_sides(source, target, f"{name}:{number}")
         yield Term(source, target, number)
 
 
@@ -336,7 +374,7 @@ def _checked_pairs(items: Iterable, name: str) -> Iterator[Term]:
                 raise GlossaryError(f"{where}: the {side} term is a {type(value).__name__}, not a string")
             if _BREAKS.search(value):
                 raise GlossaryError(f"{where}: the {side} term {value!r} holds a tab or a line break")
-        source, target = (value.strip() for value in pair)
+        source, target = (_stripped(value) for value in pair)
         _check_sides(source, target, where)
         yield Term(source, target, None)
 
@@ -345,8 +383,25 @@ def _checked_pairs(items: Iterable, name: str) -> Iterator[Term]:
 _BREAKS = re.compile("[\t\n\r]")
 
 
+def _stripped(term: str) -> str:
+    """A term without the whitespace and byte-order marks around it (a spreadsheet or a web form
+    may leave a U+FEFF at a term's start, which would keep it from ever matching)."""
+    return term.strip().strip("\ufeff").strip()
+
+
+def _check_term(value: str, side: str, where: str) -> None:
+    """Refuse a term that is too long or holds a control character."""
+    if len(value) > MAX_TERM_CHARS:
+        raise GlossaryError(f"{where}: the {side} term is {len(value):,} characters, more than {MAX_TERM_CHARS:,}")
+    control = _CONTROL.search(value)
+    if control:
+        raise GlossaryError(f"{where}: the {side} term {value!r} holds the control character "
+                            f"U+{ord(control.group()):04X}")
+
+
 def _check_sides(source: str, target: str, where: str) -> None:
-    """Refuse an empty source or target term."""
+    """Refuse an empty source or target term, one too long, one with a control character."""
     for side, value in (("source", source), ("target", target)):
         if not value:
             raise GlossaryError(f"{where}: empty {side} term")
+        _check_term(value, side, where)

@@ -83,6 +83,7 @@ GROUP_PADDING = 1.15
 GROUP_MIN_TOKENS = 256
 GROUP_MIN_SAVING = 2048
 _TRAILING_PUNCTUATION = re.compile(r"[^\w\u2581]+$")  # what may follow a term's last piece in the same token
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # a byte-fallback token
 
 
 class Translator:
@@ -146,6 +147,7 @@ class Translator:
         self.src_lang, self.tgt_lang = src_lang, tgt_lang  # language codes, e.g. for sentence splitting
         self.calibration = calibration  # maps a translation's features to its confidence (None: no confidence)
         self._endings: dict[str, list[int]] | None = None  # a piece -> the pieces that are it + punctuation
+        self._word_pieces: frozenset[int] | None = None  # the pieces that go on with the word before them
 
     @property
     def quantize(self) -> str | None:
@@ -217,9 +219,10 @@ class Translator:
 
         ``glossary``: terms to enforce (``translate``). The target side of every term found in a
         text becomes a constraint of beam search (greedy search and sampling refuse a glossary
-        that applies); one the search cannot meet within the text's length limit is named in
-        ``Hypothesis.unmet`` (indices into ``glossary_terms(texts)[i]``; ``translate`` and the
-        document functions turn them into a ``TermWarning``).
+        that applies); one the search cannot meet within the text's length limit, or that the
+        detokenized translation does not hold as a whole word, is named in ``Hypothesis.unmet``
+        (indices into ``glossary_terms(texts)[i]``; ``translate`` and the document functions turn
+        them into a ``TermWarning``).
         ``confidence``: set ``Hypothesis.confidence`` from the run's calibration (None without
         one); it costs one teacher-forced pass over the outputs."""
         if isinstance(texts, (str, bytes)):
@@ -239,7 +242,31 @@ class Translator:
             found = self._decode_batch([src_ids[i] for i in batch], [constraints[i] for i in batch], confidence)
             for i, hyps in zip(batch, found):
                 results[i] = hyps
+                if terms[i]:
+                    for hyp in hyps:
+                        hyp.unmet = self._unmet_in_text(hyp, terms[i])
         return results
+
+    def _unmet_in_text(self, hypothesis: Hypothesis, terms: Sequence[Term]) -> tuple[int, ...]:
+        """``hypothesis.unmet`` with the terms its detokenized text does not hold as a whole word
+        (a token sequence can hold a term's tokens while the text does not: a piece after it that
+        goes on with its word, byte tokens that together are not UTF-8)."""
+        from transformer.translate.glossary import word_character
+
+        text = self.vocab.tgt.decode(hypothesis.tokens)
+        unmet = set(hypothesis.unmet)
+        for c, term in enumerate(terms):
+            written = self.vocab.tgt.decode(self._term_tokens_of(term.target)).strip()  # as the decoder writes it
+            at = text.find(written)
+            while at >= 0 and written:
+                end = at + len(written)
+                if not ((at > 0 and word_character(text[at - 1]) and word_character(written[0]))
+                        or (end < len(text) and word_character(text[end]) and word_character(written[-1]))):
+                    break
+                at = text.find(written, at + 1)
+            if at < 0 or not written:
+                unmet.add(c)
+        return tuple(sorted(unmet))
 
     def glossary_terms(self, texts: Sequence[str], glossary: GlossaryLike | None) -> list[list[Term]]:
         """The glossary's terms found in each text (``Glossary.matches``), in input order; a term
@@ -272,7 +299,11 @@ class Translator:
 
     def _term_tokens(self, term: Term) -> Constraint:
         """A term's constraint: its target's tokens, the last of which may also be written with
-        punctuation attached (a vocabulary holding ``▁building.`` writes "building." so)."""
+        punctuation attached (a vocabulary holding ``▁building.`` writes "building." so); where the
+        term ends with a word character and the vocabulary marks word starts (``▁``), the pieces
+        that would go on with its last word may not follow it ("dark" never becomes "darkes")."""
+        from transformer.translate.glossary import word_character
+
         tokens = self._term_tokens_of(term.target)
         if self._endings is None:
             tgt = self.vocab.tgt
@@ -282,8 +313,36 @@ class Translator:
                 word = _TRAILING_PUNCTUATION.sub("", piece)
                 if word and word != piece and i not in special:
                     self._endings.setdefault(word, []).append(i)
-        last = self.vocab.tgt.pieces(tokens[-1:])[0] if tokens else ""
-        return Constraint(tuple(tokens), tuple(self._endings.get(last, ())))
+        pieces = self.vocab.tgt.pieces(tokens) if tokens else []
+        ends_a_word = bool(pieces) and pieces[0].startswith("\u2581") and word_character(term.target[-1])
+        not_after = self._continuations() if ends_a_word else frozenset()
+        return Constraint(tuple(tokens), tuple(self._endings.get(pieces[-1] if pieces else "", ())), not_after)
+
+    def _continuations(self) -> frozenset[int]:
+        """The target pieces that go on with the word before them: no word-start mark (``▁``), and
+        a word character first; of the byte tokens, the ASCII letters and digits, the bytes that
+        continue a character (which would also turn a term written in byte tokens into U+FFFD) and
+        those that start a letter of two bytes (U+00C0 to U+07FF). One set, shared by every term's
+        constraint."""
+        from transformer.translate.glossary import word_character
+
+        if self._word_pieces is None:
+            tgt = self.vocab.tgt
+            special = set(tgt.special_ids.values())
+            found = set()
+            for i, piece in enumerate(tgt.pieces(list(range(tgt.vocab_size)))):
+                byte = _BYTE_PIECE.fullmatch(piece)
+                if i in special or not piece:
+                    continue
+                if byte is None:
+                    glued = word_character(piece[0])
+                else:  # an ASCII letter or digit; or a byte that cannot start a character, or starts a letter
+                    value = int(byte.group(1), 16)
+                    glued = word_character(chr(value)) if value < 0x80 else not (value == 0xC2 or 0xE0 <= value <= 0xF4)
+                if glued:
+                    found.add(i)
+            self._word_pieces = frozenset(found)
+        return self._word_pieces
 
     def _term_tokens_of(self, target: str) -> list[int]:
         """A term's target side as the decoder writes it inside a sentence (no ``</s>``)."""
