@@ -19,6 +19,11 @@ import re
 _MARKUP = re.compile(r"<code>[^<]*</code>|<[^<>]*>")
 
 
+class MarkupMismatch(ValueError):
+    """A translated fragment whose tags are not its source's, once each and in order (the model
+    dropped, added or moved one): its unit is kept untranslated, with a warning."""
+
+
 class Fragment:
     """Text and markup, in source order (see the module doc)."""
 
@@ -64,18 +69,18 @@ class Fragment:
         with the tag that stood for it in the fragment (``"<br>"``, ``"<b>"``...).
 
         Raises:
-            ValueError: the translation does not hold this fragment's tags once each, in order.
+            MarkupMismatch: the translation does not hold this fragment's tags once each, in order.
         """
         pieces: list[tuple[str, str]] = []
         position, k = 0, 0
         for match in _MARKUP.finditer(translated):
             if k >= len(self._markup) or match.group() != self._markup[k][0]:
-                raise ValueError(f"the translation's markup differs from its source's at {match.group()!r}")
+                raise MarkupMismatch(f"the translation's markup differs from its source's at {match.group()!r}")
             pieces.append((html.unescape(translated[position:match.start()]), ""))
             pieces.append((self._markup[k][1], match.group()))
             position, k = match.end(), k + 1
         if k != len(self._markup):
-            raise ValueError(f"the translation holds {k} of its source's {len(self._markup)} tags")
+            raise MarkupMismatch(f"the translation holds {k} of its source's {len(self._markup)} tags")
         pieces.append((html.unescape(translated[position:]), ""))
         return [p for p in pieces if p[0]]
 

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from transformer.translate.files.base import FileFormatError, TranslatableFile, Unit
-from transformer.translate.files.inline import Fragment, join_lines
+from transformer.translate.files.inline import Fragment, MarkupMismatch, join_lines
 from transformer.translate.files.srt import split_lines
 from transformer.translate.files.text import check_count, decode_text
 from transformer.translate.warning import TranslationWarning
@@ -155,7 +155,7 @@ class MarkdownFile(TranslatableFile):
                 continue
             try:
                 pieces = block.fragment.restore(translation)
-            except ValueError as err:
+            except MarkupMismatch as err:
                 warnings.warn(TranslationWarning(f"{self.name}: line {block.line + 1}: kept untranslated ({err})"),
                               stacklevel=2)
                 continue

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from transformer.translate.files.base import FileFormatError, TranslatableFile, Unit
-from transformer.translate.files.inline import Fragment, join_lines
+from transformer.translate.files.inline import Fragment, MarkupMismatch, join_lines
 from transformer.translate.files.text import check_count, decode_text
 from transformer.translate.warning import TranslationWarning
 
@@ -130,7 +130,7 @@ class SrtFile(TranslatableFile):
                 continue
             try:
                 pieces = cue.fragment.restore(translation)
-            except ValueError as err:
+            except MarkupMismatch as err:
                 warnings.warn(TranslationWarning(f"{self.name}: {unit.where}: kept untranslated ({err})"),
                               stacklevel=2)
                 continue
