@@ -22,8 +22,8 @@ because of the compiler, and ``engine.compiled`` is true only while the compiled
 A batch whose backward pass failed to compile is run again eagerly (``engine.run``).
 
 ``engine.compiles`` counts the calls that compiled a graph (1 when the shapes never recompile),
-``engine.compile_seconds`` the host time of the batches that compiled: the trainer keeps it out
-of ``train.time_limit``.
+``engine.compile_seconds`` the host time of the batches that compiled (``engine.run`` says each
+one's): the trainer keeps it out of ``train.time_limit``.
 """
 
 from __future__ import annotations
@@ -73,21 +73,21 @@ class CudaTraining:
             return batch_step()
         graphs, start = _graphs_compiled(), time.perf_counter()
         try:
-            return batch_step()
+            result = batch_step()
         except Exception as err:
             if not self.compiled or not (_compiler_failure(err) or _in_compiled_backward(err)):
                 raise
             self._fall_back(err)
-        finally:
+        else:
             if _graphs_compiled() != graphs:
-                self.compile_seconds += time.perf_counter() - start
+                seconds = time.perf_counter() - start
+                self.compile_seconds += seconds
+                self._say(f"torch.compile: compiled the training step in {seconds:.1f} s" if self.recompiles == 0 else
+                          f"torch.compile: recompiled for a new batch shape in {seconds:.1f} s ({self.recompiles} "
+                          "recompilation(s) so far)")
+            return result
+        self.compile_seconds += time.perf_counter() - start  # the failed compilation's time too
         return batch_step()
-
-    def _compiled_once_more(self, seconds: float) -> None:
-        self.compiles += 1
-        if self.compiles > 1:  # the first compilation is expected; a later one is news
-            self._say(f"torch.compile: recompiled for a new batch shape ({self.recompiles} recompilation(s) so far, "
-                      f"{seconds:.1f} s)")
 
     def _fall_back(self, err: BaseException) -> None:
         self.undo()
@@ -123,7 +123,7 @@ def _with_fallback(compiled: Callable[..., Any], model: nn.Module, engine: CudaT
             if isinstance(x, torch.Tensor) and x.dim() >= 2:
                 torch._dynamo.maybe_mark_dynamic(x, 0)
                 torch._dynamo.maybe_mark_dynamic(x, 1)
-        graphs, start = _graphs_compiled(), time.perf_counter()
+        graphs = _graphs_compiled()
         try:
             with _fail_on_recompile_limit():
                 return compiled(*args, **kwargs)
@@ -134,7 +134,7 @@ def _with_fallback(compiled: Callable[..., Any], model: nn.Module, engine: CudaT
             return model._call_impl(*args, **kwargs)
         finally:
             if _graphs_compiled() != graphs:
-                engine._compiled_once_more(time.perf_counter() - start)
+                engine.compiles += 1
     return call
 
 
