@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 from typing import TYPE_CHECKING
 
+from transformer.errors import UserError
 from transformer.translate.document import _translate_sentences
 from transformer.translate.segment import segment_text
 
@@ -93,11 +94,11 @@ def translate_alternatives(translator: Translator, texts: Iterable[str], n: int,
         if not isinstance(text, str):
             raise TypeError(f"text {i + 1} is {type(text).__name__}, not str")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an integer >= 1 (the most translations per text), got {n!r}")
+        raise UserError(f"n must be an integer >= 1 (the most translations per text), got {n!r}")
     decoding = translator.decoding
     if decoding.strategy == "sample":
-        raise ValueError("alternatives come from beam search, and this translator samples (strategy='sample'): "
-                         "use translator.with_decoding(strategy='beam')")
+        raise UserError("alternatives come from beam search, and this translator samples (strategy='sample'): "
+                        "use translator.with_decoding(strategy='beam')")
     if decoding.strategy == "beam" and n > 1:  # every hypothesis the beam keeps; its best stays the same
         translator = translator.with_decoding(n_best=decoding.beam_size)
     documents = [segment_text(text, lang or translator.src_lang) for text in texts]

@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from transformer.errors import UserError
 from transformer.run.config import DataConfig, RunConfig
 from transformer.run.layout import RUN_CONFIG_FILE, WEIGHTS_FILE
 from transformer.run.lock import RunLock, storage_errors
@@ -43,9 +44,9 @@ BATCH = 64  # sentences translated (and measured) at a time: the progress bar's 
 
 def calibrate_command(args: argparse.Namespace, validation_pairs: ValidationPairs) -> int:
     if args.n_best != 1:
-        raise ValueError("--n-best is for translate: a calibration is fitted on the best translation of each sentence")
+        raise UserError("--n-best is for translate: a calibration is fitted on the best translation of each sentence")
     if args.sentences is not None and args.sentences < 1:
-        raise ValueError(f"--sentences must be >= 1, got {args.sentences}")
+        raise UserError(f"--sentences must be >= 1, got {args.sentences}")
     run_dir = Path(args.run_dir)
     if not (run_dir / WEIGHTS_FILE).is_file():
         raise FileNotFoundError(f"{run_dir} is not a trained run directory: no {WEIGHTS_FILE}")
@@ -53,8 +54,8 @@ def calibrate_command(args: argparse.Namespace, validation_pairs: ValidationPair
     if args.sentences:
         pairs = pairs[: args.sentences]
     if len(pairs) < MIN_CALIBRATION_SENTENCES:
-        raise ValueError(f"{where} has {len(pairs)} sentence pairs: too few to fit a calibration (at least "
-                         f"{MIN_CALIBRATION_SENTENCES})")
+        raise UserError(f"{where} has {len(pairs)} sentence pairs: too few to fit a calibration (at least "
+                        f"{MIN_CALIBRATION_SENTENCES})")
     with storage_errors(run_dir), RunLock(run_dir, command="calibrate"):  # no training or averaging meanwhile
         translator = translator_from_args(args)
         show = not args.no_progress and sys.stderr.isatty()
@@ -64,8 +65,8 @@ def calibrate_command(args: argparse.Namespace, validation_pairs: ValidationPair
         chrf = sentence_chrf([translations[i] for i in kept], [pairs[i][1] for i in kept])
         adequate = chrf >= ADEQUATE_CHRF
         if min(adequate.sum(), (~adequate).sum()) < MIN_EACH:
-            raise ValueError(f"{int(adequate.sum())} of {len(kept)} translations of {where} reach chrF "
-                             f"{ADEQUATE_CHRF:g}: at least {MIN_EACH} on each side are needed to fit a calibration")
+            raise UserError(f"{int(adequate.sum())} of {len(kept)} translations of {where} reach chrF "
+                            f"{ADEQUATE_CHRF:g}: at least {MIN_EACH} on each side are needed to fit a calibration")
         fitted_on = {"data": where, "sentences": len(kept), "decoding": _decoding(translator),
                      "precision": translator.precision}
         calibration = fit_calibration(features[kept], adequate, names=DEFAULT_FEATURES,
@@ -83,24 +84,24 @@ def _pairs(args: argparse.Namespace, validation_pairs: ValidationPairs) -> tuple
     """The sentence pairs to calibrate on, and what they are (for messages and the file)."""
     if args.src or args.ref:
         if not (args.src and args.ref):
-            raise ValueError("give both --src FILE and --ref FILE")
+            raise UserError("give both --src FILE and --ref FILE")
         if args.data_dir:
-            raise ValueError("--from DIR is for the run's validation set; it does not go with --src/--ref")
+            raise UserError("--from DIR is for the run's validation set; it does not go with --src/--ref")
         sources, references = read_lines(args.src), read_lines(args.ref)
         if len(sources) != len(references):
-            raise ValueError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
+            raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
         return list(zip(sources, references)), args.src
     run_config = Path(args.run_dir) / RUN_CONFIG_FILE
     if not (run_config.exists() or run_config.is_symlink()):
-        raise ValueError(f"{args.run_dir} has no {RUN_CONFIG_FILE} to find its validation set in: give --src FILE "
-                         "--ref FILE")
+        raise UserError(f"{args.run_dir} has no {RUN_CONFIG_FILE} to find its validation set in: give --src FILE "
+                        "--ref FILE")
     data = RunConfig.read(run_config).data
     if args.data_dir:
         data = dataclasses.replace(data, data_dir=args.data_dir)
     pairs = validation_pairs(data)
     where = f"the run's validation set ({data.corpus} {data.src_lang}-{data.tgt_lang})"
     if not pairs:
-        raise ValueError(f"{where} is empty: give --src FILE --ref FILE")
+        raise UserError(f"{where} is empty: give --src FILE --ref FILE")
     return list(pairs), where
 
 

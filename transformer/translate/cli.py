@@ -23,6 +23,7 @@ import warnings
 from pathlib import Path
 from typing import Iterable
 
+from transformer.errors import UserError
 from transformer.decoding import DecodeConfig
 from transformer.run.layout import WEIGHTS_FILE
 from transformer.run_files import write_atomic
@@ -52,7 +53,7 @@ def decode_config(args: argparse.Namespace) -> DecodeConfig:
 
 
 def glossary_from_args(args: argparse.Namespace):  # -> Glossary | None
-    """The --glossary file, read and checked (GlossaryError, a ValueError, names the line)."""
+    """The --glossary file, read and checked (GlossaryError, a UserError, names the line)."""
     if not getattr(args, "glossary", None):
         return None
     from transformer.translate.glossary import Glossary
@@ -70,7 +71,7 @@ def _file_stamp(path: str | None) -> list | None:
 
 def translator_from_args(args: argparse.Namespace) -> Translator:
     if args.batch_tokens is not None and args.batch_tokens < 1:
-        raise ValueError(f"--batch-tokens must be >= 1, got {args.batch_tokens}")
+        raise UserError(f"--batch-tokens must be >= 1, got {args.batch_tokens}")
     return load_translator(args.run_dir, decoding=decode_config(args), max_tokens=args.batch_tokens,
                            precision=precision_option(args), device=args.device)
 
@@ -91,13 +92,13 @@ def _settings(args: argparse.Namespace) -> dict:
 # ------------------------------------------------------------------------------------------------ translate
 def translate_command(args: argparse.Namespace) -> int:
     if args.sentences and args.input:
-        raise ValueError("give texts as arguments or --input FILE, not both")
+        raise UserError("give texts as arguments or --input FILE, not both")
     if args.resume and args.overwrite:
-        raise ValueError("give --resume or --overwrite, not both")
+        raise UserError("give --resume or --overwrite, not both")
     if args.chunk_lines < 1 or args.max_line_chars < 1:
-        raise ValueError("--chunk-lines and --max-line-chars must be >= 1")
+        raise UserError("--chunk-lines and --max-line-chars must be >= 1")
     if not (args.sentences or args.input) and sys.stdin.isatty():
-        raise ValueError("nothing to translate: give texts, --input FILE, or pipe text into standard input")
+        raise UserError("nothing to translate: give texts, --input FILE, or pipe text into standard input")
     kind = file_kind(args)
     if kind is not None:
         return _translate_file(args, kind)
@@ -105,7 +106,7 @@ def translate_command(args: argparse.Namespace) -> int:
     if args.format == "html":
         return _translate_html(args)
     if args.scores and (args.json or args.n_best > 1):
-        raise ValueError("--scores is for plain output: --json already holds each sentence's confidence")
+        raise UserError("--scores is for plain output: --json already holds each sentence's confidence")
     open_sink, done, offset = open_output(args, _settings)  # refusals come before the model is loaded
     reporter = Reporter()
     source: InputText | None = None
@@ -114,8 +115,8 @@ def translate_command(args: argparse.Namespace) -> int:
         translator = translator_from_args(args)
         args.language_detector = _language_detector(args)
         if args.scores and translator.calibration is None:
-            raise ValueError(f"--scores prints each line's confidence, and {args.run_dir} has no calibration: run "
-                             f"`transformer calibrate {args.run_dir}` first")
+            raise UserError(f"--scores prints each line's confidence, and {args.run_dir} has no calibration: run "
+                            f"`transformer calibrate {args.run_dir}` first")
         if args.sentences:
             lines: Iterable[Line] = [Line(i + 1, text, "\n") for i, text in enumerate(args.sentences)]
             total = len(args.sentences)
@@ -316,19 +317,19 @@ def _translate_file(args: argparse.Namespace, kind: str) -> int:
 def _translate_html(args: argparse.Namespace) -> int:
     """--format html: the whole input is one document (each argument one, when given as arguments)."""
     if args.resume:
-        raise ValueError("--resume is for --format text (an HTML document is translated whole)")
+        raise UserError("--resume is for --format text (an HTML document is translated whole)")
     if args.n_best > 1 or args.json or args.scores or args.segment == "lines":
-        raise ValueError("--n-best, --json, --scores and --segment lines are for --format text")
+        raise UserError("--n-best, --json, --scores and --segment lines are for --format text")
     try:
         from transformer.translate.html import translate_html
     except ImportError as err:
-        raise ValueError(f"--format html needs transformer.translate.html, which this installation lacks ({err})") \
+        raise UserError(f"--format html needs transformer.translate.html, which this installation lacks ({err})") \
             from None
     if args.output:
         if args.input and args.input != "-" and same_file(args.input, args.output):
-            raise ValueError(f"--output {args.output} is the --input file: write the translation to another file")
+            raise UserError(f"--output {args.output} is the --input file: write the translation to another file")
         if Path(args.output).exists() and not args.overwrite:
-            raise ValueError(f"{args.output} exists: give --overwrite to replace it")
+            raise UserError(f"{args.output} exists: give --overwrite to replace it")
     reporter = Reporter()
     if args.sentences:
         documents = list(args.sentences)

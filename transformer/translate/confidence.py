@@ -56,6 +56,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from transformer.errors import UserError
 from transformer.decoding import Hypothesis
 from transformer.decoding.common import inference, token_log_probs
 from transformer.model import Transformer
@@ -272,14 +273,14 @@ class Calibration:
                        tuple(_list(data, "scale", where)), tuple(_list(data, "weights", where)),
                        data.get("bias"), event.get("threshold"), sha,
                        _dict(data, "fitted_on", where), _dict(data, "figures", where))
-        except ValueError as err:
+        except UserError as err:
             raise RunFileError(f"{where}: {err}") from None
 
     @classmethod
     def load(cls, run_dir: str | os.PathLike[str]) -> Calibration | None:
         """The calibration in ``run_dir/confidence.json``; None when the run has none, and None with a
         warning when it was fitted for other weights than the run's ``model.safetensors`` (the model
-        changed since: after ``average`` or more training). RunFileError (a ValueError) when the
+        changed since: after ``average`` or more training). RunFileError (a UserError) when the
         file is not a valid calibration."""
         path = Path(run_dir) / CONFIDENCE_FILE
         if not (path.exists() or path.is_symlink()):
@@ -316,23 +317,23 @@ def _dict(data: dict, key: str, where: str) -> dict:
 
 
 def _check_fields(features: tuple, mean: tuple, scale: tuple, weights: tuple, bias: Any, threshold: Any) -> None:
-    """ValueError naming what is wrong with a calibration's numbers."""
+    """UserError naming what is wrong with a calibration's numbers."""
     unknown = [f for f in features if f not in FEATURES]
     if unknown or not features:
-        raise ValueError(f"unknown features {unknown}; known: {list(FEATURES)}" if unknown else "no features")
+        raise UserError(f"unknown features {unknown}; known: {list(FEATURES)}" if unknown else "no features")
     if len(set(features)) != len(features):
-        raise ValueError(f"a feature is named twice: {list(features)}")
+        raise UserError(f"a feature is named twice: {list(features)}")
     for name, values in (("mean", mean), ("scale", scale), ("weights", weights)):
         if len(values) != len(features):
-            raise ValueError(f"{len(features)} features but {len(values)} {name} values")
+            raise UserError(f"{len(features)} features but {len(values)} {name} values")
         if not all(_finite(v) for v in values):
-            raise ValueError(f"{name} values must be finite numbers")
+            raise UserError(f"{name} values must be finite numbers")
     if not all(v > 0 for v in scale):
-        raise ValueError("scale values must be > 0")
+        raise UserError("scale values must be > 0")
     if not _finite(bias):
-        raise ValueError(f"bias must be a finite number, got {bias!r}")
+        raise UserError(f"bias must be a finite number, got {bias!r}")
     if not _finite(threshold):
-        raise ValueError(f"the event's threshold must be a finite number, got {threshold!r}")
+        raise UserError(f"the event's threshold must be a finite number, got {threshold!r}")
 
 
 def _finite(value: Any) -> bool:
@@ -380,10 +381,10 @@ def fit_calibration(features: np.ndarray, adequate: np.ndarray, *, names: Sequen
         raise ValueError(f"{len(x)} feature rows but {len(y)} labels")
     unknown = [n for n in names if n not in FEATURES]
     if unknown:
-        raise ValueError(f"unknown features {unknown}; known: {list(FEATURES)}")
+        raise UserError(f"unknown features {unknown}; known: {list(FEATURES)}")
     columns = x[:, [FEATURES.index(n) for n in names]]
     if not np.isfinite(columns).all():
-        raise ValueError("features must be finite")
+        raise UserError("features must be finite")
     mean = columns.mean(axis=0)
     scale = columns.std(axis=0)
     scale[scale < 1e-12] = 1.0  # a constant feature: its weight goes to 0 under the penalty

@@ -24,6 +24,7 @@ from typing import Iterable, NamedTuple
 
 import numpy as np
 
+from transformer.errors import UserError
 from transformer.translate.segment import segment_text
 
 UNDETERMINED = "und"  # ISO 639-2: the language of a text without a letter
@@ -86,7 +87,7 @@ class LanguageDetector:
             accurate on short texts. A single language is always the answer, with confidence 1.
 
     Raises:
-        ValueError: a code py3langid does not know (the message lists those it knows), or no code.
+        UserError: a code py3langid does not know (the message lists those it knows), or no code.
         TypeError: ``languages`` is a string (give a list of codes).
     """
 
@@ -100,14 +101,14 @@ class LanguageDetector:
                                 f"{languages!r}")
             given = {code.strip().lower() if isinstance(code, str) else code: code for code in languages}
             if not given:
-                raise ValueError("no languages given to detect among")
+                raise UserError("no languages given to detect among")
             wanted = set(given)
             unknown = sorted(str(given[code]) for code in wanted - set(known))
             if unknown:
                 hint = " (give the language alone: 'pt', not 'pt-BR')" if any("-" in c or "_" in c for c in unknown) \
                     else ""
-                raise ValueError(f"language detection does not know {', '.join(unknown)}{hint}; it knows "
-                                 f"{', '.join(known)}")
+                raise UserError(f"language detection does not know {', '.join(unknown)}{hint}; it knows "
+                                f"{', '.join(known)}")
         self._languages = tuple(sorted(wanted))
         # A copy shares the model's arrays; set_languages gives the copy its own columns of them.
         self._identifier = copy.copy(_full_model())

@@ -13,6 +13,7 @@ import os
 import sys
 from typing import Iterable
 
+from transformer.errors import UserError
 from transformer.translate.inputs import InputText, Line, Reporter
 
 
@@ -20,14 +21,14 @@ def detect_command(args: argparse.Namespace) -> int:
     from transformer.translate.detect import LanguageDetector
 
     if args.sentences and args.input:
-        raise ValueError("give texts as arguments or --input FILE, not both")
+        raise UserError("give texts as arguments or --input FILE, not both")
     if not (args.sentences or args.input) and sys.stdin.isatty():
-        raise ValueError("nothing to detect: give texts, --input FILE, or pipe text into standard input")
+        raise UserError("nothing to detect: give texts, --input FILE, or pipe text into standard input")
     languages = None
     if args.languages is not None:
         languages = [code for code in args.languages.split(",") if code.strip()]
         if not languages:
-            raise ValueError(f"--languages {args.languages!r} names no language: give codes such as en,de,fr")
+            raise UserError(f"--languages {args.languages!r} names no language: give codes such as en,de,fr")
     detector = LanguageDetector(languages)
     reporter = Reporter()
     source: InputText | None = None

@@ -14,6 +14,7 @@ import time
 import warnings
 from pathlib import Path
 
+from transformer.errors import UserError
 from transformer.decoding import DecodeConfig
 from transformer.run.layout import RUN_CONFIG_FILE
 from transformer.run_files import write_atomic
@@ -28,9 +29,9 @@ def evaluate_command(args: argparse.Namespace) -> int:
     if args.output:
         for name in ("src", "ref"):
             if getattr(args, name) and same_file(getattr(args, name), args.output):
-                raise ValueError(f"--output {args.output} is the --{name} file: write the translations to another file")
+                raise UserError(f"--output {args.output} is the --{name} file: write the translations to another file")
         if Path(args.output).exists() and not args.overwrite:
-            raise ValueError(f"{args.output} exists: give --overwrite to replace it")
+            raise UserError(f"{args.output} exists: give --overwrite to replace it")
     sources, references = _test_set(args)
     glossary = glossary_from_args(args)
     translator = translator_from_args(args)
@@ -59,7 +60,7 @@ def _test_set(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     given = [name for name, on in (("--corpus", args.corpus), ("--src/--ref", args.src or args.ref),
                                    ("--test-set", args.test_set)) if on]
     if len(given) > 1:
-        raise ValueError(f"give one test set: {' or '.join(given)}, not both")
+        raise UserError(f"give one test set: {' or '.join(given)}, not both")
     if args.corpus:
         return _corpus_test_set(args)
     if args.test_set or not given:
@@ -68,13 +69,13 @@ def _test_set(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         if name:
             return _sacrebleu_test_set(args, name, data)
     if not (args.src and args.ref):
-        raise ValueError("give --src FILE and --ref FILE, --corpus NAME or --test-set NAME (the run names no "
-                         "data.test_set)")
+        raise UserError("give --src FILE and --ref FILE, --corpus NAME or --test-set NAME (the run names no "
+                        "data.test_set)")
     sources, references = read_lines(args.src), read_lines(args.ref)
     if len(sources) != len(references):
-        raise ValueError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
+        raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
     if not sources:
-        raise ValueError(f"{args.src} is empty")
+        raise UserError(f"{args.src} is empty")
     return sources, references
 
 
@@ -92,7 +93,7 @@ def _sacrebleu_test_set(args: argparse.Namespace, name: str, data) -> tuple[list
     src = args.src_lang or (data.src_lang if data else None)
     tgt = args.tgt_lang or (data.tgt_lang if data else None)
     if not (src and tgt):
-        raise ValueError("give --src-lang and --tgt-lang (the run directory does not say)")
+        raise UserError("give --src-lang and --tgt-lang (the run directory does not say)")
     pairs = sacrebleu_pairs(name, src=src, tgt=tgt)
     return [s for s, _ in pairs], [t for _, t in pairs]
 
@@ -104,7 +105,7 @@ def _corpus_test_set(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     src = args.src_lang or (data.src_lang if data else None)
     tgt = args.tgt_lang or (data.tgt_lang if data else None)
     if not (src and tgt):
-        raise ValueError("give --src-lang and --tgt-lang (the run directory does not say)")
+        raise UserError("give --src-lang and --tgt-lang (the run directory does not say)")
     directory = fetch(args.corpus, local_dir=args.data_dir)
     if args.corpus == "multi30k":
         pairs = corpus_pairs("multi30k", src=src, tgt=tgt, split=args.split or "test_2016_flickr", directory=directory)
@@ -113,7 +114,7 @@ def _corpus_test_set(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         split = args.split or "test"
         splits = tatoeba_splits(pairs, seed=data.seed if data else 0)
         if split not in splits:
-            raise ValueError(f"tatoeba has splits {sorted(splits)}, not {split!r}")
+            raise UserError(f"tatoeba has splits {sorted(splits)}, not {split!r}")
         pairs = splits[split]
     return [s for s, _ in pairs], [t for _, t in pairs]
 

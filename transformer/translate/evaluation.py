@@ -15,6 +15,8 @@ from typing import Sequence
 
 import sacrebleu
 
+from transformer.errors import UserError
+
 
 def normalize_for_match(text: str) -> str:
     """``text`` as the tokenizers normalize it: Unicode NFKC, every whitespace run (U+00A0 and the
@@ -47,7 +49,7 @@ def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
     if not hypotheses:
-        raise ValueError("nothing to score: no hypotheses")
+        raise UserError("nothing to score: no hypotheses")
     bleu = sacrebleu.metrics.BLEU()
     chrf = sacrebleu.metrics.CHRF()
     refs = [list(references)]

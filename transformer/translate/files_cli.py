@@ -20,6 +20,7 @@ import warnings
 from pathlib import Path
 from typing import TextIO
 
+from transformer.errors import UserError
 from transformer.run_files import write_atomic
 from transformer.translate.files import (
     ARCHIVE_EXTENSIONS, FORMATS, KINDS, MAX_FILE_BYTES, TranslatableFile, read_file, translate_parsed,
@@ -52,34 +53,34 @@ def _binary(kind: str) -> bool:
 def read_document(args: argparse.Namespace, kind: str, reporter: Reporter,
                   stdin: TextIO | None = None) -> tuple[TranslatableFile, str]:
     """Check the arguments for a file translation and read the input: the file and its name in
-    messages (what was changed to read it, invalid UTF-8, goes to ``reporter``). ValueError (a
+    messages (what was changed to read it, invalid UTF-8, goes to ``reporter``). UserError (a
     FileFormatError is one) for what is refused."""
     what = f"--format {kind}" if args.format else f"a {KINDS[kind].extensions[0]} file"
     if args.sentences:
-        raise ValueError(f"--format {kind} translates a file: give --input FILE, or pipe it into standard input")
+        raise UserError(f"--format {kind} translates a file: give --input FILE, or pipe it into standard input")
     if args.resume:
-        raise ValueError(f"--resume is for plain text; {what} is translated whole (translate it again with "
-                         "--overwrite)")
+        raise UserError(f"--resume is for plain text; {what} is translated whole (translate it again with "
+                        "--overwrite)")
     if args.n_best > 1 or args.json or args.scores or args.segment == "lines":
-        raise ValueError(f"--n-best, --json, --scores and --segment lines are for plain text, not {what}")
+        raise UserError(f"--n-best, --json, --scores and --segment lines are for plain text, not {what}")
     to_stdout = not args.output or args.output == "-"
     if to_stdout and _binary(kind) and sys.stdout.isatty():
-        raise ValueError(f"{what} is a binary file: give --output FILE (or --output - with standard output "
-                         "redirected)")
+        raise UserError(f"{what} is a binary file: give --output FILE (or --output - with standard output "
+                        "redirected)")
     if not to_stdout:
         if args.input and args.input != "-" and same_file(args.input, args.output):
-            raise ValueError(f"--output {args.output} is the --input file: write the translation to another file")
+            raise UserError(f"--output {args.output} is the --input file: write the translation to another file")
         if Path(args.output).is_dir():
-            raise ValueError(f"--output {args.output} is a directory")
+            raise UserError(f"--output {args.output} is a directory")
         if Path(args.output).exists() and not args.overwrite:
-            raise ValueError(f"{args.output} exists: give --overwrite to replace it")
+            raise UserError(f"{args.output} exists: give --overwrite to replace it")
     if args.input and args.input != "-":
         path = Path(args.input)
         if not path.is_file():
             raise FileNotFoundError(f"input file not found: {args.input}")
         if path.stat().st_size > MAX_FILE_BYTES:
-            raise ValueError(f"{args.input}: {path.stat().st_size:,} bytes, over the limit of {MAX_FILE_BYTES:,} "
-                             "bytes for a file to translate")
+            raise UserError(f"{args.input}: {path.stat().st_size:,} bytes, over the limit of {MAX_FILE_BYTES:,} "
+                            "bytes for a file to translate")
         data, name = path.read_bytes(), args.input
     else:
         data = (stdin or sys.stdin).buffer.read(MAX_FILE_BYTES + 1)

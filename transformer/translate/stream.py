@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, TextIO
 
+from transformer.errors import UserError
 from transformer.run_files import MAX_JSON_BYTES, parse_json, read_text, write_atomic
 from transformer.translate.inputs import Line
 
@@ -144,25 +145,25 @@ def _checksum(state: dict) -> str:
 
 def _read_state(path: Path) -> tuple[int, int, int, str, dict, dict]:
     """``(lines, output bytes, input offset, output hash, input identity, settings)`` recorded in a
-    state file; ValueError naming the problem for an unreadable, edited or mistyped one."""
+    state file; UserError naming the problem for an unreadable, edited or mistyped one."""
     again = "--overwrite translates again"
     try:
         state = parse_json(read_text(path, limit=MAX_JSON_BYTES), where=str(path))
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{path} is not a readable resume state ({err}); {again}") from None
+    except (OSError, UserError) as err:
+        raise UserError(f"{path} is not a readable resume state ({err}); {again}") from None
     if not isinstance(state, dict):
-        raise ValueError(f"{path} is not a readable resume state (not a JSON object); {again}")
+        raise UserError(f"{path} is not a readable resume state (not a JSON object); {again}")
     if state.get("version") != STATE_VERSION:
-        raise ValueError(f"{path} was written by another version of transformer translate; --overwrite")
+        raise UserError(f"{path} was written by another version of transformer translate; --overwrite")
     # an edited offset or line count would resume at the wrong line and give wrong output silently
     if state.get(CHECKSUM_KEY) != _checksum(state):
-        raise ValueError(f"{path} was changed after the interrupted run wrote it (its checksum does not match); "
-                         f"{again}")
+        raise UserError(f"{path} was changed after the interrupted run wrote it (its checksum does not match); "
+                        f"{again}")
     counts = [state.get(k) for k in ("lines", "output_bytes", "input_offset")]
     digest, recorded_input, settings = state.get("output_sha256"), state.get("input"), state.get("settings")
     if (not all(type(n) is int and n >= 0 for n in counts) or not isinstance(digest, str)
             or not isinstance(recorded_input, dict) or not isinstance(settings, dict)):
-        raise ValueError(f"{path} is not a readable resume state (a missing or mistyped entry); {again}")
+        raise UserError(f"{path} is not a readable resume state (a missing or mistyped entry); {again}")
     return (*counts, digest, recorded_input, settings)  # type: ignore[return-value]
 
 
@@ -185,43 +186,43 @@ def open_output(args: argparse.Namespace,
     """What opens the sink (called once the model is loaded: a run that fails before leaves no
     file behind), and the lines (and input bytes) already translated when resuming. ``settings``
     gives what the output depends on besides the input (recorded in the state file). Raises
-    ValueError for an output that is the input, exists without --resume/--overwrite, or does not
+    UserError for an output that is the input, exists without --resume/--overwrite, or does not
     match the state recorded for --resume."""
     if not args.output:
         if args.resume:
-            raise ValueError("--resume needs --output FILE (the file an interrupted run was writing)")
+            raise UserError("--resume needs --output FILE (the file an interrupted run was writing)")
         return StdoutSink, 0, 0
     output = Path(args.output)
     resumable = bool(args.input) and args.input != "-"
     if resumable and same_file(args.input, args.output):
-        raise ValueError(f"--output {args.output} is the --input file: write the translation to another file")
+        raise UserError(f"--output {args.output} is the --input file: write the translation to another file")
     if output.is_dir():
-        raise ValueError(f"--output {args.output} is a directory")
+        raise UserError(f"--output {args.output} is a directory")
     if args.resume and not resumable:
-        raise ValueError("--resume needs --input FILE: it reads the input again from where the output stopped")
+        raise UserError("--resume needs --input FILE: it reads the input again from where the output stopped")
     run = {"version": STATE_VERSION, "input": _input_identity(args.input), "settings": settings(args)} \
         if resumable else None
     state_path = _state_path(output)
     if not output.exists() or args.overwrite:
         return (lambda: FileSink(output, run)), 0, 0
     if not args.resume:
-        raise ValueError(f"{args.output} exists: give --overwrite to replace it, or --resume to continue "
-                         "an interrupted run")
+        raise UserError(f"{args.output} exists: give --overwrite to replace it, or --resume to continue "
+                        "an interrupted run")
     if not state_path.is_file():
-        raise ValueError(f"{args.output} exists but {state_path.name} does not: nothing to resume (the run "
-                         "finished, or the file was not written by an interrupted run); --overwrite translates again")
+        raise UserError(f"{args.output} exists but {state_path.name} does not: nothing to resume (the run "
+                        "finished, or the file was not written by an interrupted run); --overwrite translates again")
     lines, size, offset, digest, recorded_input, recorded_settings = _read_state(state_path)
     changed = [k for k in ("size", "mtime_ns", "head_sha256") if recorded_input.get(k) != run["input"][k]]
     if changed:
-        raise ValueError(f"--resume: {args.input} is not the input {args.output} was translated from "
-                         f"({recorded_input.get('path')}: its {', '.join(changed)} changed); --overwrite "
-                         "translates it anew")
+        raise UserError(f"--resume: {args.input} is not the input {args.output} was translated from "
+                        f"({recorded_input.get('path')}: its {', '.join(changed)} changed); --overwrite "
+                        "translates it anew")
     differ = [k for k in run["settings"] if recorded_settings.get(k) != run["settings"][k]]
     if differ:
         k = differ[0]
-        raise ValueError(f"--resume with other settings than the interrupted run ({k}: "
-                         f"{recorded_settings.get(k)!r} then, {run['settings'][k]!r} now); give the same options, "
-                         "or --overwrite")
+        raise UserError(f"--resume with other settings than the interrupted run ({k}: "
+                        f"{recorded_settings.get(k)!r} then, {run['settings'][k]!r} now); give the same options, "
+                        "or --overwrite")
     hasher, newlines = hashlib.sha256(), 0
     with open(output, "rb") as f:
         left = size
@@ -230,10 +231,10 @@ def open_output(args: argparse.Namespace,
             newlines += block.count(b"\n")
             left -= len(block)
     if left > 0 or hasher.hexdigest() != digest:
-        raise ValueError(f"--resume: {args.output} no longer starts with the {lines} lines {state_path.name} "
-                         "recorded (changed since the run stopped?); --overwrite translates again")
+        raise UserError(f"--resume: {args.output} no longer starts with the {lines} lines {state_path.name} "
+                        "recorded (changed since the run stopped?); --overwrite translates again")
     if newlines < lines:
-        raise ValueError(f"--resume: {args.output} holds {newlines} complete lines, not {lines}; --overwrite")
+        raise UserError(f"--resume: {args.output} holds {newlines} complete lines, not {lines}; --overwrite")
     return (lambda: FileSink(output, run, (lines, size, offset, hasher))), lines, offset
 
 

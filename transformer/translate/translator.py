@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import torch
 
+from transformer.errors import UserError
 from transformer.cuda import decoding as cuda_decoding
 from transformer.run.directory import run_languages
 from transformer.run.layout import CONFIG_FILE, WEIGHTS_FILE
@@ -110,13 +111,13 @@ class Translator:
         calibration: Calibration | None = None,
     ) -> None:
         if model.config.src_vocab_size != vocab.src.vocab_size or model.config.tgt_vocab_size != vocab.tgt.vocab_size:
-            raise ValueError(
+            raise UserError(
                 f"model vocabularies ({model.config.src_vocab_size}, {model.config.tgt_vocab_size}) do not match "
                 f"the tokenizer's ({vocab.src.vocab_size}, {vocab.tgt.vocab_size})"
             )
         self.device = torch.device(device)
         if max_tokens is not None and max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+            raise UserError(f"max_tokens must be >= 1, got {max_tokens}")
         precision = precision_from({f"precision={precision!r}": precision,
                                     f"quantize={quantize!r}": from_quantize(quantize),
                                     "bf16=True": "bf16" if bf16 else None})
