@@ -249,3 +249,39 @@ def test_the_command_line_refuses_a_txt_that_is_a_pdf_or_an_archive_as_the_serve
     assert not (tmp_path / "out.txt").exists()
     with pytest.raises(FileFormatError, match=f"^notes.txt is {what}, not a .txt text file$"):
         read_file(source.read_bytes(), "notes.txt")
+
+
+# --- The memory and time they take, measured (slow) -------------------------------------------
+
+# The command line's peak RSS on each hostile file, imports (torch: about 300 MiB) included: the
+# default tests check the limits that bound it (the element count, the depth) more cheaply, above.
+PEAK_RSS_BOUND_MIB = 1024
+CPU_BOUND_S = 120  # user + system time of the process: before, these inputs took 180 s to over 400 s
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, make, refusal", [
+    ("empty.docx", lambda: docx_bytes("<w:p/>" * (20 * 1024 * 1024 // 6)), "more than 1,000,000 XML elements"),
+    ("deep.html", lambda: ("<p>" + "<b>" * 200_000 + "Le chat." + "</b>" * 200_000 + "</p>").encode(),
+     "more than 10,000 elements open at once"),
+    ("stars.md", lambda: ("*" * 400_000 + "a" + "*" * 400_000 + "\n").encode(), "emphasis and links nested more"),
+    ("list.md", lambda: "".join("  " * i + "- Le chien mange.\n" for i in range(2000)).encode(),
+     "block quotes and list items nested more"),
+])
+def test_the_command_line_refuses_hostile_files_in_bounded_memory_and_time(run_dir, tmp_path, name, make, refusal):
+    import subprocess
+    import sys
+
+    source = tmp_path / name
+    source.write_bytes(make())
+    command = [sys.executable, "-m", "transformer.cli", "translate", str(run_dir), "--input", str(source), "--output",
+               str(tmp_path / f"out-{name}"), "--greedy", "--no-progress"]
+    # A process of its own around the command, so that RUSAGE_CHILDREN holds this command's figures only.
+    probe = ("import resource, subprocess, sys; done = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+             "usage = resource.getrusage(resource.RUSAGE_CHILDREN); "
+             "print(done.returncode, usage.ru_maxrss, usage.ru_utime + usage.ru_stime); print(done.stderr)")
+    out = subprocess.run([sys.executable, "-c", probe, *command], capture_output=True, text=True, timeout=900).stdout
+    status, peak_kib, cpu_s = out.split("\n", 1)[0].split()
+    assert int(status) == 2 and refusal in out and "Traceback" not in out, out
+    assert int(peak_kib) / 1024 < PEAK_RSS_BOUND_MIB, out
+    assert float(cpu_s) < CPU_BOUND_S, out
