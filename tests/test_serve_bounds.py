@@ -333,3 +333,33 @@ def test_a_runs_language_codes_are_checked_and_lower_cased(translator):
     with pytest.raises(UserError, match="two models translate fr -> en"):
         ModelSet([TranslationService(translator, src_lang="FR", tgt_lang="EN"),
                   TranslationService(translator, src_lang="fr", tgt_lang="en")])
+
+
+# --------------------------------------------------------------------------------------------- shutdown
+def test_closing_the_batcher_stops_the_model_call_running():
+    import asyncio
+
+    from transformer.decoding.cancel import check_cancelled
+    from transformer.serve.batching import DynamicBatcher
+
+    steps = []
+
+    def run_batch(key, texts):  # 200 decoder steps of 10 ms
+        for _ in range(200):
+            check_cancelled()
+            steps.append(time.monotonic())
+            time.sleep(0.01)
+        return texts
+
+    async def main():
+        batcher = DynamicBatcher(run_batch, timeout_s=30)
+        task = asyncio.create_task(batcher.translate("k", ["a"]))
+        await asyncio.sleep(0.2)
+        await batcher.close()
+        closed = time.monotonic()
+        await asyncio.sleep(0.5)
+        task.cancel()
+        return closed
+
+    closed = asyncio.run(main())
+    assert len([t for t in steps if t > closed]) <= 2 and len(steps) < 100

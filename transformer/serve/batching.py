@@ -152,10 +152,13 @@ class DynamicBatcher:
                 "max_queue": self.max_queue, "timeout_s": self.timeout_s, **self.stats.to_dict()}
 
     async def close(self) -> None:
-        """Stop the worker task and the worker thread (jobs still queued fail with TimedOut).
+        """Stop the worker task and the worker thread (jobs still queued fail with TimedOut; the
+        model call running stops at its next decoder step).
 
         The batcher stays usable: the next request starts a new worker (an app may be started
         and stopped several times, as test clients do)."""
+        if self._call is not None:
+            self._call[1].set()
         if self._worker is not None:
             self._worker.cancel()
             try:

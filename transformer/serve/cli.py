@@ -185,7 +185,26 @@ def run_serve(args: argparse.Namespace) -> int:
             lt_options.suggestions.close()
     if stopped:
         print(stop_message("SIGTERM", stats, connection_limits.shutdown_grace_s), flush=True)
+    _exit_if_work_remains(0)
     return 0
+
+
+def _exit_if_work_remains(status: int, wait_s: float = 0.5) -> None:
+    """End the process now with ``status`` if a worker thread is still busy after the shutdown (a
+    file being parsed, a decode between its steps): the interpreter would wait for it at exit,
+    long after --shutdown-grace; nobody waits for its result any more."""
+    import os
+    import threading
+    import time
+
+    deadline = time.monotonic() + wait_s
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.current_thread()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
 
 
 def _check_forwarded_allow_ips(value: str | None) -> None:
