@@ -11,7 +11,7 @@ import warnings
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from office_helpers import docx_bytes, members, odt_bytes, paragraph, run, zip_bytes
+from office_helpers import docx_bytes, members, odt_bytes, paragraph, pptx_bytes, run, slide, zip_bytes
 from test_files_epub import epub_bytes
 
 from transformer.errors import UserError
@@ -35,6 +35,9 @@ ARCHIVES = {
                               + '<w:p><w:hyperlink r:id="rId5"><w:r><w:t>Le lien</w:t></w:r></w:hyperlink></w:p>'),
     "report.odt": odt_bytes('<text:p>Il pleut <text:span text:style-name="b">fort</text:span>.<text:tab/>Fin.'
                             "</text:p><text:h>Un titre</text:h>"),
+    "slides.pptx": pptx_bytes([slide('<a:p><a:r><a:rPr lang="fr-FR" b="1"/><a:t>Le titre</a:t></a:r><a:br/>'
+                                     '<a:r><a:t>Il pleut.</a:t></a:r></a:p>')], order=[1],
+                              notes=[slide("<a:p><a:r><a:t>Une note</a:t></a:r></a:p>")]),
     "book.epub": epub_bytes(),
 }
 
