@@ -137,6 +137,16 @@ def test_timeline_skips_what_it_cannot_use_and_says_so(tmp_path):
     assert read_timeline(tmp_path / "missing.jsonl") == (None, [])
 
 
+def test_timeline_leaves_out_a_line_of_other_bytes(tmp_path):
+    lines = alignment_lines()
+    path = tmp_path / "alignments.jsonl"
+    path.write_bytes(b"".join(json.dumps(x).encode() + b"\n" for x in lines[:2]) + b"\xff\xfe{not UTF-8\n"
+                     + json.dumps(lines[2]).encode() + b"\n")
+    timeline, notes = read_timeline(path)  # a damaged run file: left out and counted, no UnicodeDecodeError
+    assert [s["step"] for s in timeline["steps"]] == [100, 200, 300]
+    assert notes == ["1 line of alignments.jsonl could not be read and were left out"]
+
+
 def test_cli_writes_the_page_and_pngs_and_prints_size_and_time(tmp_path, capsys):
     run = make_run(tmp_path / "run")
     assert main(["report", str(run), "--output", str(tmp_path / "out" / "r.html"), "--png", str(tmp_path / "png")]) == 0

@@ -14,13 +14,14 @@ import torch
 
 from transformer.run.model import save_model
 from transformer.config import preset
+from transformer.errors import UserError
 from transformer.corpus.builtin import generate_pairs
 from transformer.model import Transformer
 from transformer.text import Vocabularies
 from transformer.translate.translator import Translator
 from transformer.visualize.cli import run_attend, write_demo_pages
 from transformer.visualize.cli_args import register_attend_command
-from transformer.visualize.data import KINDS, AttentionData, TokenAxis, best_translation_ids, collect_attention
+from transformer.visualize.data import FORMAT, KINDS, AttentionData, TokenAxis, best_translation_ids, collect_attention
 from transformer.visualize.heatmaps import (
     FONT_POINTS,
     MAX_FIGURE_INCHES,
@@ -141,6 +142,17 @@ def test_json_follows_the_schema_and_round_trips(data, tmp_path):
     for kind in KINDS:
         np.testing.assert_allclose(again.weights[kind], data.weights[kind], atol=0.5e-4 + 1e-6)
     assert again.tokens == data.tokens
+
+
+def test_a_damaged_attention_document_is_a_user_error(tmp_path):
+    path = tmp_path / "attention.json"
+    for content, words in [(b"{not json", "is not a JSON document"), (b"\xff\xfe", "is not a JSON document"),
+                           (json.dumps({"format": FORMAT}).encode(), "without its 'source' entry"),
+                           (b"[]", f"not a {FORMAT} document")]:
+        path.write_bytes(content)
+        with pytest.raises(UserError) as refused:
+            AttentionData.from_json(path)
+        assert str(refused.value).startswith(str(path)) and words in str(refused.value)
 
 
 def test_token_labels_strip_the_word_mark_and_keep_word_starts():

@@ -5,7 +5,7 @@
                        [--heatmaps] [--positions] [--beam]
 
 Without any of ``--heatmaps --json --page --positions`` everything is written; with some, only
-those. The sentence is translated greedily (``--beam``: the translator's beam search). Errors are raised as ValueError / FileNotFoundError / PermissionError / NotADirectoryError
+those. The sentence is translated greedily (``--beam``: the translator's beam search). Errors are raised as UserError / FileNotFoundError / PermissionError / NotADirectoryError
 with a message; the main CLI prints them as ``transformer attend: error: ...`` and exits 2.
 The command's parser is in ``cli_args.py``, which takes this module's file names: its imports of
 torch and matplotlib stay inside the functions.
@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from transformer.errors import UserError
+
 PAGE_FILE = "attention.html"
 JSON_FILE = "attention.json"
 POSITIONS_STEM = "positional_encoding"
@@ -26,15 +28,15 @@ OUTPUTS = ("heatmaps", "json", "page", "positions")
 
 
 def parse_heads(text: str | None) -> list[int] | None:
-    """``"0,1"`` -> ``[0, 1]``; ``None`` -> ``None`` (all heads). ValueError on anything else."""
+    """``"0,1"`` -> ``[0, 1]``; ``None`` -> ``None`` (all heads). UserError on anything else."""
     if text is None:
         return None
     try:
         heads = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise ValueError(f"--heads must be comma-separated head numbers such as 0,1; got {text!r}") from None
+        raise UserError(f"--heads must be comma-separated head numbers such as 0,1; got {text!r}") from None
     if not heads:
-        raise ValueError(f"--heads names no head: {text!r}")
+        raise UserError(f"--heads names no head: {text!r}")
     return heads
 
 
@@ -54,7 +56,7 @@ def attend(translator: Any, sentence: str, out_dir: str | os.PathLike[str], *, k
 
     unknown = [o for o in outputs if o not in OUTPUTS]
     if unknown:
-        raise ValueError(f"unknown outputs {unknown}; choose from {list(OUTPUTS)}")
+        raise UserError(f"unknown outputs {unknown}; choose from {list(OUTPUTS)}")
     if kind != "all":
         check_kind(kind)
     formats = check_formats(formats)
@@ -62,7 +64,7 @@ def attend(translator: Any, sentence: str, out_dir: str | os.PathLike[str], *, k
     layout = attention_layout(cfg)  # {kind: (layers, heads)}; the recurrent baseline has only "cross"
     for k in [k for k in KINDS if k in layout] if kind == "all" else [kind]:  # fail before translating
         if k not in layout:
-            raise ValueError(f"this model has no {k} attention; its kinds: {list(layout)}")
+            raise UserError(f"this model has no {k} attention; its kinds: {list(layout)}")
         check_layer(layout[k][0], k, layer)
     check_heads(layout["cross"][1], heads)
     out = writable_dir(out_dir)
@@ -123,7 +125,7 @@ def default_out_dir(run_dir: str | os.PathLike[str]) -> Path:
 def run_attend(args: argparse.Namespace) -> int:
     """Handler of ``transformer attend``: prints the source, the translation and every written path."""
     if not args.sentence.strip():
-        raise ValueError("empty sentence")
+        raise UserError("empty sentence")
     heads = parse_heads(args.heads)
     formats = [f for f in args.format.split(",") if f.strip()]
     outputs = [o for o in OUTPUTS if getattr(args, o)] or list(OUTPUTS)
@@ -151,6 +153,6 @@ def write_demo_pages(translator: Any, sentences: Sequence[str], out_dir: str | o
     from transformer.visualize.page import write_attention_page
 
     if isinstance(sentences, str) or not sentences:
-        raise ValueError("write_demo_pages needs a non-empty list of sentences")
+        raise UserError("write_demo_pages needs a non-empty list of sentences")
     data = [collect_attention(translator, s) for s in sentences]
     return write_attention_page(data, writable_dir(out_dir) / PAGE_FILE)

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from transformer.errors import UserError
 from transformer.text.pieces import TokenAxis
 from transformer.visualize._io import write_text_atomic
 
@@ -86,7 +87,7 @@ class AttentionData:
 
     def n_layers(self, kind: str) -> int:
         if check_kind(kind) not in self.weights:
-            raise ValueError(f"this model has no {kind} attention; its kinds: {self.kinds}")
+            raise UserError(f"this model has no {kind} attention; its kinds: {self.kinds}")
         return int(self.weights[kind].shape[0])
 
     @property
@@ -94,11 +95,11 @@ class AttentionData:
         return int(self.model["heads"])
 
     def check_layer(self, kind: str, layer: int | None) -> int:
-        """``layer`` (default: the last; negative counts from the end) as an index; ValueError if it does not exist."""
+        """``layer`` (default: the last; negative counts from the end) as an index; UserError if it does not exist."""
         return check_layer(self.n_layers(kind), kind, layer)
 
     def check_heads(self, heads: list[int] | None) -> list[int]:
-        """``heads`` (default: all) as a list of indices; ValueError naming the valid range otherwise."""
+        """``heads`` (default: all) as a list of indices; UserError naming the valid range otherwise."""
         return check_heads(self.n_heads, heads)
 
     # ---------------------------------------------------------------------------------------
@@ -109,7 +110,7 @@ class AttentionData:
         probability is ``weights[layer][head][row][col] / weight_scale`` (rounded to ``decimals``).
         """
         if isinstance(decimals, bool) or not isinstance(decimals, int) or not 1 <= decimals <= 6:
-            raise ValueError(f"decimals must be an integer in 1..6, got {decimals!r}")
+            raise UserError(f"decimals must be an integer in 1..6, got {decimals!r}")
         return {
             "format": FORMAT,
             "version": VERSION,
@@ -134,20 +135,32 @@ class AttentionData:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AttentionData:
-        """Read a document written by :meth:`to_dict` (weights come back rounded)."""
-        if d.get("format") != FORMAT:
-            raise ValueError(f"not a {FORMAT} document (format={d.get('format')!r})")
-        return cls(
-            source=d["source"], translation=d["translation"],
-            tokens={name: TokenAxis.from_dict(axis) for name, axis in d["tokens"].items()},
-            weights={k: (np.asarray(d["kinds"][k]["weights"], dtype=np.float64) / d["weight_scale"]).astype(np.float32)
-                     for k in KINDS if k in d["kinds"]},
-            model=d["model"],
-        )
+        """Read a document written by :meth:`to_dict` (weights come back rounded); UserError for
+        another document."""
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise UserError(f"not a {FORMAT} document (format={d.get('format') if isinstance(d, dict) else None!r})")
+        try:
+            return cls(
+                source=d["source"], translation=d["translation"],
+                tokens={name: TokenAxis.from_dict(axis) for name, axis in d["tokens"].items()},
+                weights={k: (np.asarray(d["kinds"][k]["weights"], dtype=np.float64) / d["weight_scale"]).astype(
+                    np.float32) for k in KINDS if k in d["kinds"]},
+                model=d["model"],
+            )
+        except KeyError as err:
+            raise UserError(f"a {FORMAT} document without its {err} entry") from None
 
     @classmethod
     def from_json(cls, path: str | os.PathLike[str]) -> AttentionData:
-        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+        """Read the file :meth:`to_json` wrote; UserError naming ``path`` for another file."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise UserError(f"{path} is not a JSON document ({err})") from None
+        try:
+            return cls.from_dict(data)
+        except UserError as err:
+            raise UserError(f"{path}: {err}") from None
 
 
 def _quantized(array: np.ndarray, decimals: int) -> list:
@@ -161,7 +174,7 @@ def check_layer(n_layers: int, kind: str, layer: int | None) -> int:
     if layer is None:
         return n - 1
     if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not -n <= layer < n:
-        raise ValueError(f"layer {layer!r} does not exist: the {kind} has {n} layers (valid: 0..{n - 1})")
+        raise UserError(f"layer {layer!r} does not exist: the {kind} has {n} layers (valid: 0..{n - 1})")
     return int(layer) % n
 
 
@@ -171,18 +184,18 @@ def check_heads(n_heads: int, heads: list[int] | None) -> list[int]:
         return list(range(n_heads))
     heads = list(heads)
     if not heads:
-        raise ValueError(f"no heads chosen: pick some of 0..{n_heads - 1}")
+        raise UserError(f"no heads chosen: pick some of 0..{n_heads - 1}")
     for i in heads:
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < n_heads:
-            raise ValueError(f"head {i!r} does not exist: the model has {n_heads} heads (valid: 0..{n_heads - 1})")
+            raise UserError(f"head {i!r} does not exist: the model has {n_heads} heads (valid: 0..{n_heads - 1})")
     if len(set(heads)) != len(heads):
-        raise ValueError(f"heads {heads} repeat a head")
+        raise UserError(f"heads {heads} repeat a head")
     return [int(i) for i in heads]
 
 
 def check_kind(kind: str) -> str:
     if kind not in KINDS:
-        raise ValueError(f"unknown attention kind {kind!r}; choose one of {list(KINDS)}")
+        raise UserError(f"unknown attention kind {kind!r}; choose one of {list(KINDS)}")
     return kind
 
 
@@ -232,7 +245,7 @@ def collect_attention(translator: Any, sentence: str, *, translation: str | None
         max_tokens: the longest source or decoder input allowed (default: :func:`token_limit`, or
             the translator's ``max_input_tokens`` when smaller).
 
-    Raises ``ValueError("empty sentence")`` for a blank sentence and a ``ValueError`` naming the
+    Raises ``UserError("empty sentence")`` for a blank sentence and a ``UserError`` naming the
     length and the limit when the sentence (or translation) is longer than the model allows.
     """
     if not isinstance(sentence, str):
@@ -241,20 +254,20 @@ def collect_attention(translator: Any, sentence: str, *, translation: str | None
     cfg = model.config
     src_ids = vocab.src.encode(sentence) if sentence.strip() else []
     if not src_ids:
-        raise ValueError("empty sentence")
+        raise UserError("empty sentence")
     limit, why = _limit(translator, max_tokens)
     if len(src_ids) > limit:
-        raise ValueError(f"sentence is {len(src_ids)} tokens long, but at most {limit} are allowed ({why})")
+        raise UserError(f"sentence is {len(src_ids)} tokens long, but at most {limit} are allowed ({why})")
     if translation is None:
         out_ids = best_translation_ids(translator, sentence)
     else:
         if not translation.strip():
-            raise ValueError("empty translation")
+            raise UserError("empty translation")
         out_ids = vocab.tgt.encode(translation)
     tgt_ids = [vocab.tgt.bos_id, *out_ids]
     if len(tgt_ids) > limit:
-        raise ValueError(f"translation needs {len(tgt_ids)} decoder positions (<s> + {len(out_ids)} tokens), "
-                         f"but at most {limit} are allowed ({why})")
+        raise UserError(f"translation needs {len(tgt_ids)} decoder positions (<s> + {len(out_ids)} tokens), "
+                        f"but at most {limit} are allowed ({why})")
 
     device = next(model.parameters()).device
     src = torch.tensor([src_ids], dtype=torch.long, device=device)

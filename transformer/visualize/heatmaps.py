@@ -15,6 +15,7 @@ from pathlib import Path
 import matplotlib
 from matplotlib.figure import Figure
 
+from transformer.errors import UserError
 from transformer.visualize._io import _unwritable, writable_dir, writable_file
 from transformer.visualize.data import AXES, KIND_TITLES, AttentionData, check_kind
 
@@ -51,7 +52,7 @@ def attention_figure(data: AttentionData, kind: str, *, layer: int | None = None
     """One layer of ``kind`` attention: a heatmap per chosen head (default all), then their average.
 
     Rows are the attending tokens, columns the attended ones (see :mod:`transformer.visualize.data`);
-    every panel shares one colour scale, shown by the colorbar. Raises ValueError for a layer or
+    every panel shares one colour scale, shown by the colorbar. Raises UserError for a layer or
     head that does not exist, naming the valid range.
     """
     kind = check_kind(kind)
@@ -94,11 +95,11 @@ def _shorten(text: str, limit: int = 90) -> str:
 
 
 def check_formats(formats: Sequence[str]) -> list[str]:
-    """``formats`` as a list of known image formats; ValueError otherwise."""
+    """``formats`` as a list of known image formats; UserError otherwise."""
     formats = [f.strip().lower().lstrip(".") for f in formats]
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
-        raise ValueError(f"unknown image format(s) {bad or formats}; choose from {list(FORMATS)}")
+        raise UserError(f"unknown image format(s) {bad or formats}; choose from {list(FORMATS)}")
     return list(dict.fromkeys(formats))
 
 
@@ -141,9 +142,9 @@ def positional_encoding_figure(path: str | os.PathLike[str], n_positions: int = 
     from transformer.model.embeddings import sinusoidal_table
 
     if isinstance(n_positions, bool) or not isinstance(n_positions, int) or n_positions < 1:
-        raise ValueError(f"n_positions must be a positive integer, got {n_positions!r}")
+        raise UserError(f"n_positions must be a positive integer, got {n_positions!r}")
     if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 2 or d_model % 2:
-        raise ValueError(f"d_model must be an even integer >= 2, got {d_model!r}")
+        raise UserError(f"d_model must be an even integer >= 2, got {d_model!r}")
     table = sinusoidal_table(n_positions, d_model, layout=layout).numpy()
     fig = Figure(figsize=(10, 5.5), dpi=DPI, layout="constrained")
     ax = fig.add_subplot()

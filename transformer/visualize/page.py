@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
+from transformer.errors import UserError
 from transformer.visualize._io import write_text_atomic
 from transformer.visualize.data import DECIMALS, AttentionData
 
@@ -72,12 +73,12 @@ def attention_page_html(data: AttentionData | Sequence[AttentionData], *, min_li
     """The HTML text of the page for one sentence or several (a sentence selector appears)."""
     sentences = [data] if isinstance(data, AttentionData) else list(data)
     if not sentences:
-        raise ValueError("no sentences to show: give at least one AttentionData")
+        raise UserError("no sentences to show: give at least one AttentionData")
     for item in sentences:
         if not isinstance(item, AttentionData):
             raise TypeError(f"expected AttentionData, got {type(item).__name__}")
     if not 0.0 <= min_line_weight < 1.0:
-        raise ValueError(f"min_line_weight must be in [0, 1), got {min_line_weight!r}")
+        raise UserError(f"min_line_weight must be in [0, 1), got {min_line_weight!r}")
     payload = {"format": PAGE_FORMAT, "version": PAGE_VERSION, "min_line_weight": min_line_weight,
                "sentences": [s.to_dict(decimals=decimals) for s in sentences]}
     if title is None:
@@ -100,8 +101,11 @@ def write_attention_page(data: AttentionData | Sequence[AttentionData], path: st
 
 def read_page_data(path: str | os.PathLike[str]) -> dict:
     """The JSON embedded in a page written by :func:`write_attention_page` (for tests and tools)."""
-    text = Path(path).read_text(encoding="utf-8")
+    text = Path(path).read_text(encoding="utf-8", errors="replace")  # a page of other bytes has no data to find
     match = re.search(r'<script type="application/json" id="attention-data">(.*?)</script>', text, re.S)
     if match is None:
-        raise ValueError(f"{path}: no embedded attention data")
-    return json.loads(match.group(1))
+        raise UserError(f"{path}: no embedded attention data")
+    try:
+        return json.loads(match.group(1))
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path}: the embedded attention data is not JSON ({err})") from None

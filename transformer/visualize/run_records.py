@@ -118,7 +118,7 @@ def read_timeline(path: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, 
         return None, []
     by_step: dict[int, dict[str, Any]] = {}
     unreadable = 0
-    lines = path.read_text(encoding="utf-8").split("\n")
+    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")  # damaged bytes: a line left out
     for number, line in enumerate(lines):
         if not line.strip():
             continue
