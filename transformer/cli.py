@@ -6,8 +6,9 @@ and every command's ``--help`` are quick and work on a base install. ``demo``, `
 command's parser is in the ``cli_args.py`` of its package (``translate``, ``serve``, ``visualize``,
 ``interop``, ``corpus``), whose handler is a ``"module:function"`` reference imported when the
 command runs. A module of an optional extra missing then is one line naming the extra and the
-command that installs it (:class:`transformer.errors.MissingExtraError`). Errors are printed as one line on stderr,
-``transformer COMMAND: error: ...``, naming the problem and the fix, never as a stack trace.
+command that installs it (:class:`transformer.errors.MissingExtraError`). A mistake of the user is printed as one line on stderr,
+``transformer COMMAND: error: ...``, naming the problem and the fix, never as a stack trace; a bug
+of this package is printed with its traceback and an ``internal error`` line.
 Exit statuses (also in ``transformer --help``):
 
 * 0: success.
