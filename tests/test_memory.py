@@ -232,6 +232,25 @@ def test_a_failed_import_takes_its_entries_out_again(tm, tmp_path):
     assert tm.stats().total == 0
 
 
+def test_a_large_import_merges_the_index_in_steps(tm, monkeypatch):
+    from transformer.memory import index, store
+
+    steps = []
+    merge_step = index.merge_step
+    monkeypatch.setattr(store, "MERGE_AFTER", 200)
+    monkeypatch.setattr(index, "MERGE_PAGES", 2)
+    monkeypatch.setattr(index, "merge_step", lambda conn, first: steps.append(first) or merge_step(conn, first))
+    pairs = [(f"Sentence {i} about the {i % 7}th topic of the day.", f"Phrase {i}.") for i in range(300)]
+    assert tm.import_pairs(pairs, "en", "fr", batch=20).added == 300
+    assert steps[0] is True and len(steps) > 2 and not any(steps[1:])  # several short steps
+    with sqlite3.connect(tm.path) as conn:
+        conn.execute("INSERT INTO fuzzy (fuzzy, rank) VALUES ('integrity-check', 0)")
+    assert tm.search("Sentence 123 about the 4th topic of the week.", "en", "fr")[0].entry.source == pairs[123][0]
+    steps.clear()
+    tm.import_pairs(pairs[:10], "en", "fr")
+    assert steps == []  # a small import leaves the merging to FTS5's own
+
+
 def test_rebuilding_the_index_keeps_the_search(tm):
     entries = filled(tm)
     tm.delete(entries[1].id)
