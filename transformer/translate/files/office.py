@@ -364,6 +364,8 @@ class _ParagraphFile(ArchiveFile):
         part = self._part(member)
         count = 0
         for element in part.root.iter():
+            if not element.content:  # an empty paragraph (<w:p/>) has no text: not read any further
+                continue
             if not self._is_paragraph(element) or (within is not None and not element.within(within)):
                 continue
             paragraph = self._paragraph(part, element)
