@@ -50,6 +50,7 @@ import json
 import os
 import platform
 import resource
+import shlex
 import shutil
 import signal
 import subprocess
@@ -64,9 +65,9 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
 CARRIED = Path("runs/gpu-check")  # relative to the repository root: run/ (a trained run) and data/multi30k/
 RESULTS, LOG = "gpu_check.json", "gpu_check.log"
-BUDGET = 480.0  # seconds for the whole check: a rerun fits in 15 minutes of a lent machine with its starts
+BUDGET = 480.0  # seconds for the whole check: of a lent machine's 15 minutes, a second shorter call still fits
 MULTI30K_NEEDS = 230.0  # seconds the 2-minute run needs in all: data, compiling, training, scoring
-# The CUDA tests that train nothing larger than a few tiny steps (test_cuda.py's demo-trained model is not among them).
+# The CUDA tests that train nothing larger than a few tiny steps (none that uses test_cuda.py's demo-trained model).
 TESTS = (
     "tests/test_cuda.py::test_a_gpu_training_step_never_waits_for_the_gpu",
     "tests/test_cuda.py::test_compiled_training_follows_eager_training",
@@ -87,8 +88,9 @@ class Check:
         out.mkdir(parents=True, exist_ok=True)
         self.out, self.start, self.budget = out, time.monotonic(), budget
         self.log: TextIO = open(out / LOG, "a", encoding="utf-8")
-        self.results: dict[str, Any] = {"dry_run": dry_run, "started": datetime.datetime.now().isoformat(timespec="seconds"),
-                                        "budget_seconds": budget, "machine": {}, "stages": []}
+        started = datetime.datetime.now().isoformat(timespec="seconds")
+        self.results: dict[str, Any] = {"dry_run": dry_run, "started": started, "budget_seconds": budget,
+                                        "machine": {}, "stages": []}
         self._lock = threading.Lock()
 
     def say(self, text: str) -> None:
@@ -116,20 +118,20 @@ class Check:
         self.say(f"== {name}: skipped: {why}")
         self.record(name, "skipped", reason=why)
 
-    def run(self, name: str, command: list[str], cap: float, *, read: Callable[[list[str]], Any] | None = None,
-            env: dict[str, str] | None = None) -> dict:
+    def run(self, name: str, command: list[str], cap: float, *,
+            read: Callable[[list[str]], Any] | None = None) -> dict:
         """Run one stage's process with the time limit ``min(cap, time left)``; record how it ended and what
         ``read(lines)`` makes of its results (read too when the stage was cut short: it may have written some)."""
         limit = min(cap, self.left() - 5)
         if limit < min(cap, 10):  # too little time left for the stage to do anything
             self.skip(name, f"{max(self.left(), 0):.0f} s of the check's {self.budget:.0f} s left")
             return {}
-        self.say(f"== {name} (limit {limit:.0f} s): {' '.join(command)}")
+        self.say(f"== {name} (limit {limit:.0f} s): {shlex.join(command)}")
         lines: list[str] = []
         started, cpu = time.monotonic(), _children_cpu()
         proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace", start_new_session=True,  # its children are stopped with it
-                                env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _python_path(), **(env or {})})
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _python_path()})
 
         def echo() -> None:
             for line in proc.stdout:  # type: ignore[union-attr]
@@ -179,7 +181,7 @@ def machine(check: Check, *, dry_run: bool) -> None:
     on_gpu = torch.cuda.is_available() and not dry_run
     device = torch.device("cuda" if on_gpu else "cpu")
     info: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-                            "device": torch.cuda.get_device_name() if on_gpu else f"CPU ({platform.processor() or 'cpu'})",
+                            "device": torch.cuda.get_device_name() if on_gpu else f"CPU ({platform.machine()})",
                             "driver": _driver() if on_gpu else None,
                             "packages": {name: _version(name) for name in
                                          ("transformers", "tokenizers", "triton", "ctranslate2", "fastapi", "uvicorn")}}
@@ -188,7 +190,8 @@ def machine(check: Check, *, dry_run: bool) -> None:
         info.update(capability=f"{props.major}.{props.minor}", memory_gib=round(props.total_memory / 2**30, 1),
                     multiprocessors=props.multi_processor_count)
     sizes = (128,) if dry_run else None  # a dry run's peak is a check of the code, not a figure
-    info["bf16_matmul_peak_tflops"] = round(matmul_peak(torch.bfloat16, sizes=sizes, device=device) / 1e12, 2)
+    peak = matmul_peak(torch.bfloat16, sizes=sizes, device=device)
+    info["bf16_matmul_peak_tflops"] = round(peak / 1e12, 1) if peak >= 1e12 else round(peak / 1e12, 6)
     if on_gpu:
         torch.cuda.empty_cache()
     check.results["machine"] = info
@@ -196,9 +199,11 @@ def machine(check: Check, *, dry_run: bool) -> None:
     versions = ", ".join(f"{k} {v}" for k, v in info["packages"].items() if v)
     missing = ", ".join(k for k, v in info["packages"].items() if not v)
     check.say(f"{info['device']}{', driver ' + info['driver'] if info['driver'] else ''}; python {info['python']}, "
-              f"torch {info['torch']} (CUDA {info['cuda']}), {versions}" + (f"; not installed: {missing}" if missing else ""))
-    check.say(f"bf16 matmul peak today: {info['bf16_matmul_peak_tflops']:,} TFLOP/s"
-              + (" (a dry run's: tiny products on the CPU, not a figure)" if dry_run else ""))
+              f"torch {info['torch']} (CUDA {info['cuda']}), {versions}"
+              + (f"; not installed: {missing}" if missing else ""))
+    shown = f"{peak / 1e12:,.1f} TFLOP/s" if peak >= 1e12 else f"{peak / 1e9:,.2f} GFLOP/s"
+    check.say(f"bf16 matmul peak today: {shown}" + (" (a dry run's: tiny products on the CPU, not a figure)"
+                                                     if dry_run else ""))
 
 
 def _driver() -> str | None:
@@ -333,8 +338,9 @@ def stages(check: Check, args: argparse.Namespace, work: Path) -> None:
         else:
             load = ["--clients", "4", "--seconds", "2", "--sentences", str(sentences)] if dry else \
                 ["--clients", "64", "--seconds", "15", "--sentences", str(data / "multi30k" / "test_2016_flickr.de.gz")]
-            check.run("serve", [py, str(BENCHMARKS / "serve_load.py"), str(run_dir), "--device", "cpu" if dry else "cuda",
-                                "--modes", "dynamic", "--overload-requests", "0", *load], 60, read=last_json_line)
+            check.run("serve", [py, str(BENCHMARKS / "serve_load.py"), str(run_dir), "--device",
+                                "cpu" if dry else "cuda", "--modes", "dynamic", "--overload-requests", "0", *load],
+                      60, read=last_json_line)
 
     if "multi30k" in wanted:
         m30k = work / "multi30k"
@@ -416,7 +422,8 @@ def summary(check: Check) -> None:
         line = f"{stage['name']}: {stage['status']}" + (f" ({stage['reason']})" if stage.get("reason") else "") \
             + (f", {stage['seconds']} s" if "seconds" in stage else "")
         if stage["name"] == "tests" and "tests" in result:
-            line += f"; {result['passed']} passed, {result['failed'] + result['error']} failed, {result['skipped']} skipped"
+            line += (f"; {result['passed']} passed, {result['failed'] + result['error']} failed, "
+                     f"{result['skipped']} skipped")
         check.say(line)
         for key, rows in (result.get("sizes") or {}).items():
             check.say(f"  {key}: " + ", ".join(
@@ -444,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None,
                         help=f"folder for {RESULTS} and {LOG} (made if missing; needed but with --prepare)")
     parser.add_argument("--dry-run", action="store_true",
-                        help="every stage on the CPU at tiny sizes, on a run trained on the spot: a check of the wiring")
+                        help="every stage on the CPU at tiny sizes, on a run trained on the spot: the wiring")
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES),
                         help="the stages to run, in their order (default: all)")
     parser.add_argument("--budget", type=float, default=None,
@@ -455,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="train the run and copy the corpus the check carries into --carried, then stop")
     parser.add_argument("--minutes", type=float, default=10.0, help="--prepare: minutes of training (default: 10)")
     parser.add_argument("--from", dest="data_dir", default=None,
-                        help="--prepare: a local copy of the corpora (../shared/data); without it Multi30k is downloaded")
+                        help="--prepare: a local copy of the corpora (../shared/data); else Multi30k is downloaded")
     args = parser.parse_args(argv)
     if not args.carried.is_absolute():
         args.carried = ROOT / args.carried
