@@ -82,7 +82,10 @@ def test_ctranslate2_beam_equals_ours(run, ct2):
     """Ranking by log-probability (length_penalty 0): CTranslate2's beam search and ours are the same search.
 
     With a length penalty CTranslate2 ends a sentence once ``beam_size * patience`` hypotheses
-    have finished, a heuristic; with enough patience it finds our (exact) result.
+    have finished, a heuristic; with enough patience it finds our (exact) result, except where
+    ours is a hypothesis cut at the length limit: that one exists only after the last step, which
+    CTranslate2 may have stopped before (whether a random model's best ends there depends on the
+    CPU's rounding), so those sentences are left out of the comparison.
     """
     _, translator, ids, src, mask = run
     tokens = [translator.vocab.src.pieces(s) for s in ids]
@@ -90,7 +93,10 @@ def test_ctranslate2_beam_equals_ours(run, ct2):
     assert got == _ours_beam(translator, src, mask, "none", 0.0)
     got = _ct2_ids(translator, ct2[1].translate_batch(tokens, beam_size=4, max_decoding_length=MAX_LEN,
                                                       length_penalty=1.0, patience=8))
-    assert got == _ours_beam(translator, src, mask, "exponent", 1.0)
+    ours = _ours_beam(translator, src, mask, "exponent", 1.0)
+    ended = [i for i, tokens in enumerate(ours) if len(tokens) < MAX_LEN]
+    assert len(ended) >= len(ours) // 2, "most sentences end before the length limit, or this compares little"
+    assert [got[i] for i in ended] == [ours[i] for i in ended]
 
 
 def test_ctranslate2_int8_quantization_runs(run, tmp_path, capsys):
