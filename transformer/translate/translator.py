@@ -165,7 +165,7 @@ class Translator:
         model = load_model(run_dir).requires_grad_(False)
         try:
             vocab = Vocabularies.load(run_dir)
-        except (FileNotFoundError, ValueError) as err:
+        except (FileNotFoundError, UserError) as err:  # a damaged file; any other error is a bug
             raise CheckpointError(f"{run_dir}: cannot load the tokenizer: {err}") from None
         src_lang, tgt_lang = run_languages(run_dir)
         kwargs.setdefault("src_lang", src_lang)
