@@ -1,7 +1,8 @@
 """The Translator's decoding plan per device (``transformer/cuda/decoding.py``): on a CPU, batches of
-12,000 padded tokens x beams and a check for finished sentences at every step; on CUDA, larger
-batches encoded whole and a check every few steps. The GPU's plan is run here on the CPU, where it
-must give exactly the CPU plan's translations (tests/test_cuda.py compares GPU and CPU outputs on a GPU).
+50,000 decoder rows x output positions and a check for finished sentences at every step; on CUDA,
+larger batches encoded whole and a check every few steps; on both at most 4,096 rows a batch. The
+GPU's plan is run here on the CPU, where it must give exactly the CPU plan's translations
+(tests/test_cuda.py compares GPU and CPU outputs on a GPU).
 """
 
 from functools import partial
@@ -15,7 +16,7 @@ from transformer.cuda import decoding as cuda_decoding
 from transformer.decoding import DecodeConfig
 from transformer.model import Transformer
 from transformer.text import Vocabularies
-from transformer.translate.translator import CPU_BATCH_TOKENS, Translator
+from transformer.translate.translator import CPU_BATCH_TOKENS, MAX_BATCH_ROWS, Translator
 
 generate_pairs = partial(generate_written_pairs, written_share=0)  # the plain corpus: tiny models learn it in a few steps
 
@@ -80,3 +81,40 @@ def test_the_gpu_plan_gives_the_cpu_plans_translations(model, vocab, sentences, 
         assert [h.tokens for h in g] == [h.tokens for h in w]
         assert [h.score for h in g] == pytest.approx([h.score for h in w], abs=1e-4)
     cpu.close()
+
+
+@pytest.mark.parametrize("budget", [CPU_BATCH_TOKENS, cuda_decoding.BATCH_TOKENS, 10**8], ids=["cpu", "gpu", "huge"])
+def test_short_inputs_fill_batches_by_rows_times_output_positions_up_to_the_row_cap(model, vocab, budget):
+    """A batch costs rows x output positions (what its cache grows to), not padded source tokens:
+    one-token inputs with beam 4 were batches of 160,000 rows on a GPU (tens of GB of cache, more
+    rows than CUDA's attention kernels take)."""
+    translator = Translator(model, vocab, max_tokens=budget)  # beam 4, outputs up to source length + 50
+    ids = [[5] * (1 + i % 2) for i in range(100_000)]
+    batches = translator._length_sorted_batches(list(range(len(ids))), ids)
+    translator.close()
+    rows = [4 * len(batch) for batch in batches]
+    cost = [r * (max(len(ids[i]) for i in batch) + 50) for r, batch in zip(rows, batches)]
+    assert max(rows) <= MAX_BATCH_ROWS and max(cost) <= budget
+    assert rows[0] == min(4 * (budget // (4 * 51)), MAX_BATCH_ROWS)  # as many as fit
+    assert sorted(i for batch in batches for i in batch) == list(range(len(ids)))
+
+
+def test_the_budget_follows_the_output_limit(model, vocab, sentences):
+    """Rows x (max_len_a x source length + max_len_b): a longer limit, fewer sentences a batch; the
+    translations are those of one batch holding them all."""
+    decoding = DecodeConfig(strategy="beam", beam_size=2, max_len_b=20)
+    seen = []
+    small = Translator(model, vocab, decoding=decoding, max_tokens=2 * 10 * (20 + 12))
+    real_decode = small._decode_batch
+    small._decode_batch = lambda seqs, *rest: seen.append(seqs) or real_decode(seqs, *rest)
+    got = small.translate_n_best(sentences)
+    assert len(seen) > 3 and all(2 * len(batch) * (max(map(len, batch)) + 20) <= small.max_tokens
+                                 or len(batch) == 1 for batch in seen)
+    same_length = [[5] * 10] * len(sentences)
+    assert len(small.with_decoding(max_len_b=60)._length_sorted_batches(list(range(len(sentences))), same_length)) \
+        > len(small._length_sorted_batches(list(range(len(sentences))), same_length))
+    small.close()
+    whole = Translator(model, vocab, decoding=decoding, max_tokens=10**9)
+    assert [[h.tokens for h in hyps] for hyps in got] == \
+        [[h.tokens for h in hyps] for hyps in whole.translate_n_best(sentences)]
+    whole.close()

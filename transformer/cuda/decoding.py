@@ -5,20 +5,28 @@ at every step (each step's work then shrinks). A GPU has thousands of lanes and 
 host queues: it wants batches large enough to fill it, and a host that never waits for it inside
 the decoding loop. So on CUDA the ``Translator`` decodes
 
-* in batches of up to ``BATCH_TOKENS`` padded source tokens x beams (a CPU's: 12,000), so a
-  thousand sentences with beam 4 are one or two batches, as ``generate()`` takes them;
+* in batches of up to ``BATCH_TOKENS`` decoder rows (sentences x beams) x output positions
+  (each sentence's limit, source length + 50 by default: what the decoder's cache grows to;
+  a CPU's: 50,000), and at most 4,096 rows (``translator.MAX_BATCH_ROWS``): a thousand
+  Multi30k sentences with beam 4 are two or three batches. Counting source tokens instead gave short
+  inputs 160,000 / S rows (80,000 for 2-token inputs: tens of GB of cache, more rows than
+  CUDA's attention kernels take);
 * checking for finished sentences every ``SYNC_EVERY`` steps (``decode(..., sync_every=...)``):
   each check reads a value back and so waits for every queued step; between checks finished
   sentences run on with their results frozen on the device, so the outputs are the same;
 * encoding each batch whole (the CPU's length-grouped encoding saves padded work that a GPU
-  does in parallel anyway, at the price of more, smaller launches).
+  does in parallel anyway, at the price of more, smaller launches);
+* with the decoder's steps over buffers allocated once per batch and captured in CUDA graphs
+  (``decoding_steps``, applied by the ``Translator``).
 
 The precision is the one value of :mod:`transformer.precision`: on a GPU ``fp32``, ``bf16`` or
 ``fp16`` (a bfloat16 or float16 copy of the weights; ``int8`` is a CPU format and refused).
 
 The dynamic batcher of ``transformer serve`` merges up to ``SERVE_BATCH_SIZE`` sentences into one
 model call on a GPU (32 on a CPU). These numbers are chosen from the GPU's shape, not yet
-measured: ``benchmarks/translate_speed.py --device cuda`` measures them against ``generate()``
+measured (``BATCH_TOKENS`` holds, at most, 7.9 GB of float32 cache for the base model's 6
+layers of 512, counting the two sets of keys and values ``decoding_steps`` keeps):
+``benchmarks/translate_speed.py --device cuda`` measures them against ``generate()``
 and CTranslate2 (docs/benchmarks.md).
 """
 

@@ -48,7 +48,8 @@ def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=None, help="sampling seed (same seed, same samples)")
     add_precision_option(g, what="decode")
     g.add_argument("--batch-tokens", type=int, default=None,
-                   help="padded source tokens x beams per batch (default: 12000 on a CPU, 160000 on a GPU)")
+                   help="decoder rows (sentences x beams) x output positions (source length + 50) per batch, "
+                   "at most 4096 rows (default: 50000 on a CPU, 160000 on a GPU)")
     g.add_argument("--device", choices=DEVICES, default="auto", help=DEVICE_HELP)
 
 
