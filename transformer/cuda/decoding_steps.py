@@ -18,7 +18,8 @@ same arithmetic over buffers that never move:
   rows are stored padded to 16 elements, so the memory-efficient attention kernel reads them
   as they are instead of copying them at every call;
 * the beams of a sentence read its memory in place: the queries of its G beams are a view
-  ``(M, H, G, D)`` of the projection's output, and the output a view back, with no copy.
+  ``(M, H, G, D)`` of the projection's output, and the output a view back, with no copy;
+* the logits written into one buffer that every shape's step shares.
 
 With every shape fixed, a step can be captured in a CUDA graph: the second time a shape runs it
 is captured (the first runs eagerly on the capture stream, which warms the libraries up for it),
@@ -28,7 +29,7 @@ times (the rows past the last real one run, unread), so a batch captures a few g
 per step. Graphs are used on CUDA only, without autocast; where a capture fails, the steps go
 on eagerly with one warning. ``tests/test_static_steps.py`` checks on the CPU (eagerly, and
 with captures stood in for by the step functions they would replay) that the steps give the
-model's tokens; ``tests/test_cuda.py`` checks the graphs on a GPU.
+model's tokens; ``tests/test_cuda_graphs.py`` checks the graphs on a GPU.
 
 Letters: M memory rows (sentences), G rows per memory row (beams), N rows, S source length,
 P positions attended, H heads, D head size, E model size, V vocabulary.
@@ -42,7 +43,7 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from transformer.cpu.swap import Swaps, swap
 from transformer.model.layers import DecoderLayer
@@ -87,6 +88,9 @@ class StaticSteps:
         self.length = 0  # positions written
         self.key_set = 0  # which of the two sets of keys and values holds the rows now
         self.tokens = torch.zeros(self.max_rows, 1, dtype=torch.long, device=device)  # the step's input
+        # The step's output, one buffer for every shape: a graph's own output would stay allocated
+        # with it, and a batch's graphs would hold (rows x vocabulary) logits each.
+        self.logits_buffer = torch.zeros(self.max_rows, model.config.tgt_vocab_size, dtype=dtype, device=device)
         self.position = torch.zeros(1, dtype=torch.long, device=device)  # the step's position
         self.index = torch.arange(self.capacity, device=device)
         self.table = decoder.embed.positions(steps)  # (steps, E): every position's encoding
@@ -191,10 +195,20 @@ class StaticSteps:
         return out
 
     def _capture(self, step: Callable[[], Tensor]) -> Callable[[], Tensor]:
-        """``step`` captured in a CUDA graph: a function that replays it and returns its output."""
+        """``step`` captured in a CUDA graph on the capture stream: a function that replays it and
+        returns its output. (``torch.cuda.graph`` would also wait for the device and empty the
+        allocator's cache at every capture, several times a batch; the capture stream waits for
+        this one instead, and other threads' CUDA calls are left alone.)"""
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool, stream=self._stream):
-            out = step()
+        current = torch.cuda.current_stream(self.position.device)
+        self._stream.wait_stream(current)
+        with torch.cuda.stream(self._stream):
+            graph.capture_begin(pool=self._pool, capture_error_mode="thread_local")
+            try:
+                out = step()
+            finally:
+                graph.capture_end()
+        current.wait_stream(self._stream)
 
         def replay() -> Tensor:
             graph.replay()
@@ -208,8 +222,8 @@ class StaticSteps:
         captures), so every call runs the same kernels on the same memory."""
         model, decoder = self.model, self.model.decoder
         group = rows // m
-        tokens, position, table, hidden = self.tokens[:rows], self.position, self.table, self.index[:positions]
-        memory_bias = self.memory_bias[:m]
+        tokens, position, table, index = self.tokens[:rows], self.position, self.table, self.index[:positions]
+        memory_bias, logits = self.memory_bias[:m], self.logits_buffer[:rows]
         dtype = memory_bias.dtype
         layers = [(layer, keys[:rows], values[:rows], memory_keys[:m], memory_values[:m]) for layer, keys, values,
                   memory_keys, memory_values in zip(decoder.layers, self.keys[key_set], self.values[key_set],
@@ -217,7 +231,7 @@ class StaticSteps:
 
         def step() -> Tensor:
             # The positions after this step's are not written yet: one bias hides them in every layer.
-            bias = torch.zeros(positions, dtype=dtype, device=hidden.device).masked_fill_(hidden > position, -math.inf)
+            bias = torch.zeros(positions, dtype=dtype, device=index.device).masked_fill_(index > position, -math.inf)
             x = decoder.embed.tokens(tokens) + table.index_select(0, position).to(dtype)  # (rows, 1, E)
             x = decoder.embed.dropout(x)
             for layer, keys, values, memory_keys, memory_values in layers:
@@ -225,9 +239,19 @@ class StaticSteps:
                                 memory_values, memory_bias, group)
             if decoder.final_norm is not None:
                 x = decoder.final_norm(x)
-            return model.output(x)[:, 0]  # (rows, V)
+            return _project(model.output, x.view(rows, -1), logits)  # (rows, V)
 
         return step
+
+
+def _project(output: nn.Module, x: Tensor, out: Tensor) -> Tensor:
+    """The pre-softmax projection of ``x (N, E)``, written into ``out (N, V)`` where the layer is a
+    plain ``nn.Linear`` (the product ``F.linear`` runs), else returned by the layer itself."""
+    if type(output) is not nn.Linear:
+        return output(x)
+    if output.bias is None:
+        return torch.mm(x, output.weight.t(), out=out)
+    return torch.addmm(output.bias, x, output.weight.t(), out=out)
 
 
 def _layer_step(layer: DecoderLayer, x: Tensor, keys: Tensor, values: Tensor, position: Tensor, bias: Tensor,

@@ -107,7 +107,7 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
     steps = decoder_steps(model, memory, src_mask, steps=T, rows=B * K, static=static_cache)
     rows = _Rows(model, steps, B, bos_id=bos_id, device=device)
     rank = torch.arange(2 * K, device=device)
-    bound_needed = stopping == "exact" and _early_stop  # the exact rule reads each sentence's n-best every step
+    keep_best = stopping == "exact" and _early_stop  # the exact rule reads each sentence's n-best every step
     for t in range(T):
         check_cancelled()  # a server stops a search nobody waits for any more
         logits = rows.logits()  # (N, V)
@@ -116,7 +116,7 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
                 raise UserError(f"beam_size ({K}) must be smaller than the vocabulary ({logits.shape[-1]})")
             dtype = score_dtype(logits)
             lp = length_penalty_factor(torch.arange(T + 1, device=device), length_penalty, alpha).to(dtype)  # (T+1,)
-            sentences = _Sentences.start(max_len, lp, n_best, dtype=dtype, bound=bound_needed,
+            sentences = _Sentences.start(max_len, lp, n_best, dtype=dtype, keep_best=keep_best,
                                          constrained=bound is not None)
             history = _History(B, T, K, dtype=dtype, device=device, constrained=bound is not None)
         n = sentences.input_index.numel()
@@ -301,7 +301,7 @@ class _Sentences:
     best_shortfall: Tensor | None  # (n, n_best) their missing constraint tokens (with constraints)
 
     @classmethod
-    def start(cls, max_len: Tensor, lp: Tensor, n_best: int, *, dtype: torch.dtype, bound: bool,
+    def start(cls, max_len: Tensor, lp: Tensor, n_best: int, *, dtype: torch.dtype, keep_best: bool,
               constrained: bool) -> _Sentences:
         """All sentences, each with one open beam (``<s>``, log-probability 0) and nothing finished."""
         B, device = max_len.shape[0], max_len.device
@@ -309,8 +309,8 @@ class _Sentences:
                    scores=torch.zeros(B, 1, dtype=dtype, device=device),
                    n_finished=torch.zeros(B, dtype=torch.long, device=device),
                    closed=torch.zeros(B, dtype=torch.bool, device=device),
-                   best_score=torch.full((B, n_best), -math.inf, dtype=dtype, device=device) if bound else None,
-                   best_shortfall=torch.full((B, n_best), EMPTY, device=device) if bound and constrained else None)
+                   best_score=torch.full((B, n_best), -math.inf, dtype=dtype, device=device) if keep_best else None,
+                   best_shortfall=torch.full((B, n_best), EMPTY, device=device) if keep_best and constrained else None)
 
     def finish(self, score: Tensor, shortfall: Tensor | None) -> None:
         """Rank a step's finished hypotheses ``score (n, K)`` (``-inf``: not finished; ``shortfall``:
