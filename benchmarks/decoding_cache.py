@@ -40,11 +40,11 @@ import torch
 
 from transformer.config import ModelConfig
 from transformer.corpus.registry import corpus_pairs, fetch
-from transformer.decoding import DecodeConfig, decode
+from transformer.decoding import DecodeConfig
 from transformer.model import Transformer
 from transformer.text import Vocabularies
 from transformer.translate import translator as translator_module
-from transformer.translate.translator import CPU_BATCH_TOKENS, Translator
+from transformer.translate.translator import Translator
 
 OLD_BUDGET = 12_000  # padded source tokens x beams per batch, the earlier CPU budget
 
