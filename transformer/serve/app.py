@@ -53,7 +53,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Scope
 
@@ -62,6 +62,7 @@ from transformer.errors import UserError
 from transformer.serve import libretranslate, routes
 from transformer.serve.access import AccessDenied
 from transformer.serve.batching import Overloaded, TimedOut
+from transformer.serve.disconnect import ClientGone
 from transformer.serve.limits import ServeLimits
 from transformer.serve.files import FileStore
 from transformer.serve.models import PIVOT, ModelSet
@@ -210,6 +211,10 @@ def _install_error_handlers(app: FastAPI) -> None:
             return plain_error_json(exc.status, exc.message, headers=exc.headers)
         return error_json(exc.status, _ACCESS_CODES.get(type(exc).__name__, "forbidden"), exc.message,
                           headers=exc.headers)
+
+    @app.exception_handler(ClientGone)  # nobody reads this answer: the connection is closed
+    async def client_gone(request: Request, exc: ClientGone) -> Response:
+        return Response(status_code=499)  # nginx's "client closed request"
 
     @app.exception_handler(Overloaded)
     async def overloaded(request: Request, exc: Overloaded) -> JSONResponse:

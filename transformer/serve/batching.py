@@ -22,9 +22,10 @@ Overload: when the texts waiting would exceed ``max_queue`` a request fails at o
 :class:`Overloaded` instead of queueing without bound (an idle server takes any request, so a
 request larger than ``max_queue`` is not refused forever). A request that has not finished after
 ``timeout_s`` (waiting included) fails with :class:`TimedOut`; the texts of it that have not
-started are dropped, so a stuck decode cannot pile up work behind it. A model call whose
-requests have all given up (timed out, or their task cancelled) is stopped at its next decoder
-step (:mod:`transformer.decoding.cancel`), so the model is free for the requests still waiting.
+started are dropped, so a stuck decode cannot pile up work behind it. A request whose task is
+cancelled (its client closed the connection: :mod:`transformer.serve.disconnect`) gives up the
+same way. A model call whose requests have all given up is stopped at its next decoder step
+(:mod:`transformer.decoding.cancel`), so the model is free for the requests still waiting.
 
 Other work on the same model (the attention of one sentence) goes through :meth:`call`: it
 takes the same queue, bound and timeout, and runs alone.
@@ -98,6 +99,7 @@ class BatchStats:
     last_batch_size: int = 0
     rejected_overload: int = 0
     timed_out: int = 0
+    cancelled_requests: int = 0  # requests whose task was cancelled while waiting (their client went)
     cancelled_calls: int = 0  # model calls stopped because every request in them gave up
 
     def to_dict(self) -> dict[str, float]:
@@ -200,6 +202,9 @@ class DynamicBatcher:
         except asyncio.TimeoutError:
             self.stats.timed_out += 1
             raise TimedOut(f"the translation did not finish within {self.timeout_s:g} s") from None
+        except asyncio.CancelledError:
+            self.stats.cancelled_requests += 1
+            raise
         finally:
             self._stop_abandoned_call()
 

@@ -40,7 +40,8 @@ when overloaded or timed out; any other :class:`~transformer.errors.UserError` t
 app is answered 400 too. Anything else is a bug of the server: 500 with an ``error_id`` beside
 the message, naming its traceback in the server's log (:mod:`transformer.serve.app`). A sentence over ``max_input_tokens`` is translated in pieces, as
 on ``/v1/translate``; LibreTranslate's answer has no place for the warning ``/v1/translate``
-gives.
+gives. A translation (of texts or of a file) whose client disconnects before its answer is
+ready is stopped (:mod:`transformer.serve.disconnect`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from transformer import __version__
 from transformer.serve import lt_params, lt_spec
 from transformer.serve.access import AccessDenied, KeyRing
 from transformer.serve.batching import Overloaded, TimedOut
+from transformer.serve.disconnect import unless_client_goes
 from transformer.serve.files import FileStore, translate_upload
 from transformer.serve.documents import Unprocessable
 from transformer.serve.lt_params import BadRequest, TooLarge, read_parameters
@@ -203,9 +205,9 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
                     service = route.last
                     return replace(service.default, glossary=service.glossary(pairs))
 
-                results, _, found, through = await models.translate(
+                results, _, found, through = await unless_client_goes(request, models.translate(
                     [texts[i] for i in todo], source, target, settings_for, html=text_format == "html",
-                    names=names, alternatives=count)
+                    names=names, alternatives=count))
                 for k, (i, result) in enumerate(zip(todo, results)):
                     out[i] = result["translation"]
                     others[i] = result.get("alternatives", [])
@@ -258,8 +260,8 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
             if source.lower() == AUTO:
                 source = await uploads.run(_file_language, models, document, target)
             route = models.route(source, target)
-            translated_name, out = await translate_upload(route, document, name, run=uploads.run,
-                                                          max_sentences=limits.max_file_sentences)
+            translated_name, out = await unless_client_goes(request, translate_upload(
+                route, document, name, run=uploads.run, max_sentences=limits.max_file_sentences))
         except AccessDenied as err:
             return _denied(err)
         except BadRequest as err:

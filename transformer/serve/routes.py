@@ -14,7 +14,8 @@ OpenAPI description. What a request means is the service's; errors are the app's
 LibreTranslate's routes (:class:`~transformer.serve.access.KeyRing`): the key comes in an
 ``X-API-Key`` header (or ``Authorization: Bearer KEY``), a request counts as many requests as it
 has texts, and a refusal is an :class:`~transformer.serve.access.AccessDenied` the app answers
-in the native shape.
+in the native shape. A request whose client disconnects before its answer is ready has its
+translation stopped (:mod:`transformer.serve.disconnect`).
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads the request models of the routes
@@ -31,6 +32,7 @@ from pydantic import BaseModel
 
 from transformer.serve.access import KeyRing
 from transformer.serve.batching import BatchInfo
+from transformer.serve.disconnect import unless_client_goes
 from transformer.serve.page import index_html, page_csp
 from transformer.serve.documents import Unprocessable
 from transformer.serve.models import ModelSet, Route
@@ -122,9 +124,9 @@ def translate_router(models: ModelSet, TranslateRequest: type[BaseModel],  # noq
         texts = [body.text] if isinstance(body.text, str) else list(body.text)
         _guard(keys, request, texts)
         settings_for = _settings_for(body)
-        translations, info, detected, _ = await models.translate(texts, body.source, body.target, settings_for,
-                                                                 html=body.format == "html",
-                                                                 alternatives=body.alternatives)
+        translations, info, detected, _ = await unless_client_goes(request, models.translate(
+            texts, body.source, body.target, settings_for, html=body.format == "html",
+            alternatives=body.alternatives))
         for result, found in zip(translations, detected or ()):
             result["detected_language"] = {"language": found.language, "confidence": round(found.confidence, 4)}
         shown = models.primary if detected is not None else models.route(body.source, body.target).last
@@ -157,7 +159,8 @@ def attention_router(models: ModelSet, AttentionRequest: type[BaseModel],  # noq
                                 f"{route.source} -> {route.via} or {route.via} -> {route.target}")
         service = route.last
         settings = _settings_for(body)(route)
-        result = await service.attention(body.text, settings, sentence=body.sentence, piece=body.piece)
+        result = await unless_client_goes(request, service.attention(body.text, settings, sentence=body.sentence,
+                                                                     piece=body.piece))
         timing, where = _timing(start, result.info), result.piece
         return JSONResponse(result.data, headers={
             "Server-Timing": f"queue;dur={timing['queue_ms']}, compute;dur={timing['compute_ms']}",

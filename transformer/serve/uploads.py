@@ -83,7 +83,16 @@ class Uploads:
         """``fn(*args, **kwargs)`` on the parsing threads."""
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="transformer-serve-files")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+        future = asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            # A thread cannot be stopped: a cancelled upload (its client gone) keeps its share of the
+            # budget until the work on its file ends, so the budget still bounds the memory held.
+            await asyncio.wait((future,))
+            if not future.cancelled():
+                future.exception()  # retrieved: nobody waits for it any more
+            raise
 
     def health(self) -> dict[str, int]:
         """The budget's state, for ``/health``."""
