@@ -31,6 +31,9 @@ HEAVY = ("torch", "numpy", "matplotlib", "sacrebleu", "fastapi", "pydantic", "st
          "onnxruntime", "onnxscript", "tensorboard")
 
 
+TM_SUBCOMMANDS = ("import", "export", "list", "stats", "review")
+
+
 def subcommands() -> dict:
     return build_parser()._subparsers._group_actions[0].choices
 
@@ -50,7 +53,8 @@ def test_help_of_every_command_loads_nothing_heavy():
 
         commands = list(build_parser()._subparsers._group_actions[0].choices)
         statuses = {{}}
-        for argv in [[]] + [[command] for command in commands]:
+        # tm's subcommands too: each has a parser of its own
+        for argv in [[]] + [[command] for command in commands] + [["tm", sub] for sub in {TM_SUBCOMMANDS!r}]:
             out = io.StringIO()
             try:
                 with contextlib.redirect_stdout(out):
@@ -59,7 +63,7 @@ def test_help_of_every_command_loads_nothing_heavy():
                 statuses[" ".join(argv) or "transformer"] = (exit_.code, len(out.getvalue()))
         print(json.dumps({{"statuses": statuses, "loaded": [m for m in {HEAVY!r} if m in sys.modules]}}))
     """)
-    assert set(found["statuses"]) == {"transformer", *subcommands()}
+    assert set(found["statuses"]) == {"transformer", *subcommands(), *(f"tm {sub}" for sub in TM_SUBCOMMANDS)}
     assert all(code == 0 and size > 200 for code, size in found["statuses"].values()), found["statuses"]
     assert found["loaded"] == []
 

@@ -4,7 +4,7 @@ Building the parser imports nothing heavy (no torch, no optional extra), so ``tr
 and every command's ``--help`` are quick and work on a base install. ``demo``, ``train``,
 ``average`` and ``info`` are defined here, their heavy imports inside their handlers; every other
 command's parser is in the ``cli_args.py`` of its package (``translate``, ``serve``, ``visualize``,
-``interop``, ``corpus``), whose handler is a ``"module:function"`` reference imported when the
+``interop``, ``corpus``, ``memory``), whose handler is a ``"module:function"`` reference imported when the
 command runs. A module of an optional extra missing then is one line naming the extra and the
 command that installs it (:class:`transformer.errors.MissingExtraError`). A mistake of the user is printed as one line on stderr,
 ``transformer COMMAND: error: ...``, naming the problem and the fix, never as a stack trace; a bug
@@ -43,6 +43,7 @@ from transformer.config import PRESETS, preset
 from transformer.corpus.cli_args import register_data_command
 from transformer.errors import MissingExtraError, UserError
 from transformer.interop.cli_args import register_interop_commands
+from transformer.memory.cli_args import register_tm_command
 from transformer.precision import add_precision_option, precision_option, weight_dtype
 from transformer.run.config import describe_ranges
 from transformer.serve.cli_args import register_serve_command
@@ -430,7 +431,7 @@ def _validation_pairs(data):  # DataConfig -> list[tuple[str, str]]
 _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], object]] = [
     _register_demo, _register_train, register_translate_command, register_evaluate_command, register_detect_command,
     _register_calibrate, register_attend_command, register_report_command, _register_average, register_data_command,
-    register_serve_command, _register_info, register_interop_commands,
+    register_serve_command, _register_info, register_interop_commands, register_tm_command,
 ]
 
 
