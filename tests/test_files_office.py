@@ -1,5 +1,5 @@
 """Word, PowerPoint and OpenDocument files translated with their formatting kept
-(transformer/translate/files/office.py, package.py)."""
+(transformer/translate/files/office.py, docx.py, pptx.py, odt.py, package.py)."""
 
 import io
 import random
@@ -11,7 +11,9 @@ from office_helpers import (docx_bytes, encrypted, infos, members, odt_bytes, pa
                             run, slide, translate, zip_bytes)
 from transformer.translate.files import package
 from transformer.translate.files.base import FileFormatError
-from transformer.translate.files.office import DocxFile, OdtFile, PptxFile
+from transformer.translate.files.docx import DocxFile
+from transformer.translate.files.odt import OdtFile
+from transformer.translate.files.pptx import PptxFile
 from transformer.translate.html import translate_html
 
 BOLD = "<w:b/>"

@@ -26,10 +26,12 @@ from pathlib import PurePath, PureWindowsPath
 
 from transformer.errors import UserError
 from transformer.translate.files.base import MAX_FILE_CHARS, FileFormatError, TranslatableFile, Unit, too_many_chars
+from transformer.translate.files.docx import DocxFile
 from transformer.translate.files.epub import EpubFile
 from transformer.translate.files.markdown import MarkdownFile
-from transformer.translate.files.office import DocxFile, OdtFile, PptxFile
+from transformer.translate.files.odt import OdtFile
 from transformer.translate.files.po import PoFile
+from transformer.translate.files.pptx import PptxFile
 from transformer.translate.files.srt import SrtFile
 from transformer.translate.files.text import HtmlFile, TextFile
 from transformer.translate.inputs import not_text
@@ -210,8 +212,8 @@ class _Sentences:
         out: list[str] = []
         for start in range(0, len(items), SENTENCES_PER_CALL):
             part = items[start:start + SENTENCES_PER_CALL]
-            hypotheses, _ = translate_with_notes(self.translator, part, glossary=self.glossary)
-            out += [h[0][0] if h else "" for h in hypotheses]
+            out += [t.hyps[0][0] if t.hyps else "" for t in translate_with_notes(self.translator, part,
+                                                                                 glossary=self.glossary)]
             self.done += len(part)
             if self.progress is not None:
                 self.progress(self.done, self.total)

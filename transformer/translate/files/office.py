@@ -1,5 +1,7 @@
-"""Word (``.docx``), PowerPoint (``.pptx``) and OpenDocument text (``.odt``) files, translated
-paragraph by paragraph with their formatting kept.
+"""What the office formats share (Word's ``.docx``, PowerPoint's ``.pptx``, OpenDocument text's
+``.odt``: :mod:`~transformer.translate.files.docx`, :mod:`~transformer.translate.files.pptx`,
+:mod:`~transformer.translate.files.odt`): a paragraph read as an HTML fragment and written back
+with its translation, its formatting kept.
 
 Each paragraph with text is one HTML unit (``Unit.html``): its text, and its formatting as inline
 tags that ``translate_html`` keeps around the words they marked.
@@ -23,14 +25,7 @@ tags that ``translate_html`` keeps around the words they marked.
 A paragraph whose translation equals its unit is not touched: its bytes stay as they were, so a
 translator that returns its input gives back the file byte for byte. Paragraphs inside another
 one (a text box, a footnote or comment in OpenDocument) are units of their own, spliced into the
-outer paragraph whether it changed or not.
-
-Where the text is: docx: the body, headers, footers, footnotes, endnotes and comments, tables
-and text boxes in them (a text box's fallback copy for old readers, ``mc:Fallback``, is left as
-it was); pptx: every slide in presentation order, then the speaker notes, tables and text boxes
-in them (not charts, SmartArt or the masters' placeholder texts); odt: the body (``content.xml``:
-paragraphs, headings, lists, tables, frames, notes, comments) and the page headers and footers
-(``styles.xml``), not tracked deletions.
+outer paragraph whether it changed or not. Each format's module says where its text is.
 """
 
 from __future__ import annotations
@@ -43,20 +38,16 @@ from urllib.parse import unquote
 from transformer.translate.files.base import FileFormatError, Unit
 from transformer.translate.files.package import NOT_XML, ArchiveFile, Edit, Element, Package, Splicer, XmlPart
 
-__all__ = ["DocxFile", "PptxFile", "OdtFile"]
+__all__ = ["Text", "Paragraph", "ParagraphFile", "OoxmlFile", "set_xml_attribute", "natural_key", "DC"]
 
 _MC = "http://schemas.openxmlformats.org/markup-compatibility/2006"
-_DC = "http://purl.org/dc/elements/1.1/"
-_TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
-_STYLE = "urn:oasis:names:tc:opendocument:xmlns:style:1.0"
-_FO = "urn:oasis:names:tc:opendocument:xmlns:xsl-fo-compatible:1.0"
-_OFFICE = "urn:oasis:names:tc:opendocument:xmlns:office:1.0"
+DC = "http://purl.org/dc/elements/1.1/"
 
 
 # --- A paragraph as an HTML fragment, and back ------------------------------------------
 
 
-class _Text:
+class Text:
     __slots__ = ("style", "text")
 
     def __init__(self, style: int, text: str):
@@ -83,7 +74,7 @@ _DATA_INDEX = re.compile(r"""\sdata-([rpg])\s*=\s*["']?(\d+)""")
 _VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())
 
 
-class _Paragraph:
+class Paragraph:
     """One paragraph of a part: what it reads as (:meth:`html`) and how a translation of that is
     written back (:meth:`rebuild`). Subclasses read their format's paragraph (``_read``) and
     write its text (``_text``)."""
@@ -110,7 +101,7 @@ class _Paragraph:
 
     def _texts(self, content: list):
         for node in content:
-            if isinstance(node, _Text):
+            if isinstance(node, Text):
                 yield node
             elif isinstance(node, _Group):
                 yield from self._texts(node.content)
@@ -147,9 +138,9 @@ class _Paragraph:
         i = 0
         while i < len(content):
             node = content[i]
-            if isinstance(node, _Text):
+            if isinstance(node, Text):
                 text = [node.text]
-                while i + 1 < len(content) and isinstance(content[i + 1], _Text) and content[i + 1].style == node.style:
+                while i + 1 < len(content) and isinstance(content[i + 1], Text) and content[i + 1].style == node.style:
                     i += 1
                     text.append(content[i].text)
                 escaped = html.escape("".join(text), quote=False)
@@ -264,97 +255,23 @@ class _Paragraph:
         return self.raw(self.tail_start, self.element.end)
 
 
-def _set_xml_attribute(tag: bytes, qname: bytes, value: str) -> bytes:
+def set_xml_attribute(tag: bytes, qname: bytes, value: str) -> bytes:
     """``tag`` (a start tag's bytes) with the value of its attribute ``qname`` set to ``value``
     (a language code: nothing to escape); unchanged when it has no such attribute."""
     pattern = re.compile(rb"(\s" + re.escape(qname) + rb"""\s*=\s*)("[^"]*"|'[^']*')""")
     return pattern.sub(lambda m: m.group(1) + b'"' + value.encode("ascii") + b'"', tag, count=1)
 
 
-# --- Word ------------------------------------------------------------------------------
-
-# Elements holding runs: written as a group (their start, the properties they begin with, their end).
-_DOCX_GROUPS = frozenset("hyperlink smartTag customXml ins moveTo fldSimple dir bdo".split())
-_DOCX_BREAKS = frozenset("tab br cr ptab".split())
-_DOCX_DROPPED = frozenset(("proofErr", "lastRenderedPageBreak"))
-
-
-class _DocxParagraph(_Paragraph):
-    def _read(self) -> None:
-        p = self.element
-        children = p.children()
-        if children and children[0].local == "pPr":
-            self.head_end = children[0].end
-            children = children[1:]
-        self.content = self._walk(children)
-
-    def _walk(self, elements: list[Element]) -> list:
-        content: list = []
-        for element in elements:
-            local = element.local
-            if local == "r":
-                content += self._run(element)
-            elif local in _DOCX_DROPPED:
-                continue
-            elif local in _DOCX_GROUPS and element.close_start != element.open_end:
-                children = element.children()
-                start = element.open_end
-                while children and children[0].local.endswith("Pr"):
-                    start = children.pop(0).end
-                content.append(self.group(self.raw(element.start, start), self.raw(element.close_start, element.end),
-                                          "a" if local == "hyperlink" else "span", self._walk(children)))
-            elif local == "sdt" and element.find(element.name[: -len("sdt")] + "sdtContent") is not None:
-                inner = element.find(element.name[: -len("sdt")] + "sdtContent")
-                content.append(self.group(self.raw(element.start, inner.open_end),
-                                          self.raw(inner.close_start, element.end),
-                                          "span", self._walk(inner.children())))
-            else:
-                content.append(self.point(element))
-        return content
-
-    def _run(self, run: Element) -> list:
-        if run.close_start == run.open_end:  # <w:r/>
-            return []
-        children = run.children()
-        properties = b""
-        if children and children[0].local == "rPr":
-            properties = self.raw(children[0].start, children[0].end)
-            children = children[1:]
-        opening = self.raw(run.start, run.open_end) + properties
-        closing = self.raw(run.close_start, run.end)
-        style = self.style(properties, opening, closing)
-        content: list = []
-        for child in children:
-            local = child.local
-            if local == "t":
-                content.append(_Text(style, child.text()))
-            elif local in _DOCX_DROPPED:
-                continue
-            else:
-                content.append(self.point(child, opening, closing, line_break=local in _DOCX_BREAKS))
-        return content
-
-    def _text(self, style: int, text: str, state: dict, lang: str | None) -> bytes:
-        opening = self.styles[style]
-        prefix = self.element.prefix.encode()
-        if lang:  # the run's language (w:lang w:val) becomes the target language
-            opening = re.sub(rb"<" + re.escape(prefix) + rb"lang\b[^>]*>",
-                             lambda m: _set_xml_attribute(m.group(), prefix + b"val", lang), opening)
-        space = b' xml:space="preserve"' if text != text.strip() or "  " in text else b""
-        t = prefix + b"t"
-        return opening + b"<" + t + space + b">" + self.part.escape(text) + b"</" + t + b">" + self._style_ends[style]
-
-
-def _natural(name: str) -> list:
+def natural_key(name: str) -> list:
     """A sort key that puts slide2.xml before slide10.xml."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
-class _ParagraphFile(ArchiveFile):
+class ParagraphFile(ArchiveFile):
     """A package whose units are the paragraphs of some of its XML parts."""
 
     _what: str  # the format in words, for messages
-    _paragraph: type[_Paragraph]
+    _paragraph: type[Paragraph]
 
     def _is_paragraph(self, element: Element) -> bool:
         raise NotImplementedError
@@ -376,14 +293,14 @@ class _ParagraphFile(ArchiveFile):
                       self._editor(paragraph, member))
 
     @staticmethod
-    def _editor(paragraph: _Paragraph, member: str):
+    def _editor(paragraph: Paragraph, member: str):
         def edit(translation: str, splicers: dict[str, Splicer], lang: str | None) -> Edit:
             return Edit(paragraph.element.start, paragraph.element.end,
                         lambda: paragraph.rebuild(translation, splicers[member], lang))
         return edit
 
 
-class _OoxmlFile(_ParagraphFile):
+class OoxmlFile(ParagraphFile):
     """What Word and PowerPoint files share: the package's content types, its relationships,
     the core properties' language."""
 
@@ -393,7 +310,7 @@ class _OoxmlFile(_ParagraphFile):
         return element.name in self._paragraph_names and not element.within(f"{{{_MC}}}Fallback")
 
     @classmethod
-    def _open(cls, data: bytes, name: str) -> tuple[_OoxmlFile, dict[str, str]]:
+    def _open(cls, data: bytes, name: str) -> tuple[OoxmlFile, dict[str, str]]:
         self = cls(Package(data, name, cls._what))
         if "[Content_Types].xml" not in self.package:
             raise FileFormatError(f"{name} is not {self.package.a_kind}: it has no [Content_Types].xml")
@@ -437,250 +354,6 @@ class _OoxmlFile(_ParagraphFile):
         if member not in self.package:
             return {}
         part = self._part(member)
-        edits = [part.set_text(element, lang) for element in part.root.iter(f"{{{_DC}}}language")]
+        edits = [part.set_text(element, lang) for element in part.root.iter(f"{{{DC}}}language")]
         return {member: [edit for edit in edits if edit is not None]}
 
-
-_W = ("http://schemas.openxmlformats.org/wordprocessingml/2006/main",
-      "http://purl.oclc.org/ooxml/wordprocessingml/main")
-
-
-class DocxFile(_OoxmlFile):
-    """A Word document (``.docx``, Office Open XML): each paragraph with text is an HTML unit (see
-    the module doc); with a target language, the language of the translated runs, of the
-    document's default style and of its core properties is set to it."""
-
-    kind = "docx"
-    extensions = (".docx",)
-    media_type = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
-    _what = "Word document"
-    _paragraph = _DocxParagraph
-    _paragraph_names = frozenset(f"{{{ns}}}p" for ns in _W)
-
-    @classmethod
-    def read(cls, data: bytes, name: str) -> DocxFile:
-        self, types = cls._open(data, name)
-        self._add_part(self._main(types, ("wordprocessingml", "ms-word"), "word/document.xml"))
-        for what in ("header", "footer", "footnotes", "endnotes", "comments"):
-            ending = f"wordprocessingml.{what}+xml"
-            for part in sorted((p for p, t in types.items() if t.endswith(ending)), key=_natural):
-                self._add_part(part)
-        self._styles = next((p for p, t in types.items() if t.endswith("wordprocessingml.styles+xml")), None)
-        return self
-
-    def _language_edits(self, lang: str) -> dict[str, list[Edit]]:
-        edits = self._core_language(lang)
-        if self._styles is not None:
-            part = self._part(self._styles)
-            found = []
-            for ns in _W:
-                for defaults in part.root.iter(f"{{{ns}}}docDefaults"):
-                    for element in defaults.iter(f"{{{ns}}}lang"):
-                        if f"{{{ns}}}val" in element.attrs:
-                            found.append(part.set_attribute(element, f"{{{ns}}}val", lang))
-            if found:
-                edits[self._styles] = found
-        return edits
-
-
-# --- PowerPoint --------------------------------------------------------------------------
-
-_A = ("http://schemas.openxmlformats.org/drawingml/2006/main", "http://purl.oclc.org/ooxml/drawingml/main")
-
-
-class _PptxParagraph(_Paragraph):
-    def _read(self) -> None:
-        children = self.element.children()
-        if children and children[0].local == "pPr":
-            self.head_end = children[0].end
-            children = children[1:]
-        if children and children[-1].local == "endParaRPr":
-            self.tail_start = children[-1].start
-            children = children[:-1]
-        for element in children:
-            if element.local == "r" and element.close_start != element.open_end:
-                parts = element.children()
-                properties = b""
-                if parts and parts[0].local == "rPr":
-                    properties = self.raw(parts[0].start, parts[0].end)
-                    parts = parts[1:]
-                opening = self.raw(element.start, element.open_end) + properties
-                style = self.style(properties, opening, self.raw(element.close_start, element.end))
-                for part in parts:
-                    if part.local == "t":
-                        self.content.append(_Text(style, part.text()))
-                    else:
-                        self.content.append(self.point(part, opening, self.raw(element.close_start, element.end)))
-            else:
-                self.content.append(self.point(element, line_break=element.local == "br"))
-
-    def _set_lang(self, data: bytes, lang: str | None) -> bytes:
-        if not lang:
-            return data
-        prefix = re.escape(self.element.prefix.encode())
-        return re.sub(rb"<" + prefix + rb"(?:rPr|endParaRPr)\b[^>]*>",
-                      lambda m: _set_xml_attribute(m.group(), b"lang", lang), data)
-
-    def _text(self, style: int, text: str, state: dict, lang: str | None) -> bytes:
-        t = self.element.prefix.encode() + b"t"
-        return (self._set_lang(self.styles[style], lang) + b"<" + t + b">" + self.part.escape(text) + b"</" + t + b">"
-                + self._style_ends[style])
-
-    def _tail(self, lang: str | None) -> bytes:
-        return self._set_lang(super()._tail(lang), lang)
-
-
-class PptxFile(_OoxmlFile):
-    """A PowerPoint presentation (``.pptx``): each paragraph with text on the slides and in the
-    speaker notes is an HTML unit (see the module doc); with a target language, the language of
-    the translated runs and of the core properties is set to it."""
-
-    kind = "pptx"
-    extensions = (".pptx",)
-    media_type = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
-    _what = "PowerPoint presentation"
-    _paragraph = _PptxParagraph
-    _paragraph_names = frozenset(f"{{{ns}}}p" for ns in _A)
-
-    @classmethod
-    def read(cls, data: bytes, name: str) -> PptxFile:
-        self, types = cls._open(data, name)
-        main = self._main(types, ("presentationml", "ms-powerpoint"), "ppt/presentation.xml")
-        slides = {p for p, t in types.items() if t.endswith("presentationml.slide+xml")}
-        targets = self._relationships(main)
-        ordered = []
-        for element in self._part(main).root.iter():
-            if element.local == "sldId":
-                rid = next((v for k, v in element.attrs.items() if k.endswith("}id")), None)
-                if targets.get(rid) in slides and targets[rid] not in ordered:
-                    ordered.append(targets[rid])
-        ordered += sorted(slides - set(ordered), key=_natural)
-        notes = sorted((p for p, t in types.items() if t.endswith("presentationml.notesSlide+xml")), key=_natural)
-        for part in ordered + notes:
-            self._add_part(part)
-        return self
-
-    def _language_edits(self, lang: str) -> dict[str, list[Edit]]:
-        return self._core_language(lang)
-
-
-# --- OpenDocument text -------------------------------------------------------------------
-
-
-class _OdtParagraph(_Paragraph):
-    def _read(self) -> None:
-        self.style(b"", b"", b"")  # the one style: text is written where it stands, in its spans
-        self._space = True  # whether a space read now is collapsed (at the start, after a space)
-        self.content = self._walk(self.element.content)
-
-    def _walk(self, nodes: list) -> list:
-        content: list = []
-        for node in nodes:
-            if isinstance(node, str):  # OpenDocument collapses XML white space, as HTML does
-                text = re.sub(r"[ \t\r\n]+", " ", node)
-                if self._space and text.startswith(" "):
-                    text = text[1:]
-                if text:
-                    content.append(_Text(0, text))
-                    self._space = text.endswith(" ")
-                continue
-            local = node.local if node.name.startswith(f"{{{_TEXT}}}") else ""
-            if local == "s":
-                count = node.attrs.get(f"{{{_TEXT}}}c", "1")
-                content.append(_Text(0, " " * min(int(count) if count.isdigit() else 1, 1000)))
-                self._space = False
-            elif local in ("tab", "line-break"):
-                content.append(self.point(node, line_break=True))
-                self._space = False
-            elif local == "soft-page-break":
-                continue
-            elif local in ("span", "a") and node.close_start != node.open_end:
-                content.append(self.group(self.raw(node.start, node.open_end), self.raw(node.close_start, node.end),
-                                          local if local == "a" else "span", self._walk(node.content)))
-            else:
-                content.append(self.point(node))
-        return content
-
-    def _start_text(self) -> dict:
-        return {"space": True}
-
-    def _after_point(self, state: dict, index: int) -> None:
-        if index in self._breaks:
-            state["space"] = False
-
-    def _text(self, style: int, text: str, state: dict, lang: str | None) -> bytes:
-        """The text, each space that OpenDocument would collapse written as ``text:s``."""
-        s = self.element.prefix + "s"
-        out, run, spaces = [], [], 0
-
-        def flush_spaces() -> None:
-            nonlocal spaces
-            if spaces:
-                out.append(f"<{s}/>" if spaces == 1 else f'<{s} {self.element.prefix}c="{spaces}"/>')
-                spaces = 0
-
-        for char in re.sub(r"[\t\r\n]", " ", text):
-            if char == " " and state["space"]:
-                if run:
-                    out.append(html.escape("".join(run), quote=False))
-                    run = []
-                spaces += 1
-                continue
-            flush_spaces()
-            run.append(char)
-            state["space"] = char == " "
-        if run:
-            out.append(html.escape("".join(run), quote=False))
-        flush_spaces()
-        return "".join(out).encode(self.part.encoding, "xmlcharrefreplace")
-
-
-class OdtFile(_ParagraphFile):
-    """An OpenDocument text (``.odt``, LibreOffice Writer): each paragraph and heading with text
-    is an HTML unit (see the module doc); with a target language, the document's language
-    (``meta.xml``) and that of its default styles are set to it."""
-
-    kind = "odt"
-    extensions = (".odt",)
-    media_type = "application/vnd.oasis.opendocument.text"
-    _what = "OpenDocument text"
-    _paragraph = _OdtParagraph
-    _names = frozenset((f"{{{_TEXT}}}p", f"{{{_TEXT}}}h"))
-
-    def _is_paragraph(self, element: Element) -> bool:
-        return element.name in self._names and not element.within(f"{{{_TEXT}}}tracked-changes")
-
-    @classmethod
-    def read(cls, data: bytes, name: str) -> OdtFile:
-        self = cls(Package(data, name, cls._what))
-        if "mimetype" in self.package:
-            mimetype = self.package.read("mimetype").decode("ascii", "replace").strip()
-            if not mimetype.startswith("application/vnd.oasis.opendocument.text"):
-                raise FileFormatError(f"{name} is not an OpenDocument text: its mimetype is {mimetype!r}")
-        self._add_part("content.xml")
-        if "styles.xml" in self.package:
-            self._add_part("styles.xml", within=f"{{{_OFFICE}}}master-styles")
-        return self
-
-    def _language_edits(self, lang: str) -> dict[str, list[Edit]]:
-        edits: dict[str, list[Edit]] = {}
-        if "meta.xml" in self.package:
-            part = self._part("meta.xml")
-            found = [part.set_text(element, lang) for element in part.root.iter(f"{{{_DC}}}language")]
-            edits["meta.xml"] = [edit for edit in found if edit is not None]
-        if "styles.xml" in self.package:
-            language, _, rest = lang.partition("-")
-            region = next((tag for tag in rest.split("-") if len(tag) == 2 or (len(tag) == 3 and tag.isdigit())), None)
-            part = self._part("styles.xml")
-            found = []
-            for default in part.root.iter(f"{{{_STYLE}}}default-style"):
-                for properties in default.iter(f"{{{_STYLE}}}text-properties"):
-                    if f"{{{_FO}}}language" in properties.attrs:
-                        tag_edit = part.set_attribute(properties, f"{{{_FO}}}language", language.lower())
-                        tag = tag_edit.render()
-                        if f"{{{_FO}}}country" in properties.attrs:
-                            country = (region or "none").upper() if region else "none"
-                            tag = _set_xml_attribute(tag, properties.qnames[f"{{{_FO}}}country"].encode(), country)
-                        found.append(Edit(properties.start, properties.open_end, lambda tag=tag: tag))
-            edits["styles.xml"] = found
-        return edits
