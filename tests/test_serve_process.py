@@ -82,3 +82,50 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# A server whose file parse outlives any grace: read_file waits ten minutes on its thread (a
+# non-daemon worker, which the interpreter would wait for at exit), after saying it started.
+_STUCK_SERVER = """
+import os, sys, threading
+import transformer.serve.libretranslate as lt
+
+def stuck(data, name):
+    open(os.environ["STUCK_MARK"], "w").close()
+    threading.Event().wait(600)
+
+lt.read_file = stuck
+from transformer.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("signum, status, name", [(signal.SIGTERM, 0, "SIGTERM"), (signal.SIGINT, 130, "SIGINT")])
+def test_a_parse_that_outlives_the_grace_does_not_keep_the_process(tmp_path, signum, status, name):
+    run_dir = make_run_dir(tmp_path / "run")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    mark = tmp_path / "parsing"
+    env = dict(os.environ, OMP_NUM_THREADS="1", STUCK_MARK=str(mark))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _STUCK_SERVER, "serve", str(run_dir), "--port", str(port), "--shutdown-grace", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_until_up(proc, url)
+        client = threading.Thread(target=lambda: httpx.post(
+            url + "/translate_file", data={"source": "fr", "target": "en"},
+            files={"file": ("a.txt", b"Le chat dort.")}, timeout=60), daemon=True)
+        client.start()
+        deadline = time.monotonic() + 30
+        while not mark.exists():
+            assert time.monotonic() < deadline, "the upload's parse never started"
+            time.sleep(0.05)
+        proc.send_signal(signum)
+        # Without the hard exit the process lives until the parse's ten minutes are over.
+        assert proc.wait(timeout=120) == status
+        stdout, stderr = proc.communicate(timeout=5)
+        assert f"stopped by {name}" in stdout and "Traceback" not in stderr, stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

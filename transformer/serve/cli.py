@@ -9,7 +9,9 @@ is loaded); then the model is loaded once and uvicorn serves the FastAPI app of
 "listening on" line is printed once the server listens. On SIGTERM the server stops accepting
 connections, closes idle and stalled ones, lets the requests in flight finish (at most
 --shutdown-grace seconds), prints what it finished and dropped, and the process exits 0; Ctrl-C
-(SIGINT) stops it the same way, then exits 130 as an interrupted command. The command's parser
+(SIGINT) stops it the same way, then exits 130 as an interrupted command. Either way, a worker
+thread still busy half a second after the grace (a file being parsed) does not keep the process
+alive: it ends at once with its status. The command's parser
 is in ``cli_args.py``.
 """
 
@@ -142,6 +144,7 @@ def run_serve(args: argparse.Namespace) -> int:
         return status
     port = sockets[0].getsockname()[1]
     host = f"[{args.host}]" if ":" in args.host else args.host
+    interrupted = False
     try:
         run_dirs = [Path(d) for d in args.run_dirs]
         translators = []
@@ -175,6 +178,7 @@ def run_serve(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:  # SIGINT, raised again by uvicorn after its graceful shutdown
             if stats.shutdown_s is not None:
                 print(stop_message("SIGINT", stats, connection_limits.shutdown_grace_s), flush=True)
+            interrupted = True
             raise
         finally:
             signal.signal(signal.SIGTERM, previous)
@@ -183,16 +187,19 @@ def run_serve(args: argparse.Namespace) -> int:
             sock.close()
         if lt_options.suggestions is not None:
             lt_options.suggestions.close()
+        if interrupted:  # as after SIGTERM, with the status of an interrupted command
+            _exit_if_work_remains(130, note="transformer serve: interrupted")
     if stopped:
         print(stop_message("SIGTERM", stats, connection_limits.shutdown_grace_s), flush=True)
     _exit_if_work_remains(0)
     return 0
 
 
-def _exit_if_work_remains(status: int, wait_s: float = 0.5) -> None:
+def _exit_if_work_remains(status: int, wait_s: float = 0.5, note: str | None = None) -> None:
     """End the process now with ``status`` if a worker thread is still busy after the shutdown (a
     file being parsed, a decode between its steps): the interpreter would wait for it at exit,
-    long after --shutdown-grace; nobody waits for its result any more."""
+    long after --shutdown-grace; nobody waits for its result any more. ``note``: a line for
+    standard error before it ends (what the command line would have said)."""
     import os
     import threading
     import time
@@ -202,6 +209,8 @@ def _exit_if_work_remains(status: int, wait_s: float = 0.5) -> None:
         if thread is not threading.current_thread() and not thread.daemon:
             thread.join(max(0.0, deadline - time.monotonic()))
     if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.current_thread()):
+        if note:
+            print(note, file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)
