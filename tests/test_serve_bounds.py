@@ -218,6 +218,22 @@ def test_keys_and_limits_guard_the_native_api_too(translator):
         assert lt.status_code == 429, lt.text  # the same address's counters on the other API: one policy
 
 
+def test_the_native_apis_schema_lists_the_guards_answers_in_its_error_shape(translator):
+    with TestClient(create_app(translator, src_lang="fr", tgt_lang="en")) as client:
+        schema = client.get("/openapi.json").json()
+    error = {"$ref": "#/components/schemas/ErrorResponse"}
+    for path in ("/v1/translate", "/v1/attention"):
+        responses = schema["paths"][path]["post"]["responses"]
+        for code in ("400", "403", "413", "422", "429", "500", "503"):
+            assert responses[code]["content"]["application/json"]["schema"] == error, (path, code)
+        for code in ("403", "429", "503"):  # the answers that may say when to come back
+            assert responses[code]["headers"]["Retry-After"]["schema"] == {"type": "integer"}, (path, code)
+        for name in ("api_key_required", "text_too_long", "invalid_api_key", "banned", "rate_limited"):
+            assert any(name in r["description"] for r in responses.values()), (path, name)
+    for path in ("/health", "/v1/model", "/v1/models"):  # not guarded: no refusal of the guard listed
+        assert not {"403", "429"} & set(schema["paths"][path]["get"]["responses"]), path
+
+
 # --------------------------------------------------------------------------------------------- X-Forwarded-For
 async def _detects(app, forwarded_allow_ips):
     import httpx

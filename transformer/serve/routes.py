@@ -39,9 +39,16 @@ from transformer.serve.models import ModelSet, Route
 from transformer.serve.schemas import ErrorResponse, Health, ModelInfo, ModelList, PairInfo, TranslateResponse
 from transformer.serve.service import DecodingSettings, TranslationService
 
-_ERRORS = {400: "invalid JSON or UTF-8", 413: "request body too large", 422: "invalid request fields",
+_ERRORS = {400: "invalid JSON or UTF-8 (invalid_json, invalid_utf8); under API keys and limits, no key where one "
+           "is required (api_key_required) or a text over the character limit (text_too_long)",
+           403: "an API key the server does not know (invalid_api_key), or an address banned for going over "
+           "the request limits too often (banned, with Retry-After)",
+           413: "request body too large", 422: "invalid request fields",
+           429: "over the request limit of the API key or of the address (rate_limited); Retry-After says when "
+           "there is room again",
            500: "an internal error, a bug of the server (not a problem with the request): error_id names its "
-           "traceback in the server's log", 503: "overloaded, or the translation timed out"}
+           "traceback in the server's log", 503: "overloaded, or the translation timed out (Retry-After: 1)"}
+_RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before trying again", "schema": {"type": "integer"}}}
 
 _SENTENCE_HEADERS = {
     "X-Sentence-Index": {"description": "the sentence shown, from 0", "schema": {"type": "integer"}},
@@ -58,7 +65,10 @@ _SENTENCE_HEADERS = {
 
 
 def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
-    return {code: {"model": ErrorResponse, "description": _ERRORS[code]} for code in codes}
+    """The error answers of a route, in the native shape (:class:`ErrorResponse`), with the
+    ``Retry-After`` header where one is sent (403 only when banned)."""
+    return {code: {"model": ErrorResponse, "description": _ERRORS[code],
+                   **({"headers": _RETRY_AFTER} if code in (403, 429, 503) else {})} for code in codes}
 
 
 def _attention_schema() -> dict[str, Any]:
@@ -116,7 +126,7 @@ def translate_router(models: ModelSet, TranslateRequest: type[BaseModel],  # noq
 
     # Fields left unset (alternatives not asked for) stay out of the answer.
     @router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_unset=True,
-                 responses=_responses(400, 413, 422, 500, 503),
+                 responses=_responses(400, 403, 413, 422, 429, 500, 503),
                  summary="Translate one text or a list of texts (paragraphs, or HTML pages), with the sentence "
                          "alignment")
     async def translate(body: TranslateRequest, request: Request) -> TranslateResponse:  # type: ignore[valid-type]
@@ -147,7 +157,7 @@ def attention_router(models: ModelSet, AttentionRequest: type[BaseModel],  # noq
     @router.post("/v1/attention", responses={200: {"content": {"application/json": {"schema": _attention_schema()}},
                                                   "description": "transformer/visualize/schema.json, for the "
                                                   "sentence chosen by `sentence`", "headers": _SENTENCE_HEADERS},
-                                             **_responses(400, 413, 422, 500, 503)},
+                                             **_responses(400, 403, 413, 422, 429, 500, 503)},
                  summary="Translate one sentence of a text and return every attention weight of that translation")
     async def attention(body: AttentionRequest, request: Request) -> JSONResponse:  # type: ignore[valid-type]
         start = time.perf_counter()
