@@ -27,8 +27,9 @@ from transformer.run.layout import WEIGHTS_FILE
 from transformer.serve.app import create_app
 from transformer.serve.limits import ServeLimits
 from transformer.serve.page import index_html
-from transformer.translate.confidence import Calibration, file_sha256
-from transformer.translate.document import fitting_spans, translate_document
+from transformer.translate.calibration import Calibration, file_sha256
+from transformer.translate.document import translate_document
+from transformer.translate.pipeline import fitting_spans
 from transformer.translate.segment import segment_text
 from transformer.translate.translator import TranslationWarning, Translator
 

@@ -199,9 +199,9 @@ def test_bad_input_is_named_and_the_other_lines_translated(run_dir, translator, 
     assert lines[3] == huge  # nothing lost: the line too long to translate is there as it was
     # Translated after all when the limit allows it: the pieces of a huge sentence are found in linear time.
     sentence = "le chat noir dort sur la table et " * 3_000
-    from transformer.translate.document import _fitting_spans
+    from transformer.translate.pipeline import fitting_spans
 
-    spans = _fitting_spans(translator, sentence)
+    spans = fitting_spans(sentence, lambda piece: len(translator.vocab.src.encode(piece)), translator.max_input_tokens)
     assert len(spans) > 100 and all(len(translator.vocab.src.encode(sentence[a:b])) <= 64 for a, b in spans[:50])
     assert re.sub(r"\s", "", "".join(sentence[a:b] for a, b in spans)) == re.sub(r"\s", "", sentence)
 

@@ -1,29 +1,24 @@
-"""Texts of any length for the server: cut into sentences on arrival, put back together after.
+"""Texts of any length for the server: what is particular to it around the shared pipeline.
 
-A text sent to the server may hold several sentences, lines and paragraphs. On arrival each text
-is cut into sentences (:func:`transformer.translate.segment.segment_text`, the segmenter of
-:func:`transformer.translate.document.translate_document`) and each sentence is checked (it must
-have tokens the model reads). A sentence longer than ``max_input_tokens`` is split as
-``translate_document`` splits it (:func:`transformer.translate.document.fitting_spans`: at
-clause punctuation, then between words; never cut off), and a warning names it. The request's
-sentences (or their pieces) go to the dynamic batcher, which may put them in model calls with
-other requests' sentences; the pieces of a sentence are joined back into its translation
-(:func:`transformer.translate.document.join_pieces`), and the translations come back in the
-text's structure (:meth:`Document.rebuild_with_spans`): line breaks, blank lines, indentation and
-the spacing between sentences are kept, exactly as ``translate_document`` does.
+Each text of a request is cut into sentences (:func:`transformer.translate.segment.segment_text`,
+as ``translate_document`` cuts it; an HTML page's text by
+:func:`transformer.translate.html.html_sentences`) and the model's inputs are planned as the
+library plans them (:func:`transformer.translate.pipeline.plan`: a sentence longer than
+``max_input_tokens`` in pieces, never cut off). What the server adds: it refuses a request of
+more than ``max_sentences`` sentences, a text without a sentence and a sentence without tokens
+(:class:`Unprocessable`), and words its notes as the JSON answer's ``warnings``. The inputs go to
+the dynamic batcher, which may put them in model calls with other requests' sentences; the
+outputs are assembled per sentence (:meth:`transformer.translate.pipeline.Plan.assemble`) and
+each text's answer is built here (:func:`assemble`, :func:`assemble_html`): its translations in
+the text's structure (:meth:`Document.rebuild_with_spans`: line breaks, blank lines, indentation
+and the spacing between sentences kept), its ``n_best`` (:func:`transformer.translate.pipeline.rounds`),
+``alternatives`` (:func:`transformer.translate.alternatives.combine`), glossary terms missed and
+``confidence`` (a sentence's is its best hypothesis', a sentence in pieces the lowest of its
+pieces', a text's the lowest of its sentences').
 
-A request's ``alternatives`` (distinct translations of a text besides its translation) are built
-from all its sentences' hypotheses by :func:`transformer.translate.alternatives.combine`, each
-sentence's k-th distinct translation put in the text's structure.
-
-A request's ``confidence`` (on a calibrated run) gives each sentence the confidence of its best
-hypothesis, a sentence in pieces the lowest of its pieces' (as ``translate_document`` gives it),
-and each text the lowest of its sentences'.
-
-HTML pages (``format: "html"``) go through :mod:`transformer.translate.html`: their sentences are
-the text of the page (tags removed, entities decoded), split and translated the same way, and the
-page is rebuilt around the translations with its markup kept. A sentence of a page is not one
-span of its markup, so its alignment has no spans: it carries its text instead.
+An HTML page is rebuilt around its sentences' translations with its markup kept
+(:func:`transformer.translate.html.translate_html`). A sentence of a page is not one span of its
+markup, so its alignment has no spans: it carries its text instead.
 
 The attention of one sentence is drawn for one model input: :func:`input_piece` says which part
 of the text that is (the sentence, or one of its pieces) and where it lies.
@@ -37,26 +32,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from transformer.errors import UserError
 from transformer.translate.alternatives import combine
-from transformer.translate.document import fitting_spans, join_pieces
 from transformer.translate.html import html_sentences, translate_html
+from transformer.translate.pipeline import ModelOutput, Plan, plan, rounds
 from transformer.translate.segment import Document, segment_text
 
-# One hypothesis as the batcher returns it: (translation, score, log_prob).
-Hyp = tuple[str, float, float]
-
-
-class ModelOutput(NamedTuple):
-    """What the model gave for one input (a sentence or a piece of one): its hypotheses, best
-    first, the glossary terms its best one lacks (``Term`` objects; none without a glossary), and
-    its best one's confidence (None unless asked for on a calibrated run)."""
-
-    hyps: list[Hyp]
-    missing: tuple = ()
-    confidence: float | None = None
+Hyp = tuple[str, float, float]  # one hypothesis as the batcher returns it: (translation, score, log_prob)
+_NONE: Hyp = ("", 0.0, 0.0)  # a sentence without a hypothesis: an empty translation
 
 
 class Unprocessable(UserError):
@@ -80,69 +65,28 @@ def sentence_name(text: str, document: Document, j: int) -> str:
     return f"{text}, sentence {j} (line {segment.line + 1}: {preview(segment.text)})"
 
 
-@dataclass(frozen=True)
-class ModelInputs:
-    """What the model translates for a request's sentences (every text's, in order): each
-    sentence whole, or in pieces when it is longer than the input limit."""
-
-    texts: list[str]  # the batcher's inputs
-    spans: list[list[tuple[int, int]]]  # per sentence: its pieces, [start, end) in the sentence
-    warnings: list[list[dict[str, Any]]]  # per text: {"sentence": j, "message": ...} for each split sentence
-
-    def hypotheses(self, results: Sequence[ModelOutput]) -> list[list[Hyp]]:
-        """Per sentence, its hypotheses (best first) from ``results`` (one per input): a
-        sentence's pieces joined back into one translation."""
-        return [join_pieces([r.hyps for r in outputs if r.hyps]) for outputs in self._per_sentence(results)]
-
-    def missing_terms(self, results: Sequence[ModelOutput]) -> list[list[Any]]:
-        """Per sentence, the glossary terms its translation lacks (its pieces' together, each once)."""
-        return [list(dict.fromkeys(term for r in outputs for term in r.missing))
-                for outputs in self._per_sentence(results)]
-
-    def confidences(self, results: Sequence[ModelOutput]) -> list[float | None]:
-        """Per sentence, its translation's confidence: the lowest of its pieces' (as
-        :func:`transformer.translate.document.translate_with_notes` gives it); None where a piece
-        has none."""
-        out = []
-        for outputs in self._per_sentence(results):
-            values = [r.confidence for r in outputs if r.hyps]
-            out.append(min(values) if values and None not in values else None)
-        return out
-
-    def _per_sentence(self, results: Sequence[ModelOutput]) -> list[Sequence[ModelOutput]]:
-        out, k = [], 0
-        for spans in self.spans:
-            out.append(results[k: k + len(spans)])
-            k += len(spans)
-        return out
-
-
-def model_inputs(sentences: Sequence[Sequence[str]], names: Sequence[Sequence[str]], *,
-                 encode_batch: Callable[[list[str]], list[list[int]]], input_limit: int) -> ModelInputs:
-    """The model inputs for ``sentences`` (per text): :class:`Unprocessable` naming the first
-    sentence without tokens; a sentence over ``input_limit`` tokens in pieces that fit, with a
-    warning naming it (``names``: how messages name each sentence)."""
-    flat = [s for text in sentences for s in text]
-    ids = iter(encode_batch(flat))
-    texts: list[str] = []
-    spans: list[list[tuple[int, int]]] = []
-    warnings: list[list[dict[str, Any]]] = []
-    for text, text_names in zip(sentences, names):
+def _plan(sentences: Sequence[Sequence[str]], names: Sequence[Sequence[str]], *,
+          encode_batch: Callable[[list[str]], list[list[int]]],
+          input_limit: int) -> tuple[Plan, list[list[dict[str, Any]]]]:
+    """The model inputs for ``sentences`` (per text) and each text's warnings, ``{"sentence": j,
+    "message": ...}`` for each sentence over ``input_limit`` tokens (translated in pieces);
+    :class:`Unprocessable` naming the first sentence without tokens (``names``: how messages
+    name each sentence)."""
+    planned = plan([s for text in sentences for s in text], encode_batch, input_limit)
+    warnings, k = [], 0
+    for text_names in names:
         warnings.append([])
-        for j, (sentence, name) in enumerate(zip(text, text_names)):
-            length = len(next(ids))
+        for j, name in enumerate(text_names):
+            length, pieces = planned.tokens[k + j], planned.spans[k + j]
             if not length:
                 raise Unprocessable(f"{name} has no tokens the model can read")
-            pieces = [(0, len(sentence))]
             if length > input_limit:
-                pieces = fitting_spans(sentence, lambda piece: len(encode_batch([piece])[0]), input_limit)
                 warnings[-1].append({"sentence": j, "message": (
                     f"{name} is {length} tokens long, over the limit of {input_limit} per sentence "
                     f"(max_input_tokens): translated in {len(pieces)} pieces, cut at clause punctuation "
                     "or between words")})
-            spans.append(pieces)
-            texts += [sentence[a:b] for a, b in pieces]
-    return ModelInputs(texts, spans, warnings)
+        k += len(text_names)
+    return planned, warnings
 
 
 def _check_count(counts: Sequence[int], max_sentences: int) -> None:
@@ -155,46 +99,36 @@ def _check_count(counts: Sequence[int], max_sentences: int) -> None:
 
 def segment_texts(texts: Sequence[str], lang: str | None, *, max_sentences: int,
                   encode_batch: Callable[[list[str]], list[list[int]]], input_limit: int,
-                  names: Sequence[str] | None = None) -> tuple[list[Document], ModelInputs]:
-    """Every text cut into sentences, and the model inputs of those sentences;
-    :class:`Unprocessable` naming the first problem (more than ``max_sentences`` sentences in
-    all, a text or a sentence without tokens). ``names``: how messages name each text (default
-    "text", "text i"). Runs the segmenter and the tokenizer: call it off the event loop."""
+                  names: Sequence[str] | None = None) -> tuple[list[Document], Plan, list[list[dict[str, Any]]]]:
+    """Every text cut into sentences, the model inputs of those sentences and each text's
+    warnings; :class:`Unprocessable` naming the first problem (more than ``max_sentences``
+    sentences in all, a text or a sentence without tokens). ``names``: how messages name each
+    text (default "text", "text i"). Runs the segmenter and the tokenizer: call it off the event loop."""
     names = list(names) if names is not None else [text_name(i, len(texts)) for i in range(len(texts))]
     documents = [segment_text(text, lang) for text in texts]
     _check_count([len(d.segments) for d in documents], max_sentences)
     for i, document in enumerate(documents):
         if not document.segments:
             raise Unprocessable(f"{names[i]} has no sentence to translate")
-    inputs = model_inputs([d.sentences for d in documents],
-                          [[sentence_name(names[i], d, j) for j in range(len(d.segments))]
-                           for i, d in enumerate(documents)],
-                          encode_batch=encode_batch, input_limit=input_limit)
-    return documents, inputs
+    planned, warnings = _plan([d.sentences for d in documents],
+                              [[sentence_name(names[i], d, j) for j in range(len(d.segments))]
+                               for i, d in enumerate(documents)],
+                              encode_batch=encode_batch, input_limit=input_limit)
+    return documents, planned, warnings
 
 
 def html_sentences_of(pages: Sequence[str], lang: str | None, *, max_sentences: int,
                       encode_batch: Callable[[list[str]], list[list[int]]], input_limit: int,
-                      names: Sequence[str]) -> tuple[list[list[str]], ModelInputs]:
+                      names: Sequence[str]) -> tuple[list[list[str]], Plan, list[list[dict[str, Any]]]]:
     """The sentences of each HTML page's text (:func:`transformer.translate.html.html_sentences`;
-    a page may have none), and their model inputs; :class:`Unprocessable` as for
-    :func:`segment_texts`. Call it off the event loop."""
+    a page may have none), their model inputs and each page's warnings; :class:`Unprocessable`
+    as for :func:`segment_texts`. Call it off the event loop."""
     found = [html_sentences(page, lang=lang) for page in pages]
     _check_count([len(f) for f in found], max_sentences)
-    inputs = model_inputs(found, [[f"{name}, sentence {j} ({preview(s)})" for j, s in enumerate(f)]
-                                  for name, f in zip(names, found)],
-                          encode_batch=encode_batch, input_limit=input_limit)
-    return found, inputs
-
-
-def per_text(counts: Sequence[int], items: Sequence[Any]) -> list[list[Any]]:
-    """``items`` (one per sentence of all texts, in order) cut back per text (``counts[i]`` each)."""
-    out, k = [], 0
-    for count in counts:
-        out.append(list(items[k: k + count]))
-        k += count
-    return out
-
+    planned, warnings = _plan(found, [[f"{name}, sentence {j} ({preview(s)})" for j, s in enumerate(f)]
+                                      for name, f in zip(names, found)],
+                              encode_batch=encode_batch, input_limit=input_limit)
+    return found, planned, warnings
 
 @dataclass(frozen=True)
 class InputPiece:
@@ -213,7 +147,7 @@ class InputPiece:
 def input_piece(document: Document, spans: Sequence[Sequence[tuple[int, int]]], sentence: int,
                 piece: int) -> InputPiece:
     """Piece ``piece`` of sentence ``sentence`` of ``document``, whose sentences are translated in
-    the pieces ``spans`` (per sentence, offsets in the sentence: :attr:`ModelInputs.spans`);
+    the pieces ``spans`` (per sentence, offsets in the sentence: :attr:`Plan.spans`);
     :class:`Unprocessable` naming the sentences, or the pieces, there are when it does not exist."""
     count = len(document.segments)
     if not 0 <= sentence < count:
@@ -228,63 +162,54 @@ def input_piece(document: Document, spans: Sequence[Sequence[tuple[int, int]]], 
                       document.text[start:end])
 
 
-def _kth(hyps: Sequence[Hyp], k: int) -> Hyp:
-    """A sentence's k-th hypothesis, its last when it has fewer (none: an empty translation)."""
-    return hyps[min(k, len(hyps) - 1)] if hyps else ("", 0.0, 0.0)
-
-
 def _hypotheses(hyps: Sequence[Hyp]) -> list[dict[str, Any]]:
     return [{"translation": t, "score": s, "log_prob": lp} for t, s, lp in hyps]
 
 
-def _translation(source: str, alternatives: list[tuple[str, float, float]], sentences: list[dict[str, Any]],
-                 warnings: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"source": source, "translation": alternatives[0][0], "score": alternatives[0][1],
-            "n_best": [{"translation": t, "score": s, "log_prob": lp} for t, s, lp in alternatives],
-            "sentences": sentences, "warnings": warnings}
+def _answer(source: str, ranked: list[tuple], entries: list[dict[str, Any]], translated: Sequence[ModelOutput],
+            pieces: Sequence[Sequence[tuple[int, int]]], warnings: list[dict[str, Any]], names: Sequence[str],
+            n_best: int, alternatives: list[str] | None, glossary: bool, confidence: bool) -> dict[str, Any]:
+    """The ``Translation`` of one text: ``ranked``, its ``(translation, score, log_prob)``
+    translations best first; ``entries``, its sentences' alignment (spans, line, text), each
+    completed with its pieces, score and first ``n_best`` hypotheses; with ``glossary`` each
+    sentence's ``missing_terms`` and a warning naming it (``names``) where there are some; with
+    ``confidence`` each sentence's (4 decimals; absent where it has none) and the text's, the
+    lowest of its sentences'."""
+    for entry, sentence, cuts in zip(entries, translated, pieces):
+        hyps = sentence.hyps[:max(1, n_best)]
+        entry.update(pieces=len(cuts), score=hyps[0][1] if hyps else 0.0, n_best=_hypotheses(hyps))
+        if glossary:  # a term lacking in two pieces of a sentence is named once
+            entry["missing_terms"] = [{"source": t.source, "target": t.target} for t in dict.fromkeys(sentence.missing)]
+        if confidence and sentence.confidence is not None:
+            entry["confidence"] = round(sentence.confidence, 4)
+    if glossary:
+        warnings = sorted(warnings + [
+            {"sentence": j, "message": f"{names[j]}: the glossary's "
+             + ", ".join(f"{t.source!r} -> {t.target!r}" for t in dict.fromkeys(sentence.missing))
+             + " could not be placed in the translation within its length limit (max_length)"}
+            for j, sentence in enumerate(translated) if sentence.missing], key=lambda w: w["sentence"])
+    answer = {"source": source, "translation": ranked[0][0], "score": ranked[0][1],
+              "n_best": [{"translation": t, "score": s, "log_prob": lp} for t, s, lp in ranked],
+              "sentences": entries, "warnings": warnings}
+    if alternatives is not None:
+        answer["alternatives"] = alternatives
+    values = [sentence.confidence for sentence in translated]
+    if confidence and values and None not in values:
+        answer["confidence"] = round(min(values), 4)
+    return answer
 
 
-def _alternatives(hyps: Sequence[Sequence[Hyp]], count: int, build: Callable[[list[str]], str]) -> list[str]:
+def _alternatives(translated: Sequence[ModelOutput], count: int, build: Callable[[list[str]], str]) -> list[str] | None:
     """Up to ``count`` distinct translations of a text other than its best, from all its
-    sentences' hypotheses (:func:`transformer.translate.alternatives.combine`)."""
-    return combine([[h[0] for h in sentence] for sentence in hyps], count + 1, build)[1:]
+    sentences' hypotheses (:func:`transformer.translate.alternatives.combine`); None for none asked."""
+    return combine([[h[0] for h in sentence.hyps] for sentence in translated], count + 1, build)[1:] if count else None
 
 
-def _with_missing_terms(translation: dict[str, Any], missing: Sequence[Sequence[Any]] | None,
-                        names: Sequence[str]) -> dict[str, Any]:
-    """``translation`` with each sentence's ``missing_terms`` and a warning for each sentence that
-    has some (``names``: how the warnings name the sentences); as it was without a glossary (None)."""
-    if missing is None:
-        return translation
-    for sentence, terms in zip(translation["sentences"], missing):
-        sentence["missing_terms"] = [{"source": t.source, "target": t.target} for t in terms]
-    added = [{"sentence": j, "message": f"{names[j]}: the glossary's "
-              + ", ".join(f"{t.source!r} -> {t.target!r}" for t in terms)
-              + " could not be placed in the translation within its length limit (max_length)"}
-             for j, terms in enumerate(missing) if terms]
-    translation["warnings"] = sorted(translation["warnings"] + added, key=lambda w: w["sentence"])
-    return translation
-
-
-def _with_confidence(translation: dict[str, Any], confidence: Sequence[float | None] | None) -> dict[str, Any]:
-    """``translation`` with each sentence's ``confidence`` (4 decimals; absent where it has none)
-    and the text's, the lowest of its sentences'; as it was without confidences (None)."""
-    if confidence is None:
-        return translation
-    for sentence, value in zip(translation["sentences"], confidence):
-        if value is not None:
-            sentence["confidence"] = round(value, 4)
-    if confidence and None not in confidence:
-        translation["confidence"] = round(min(confidence), 4)
-    return translation
-
-
-def assemble(document: Document, hyps: Sequence[Sequence[Hyp]], pieces: Sequence[Sequence[tuple[int, int]]],
-             warnings: list[dict[str, Any]], n_best: int, alternatives: int = 0,
-             missing: Sequence[Sequence[Any]] | None = None, name: str = "text",
-             confidence: Sequence[float | None] | None = None) -> dict[str, Any]:
-    """The ``Translation`` of one text from its sentences' hypotheses (best first), the pieces
-    each sentence was translated in, and the warnings about the text.
+def assemble(document: Document, translated: Sequence[ModelOutput], pieces: Sequence[Sequence[tuple[int, int]]],
+             warnings: list[dict[str, Any]], n_best: int, alternatives: int = 0, *, glossary: bool = False,
+             confidence: bool = False, name: str = "text") -> dict[str, Any]:
+    """The ``Translation`` of one text from its sentences' outputs (:meth:`Plan.assemble`), the
+    pieces each sentence was translated in, and the warnings about the text.
 
     ``translation`` is the text with every sentence replaced by its best hypothesis. The k-th
     entry of ``n_best`` puts every sentence's k-th hypothesis (its last when it has fewer) in the
@@ -293,24 +218,16 @@ def assemble(document: Document, hyps: Sequence[Sequence[Hyp]], pieces: Sequence
     sentence's hypotheses, as before paragraphs were segmented. Only the first ``n_best``
     hypotheses of a sentence are reported; with ``alternatives`` > 0 all of them give the
     text's ``alternatives``: up to that many distinct translations other than ``translation``
-    (absent from the dict when ``alternatives`` is 0). ``missing``: with a glossary, each
-    sentence's terms that its translation lacks (``missing_terms``, and a warning naming the
-    sentence of the text ``name``). ``confidence``: each sentence's confidence, when asked for
-    (``confidence`` of each sentence, rounded to 4 decimals, and of the text, the lowest)."""
-    extra = {"alternatives": _alternatives(hyps, alternatives, document.rebuild)} if alternatives else {}
-    hyps = [h[:max(1, n_best)] for h in hyps]
-    ranked, spans = [], []
-    for k in range(max(1, n_best)):
-        chosen = [_kth(h, k) for h in hyps]
-        text, targets = document.rebuild_with_spans([c[0] for c in chosen])  # empty ones stay empty
-        spans.append(targets)
-        ranked.append((text, sum(c[1] for c in chosen) / len(chosen), sum(c[2] for c in chosen)))
-    sentences = [{"source_span": [segment.start, segment.end], "target_span": list(target), "line": segment.line + 1,
-                  "text": None, "pieces": len(cuts), "score": _kth(h, 0)[1], "n_best": _hypotheses(h)}
-                 for segment, target, h, cuts in zip(document.segments, spans[0], hyps, pieces)]
-    names = [sentence_name(name, document, j) for j in range(len(document.segments))]
-    translation = _with_missing_terms(_translation(document.text, ranked, sentences, warnings) | extra, missing, names)
-    return _with_confidence(translation, confidence)
+    (absent from the dict when ``alternatives`` is 0). ``glossary``: each sentence's
+    ``missing_terms``, and a warning naming the sentence of the text ``name`` that lacks some.
+    ``confidence``: each sentence's ``confidence``, rounded to 4 decimals, and the text's, the lowest."""
+    hyps = [sentence.hyps[:max(1, n_best)] for sentence in translated]
+    ranked = rounds(hyps, max(1, n_best), document.rebuild_with_spans, _NONE)  # empty translations stay empty
+    entries = [{"source_span": [segment.start, segment.end], "target_span": list(target), "line": segment.line + 1,
+                "text": None} for segment, target in zip(document.segments, ranked[0][0][1])]
+    return _answer(document.text, [(text, score, lp) for (text, _), score, lp in ranked], entries, translated,
+                   pieces, warnings, [sentence_name(name, document, j) for j in range(len(document.segments))],
+                   n_best, _alternatives(translated, alternatives, document.rebuild), glossary, confidence)
 
 
 def _page_with(page: str, found: Sequence[str], translations: list[str], lang: str | None) -> str:
@@ -323,10 +240,10 @@ def _page_with(page: str, found: Sequence[str], translations: list[str], lang: s
     return translate_html(page, given, lang=lang) if found else page
 
 
-def assemble_html(page: str, found: Sequence[str], hyps: Sequence[Sequence[Hyp]],
+def assemble_html(page: str, found: Sequence[str], translated: Sequence[ModelOutput],
                   pieces: Sequence[Sequence[tuple[int, int]]], warnings: list[dict[str, Any]], n_best: int,
-                  lang: str | None, alternatives: int = 0, missing: Sequence[Sequence[Any]] | None = None,
-                  name: str = "text", confidence: Sequence[float | None] | None = None) -> dict[str, Any]:
+                  lang: str | None, alternatives: int = 0, *, glossary: bool = False, confidence: bool = False,
+                  name: str = "text") -> dict[str, Any]:
     """The ``Translation`` of one HTML page whose text's sentences are ``found``: the k-th entry
     of ``n_best`` is the page rebuilt around every sentence's k-th hypothesis
     (:func:`transformer.translate.html.translate_html`, markup kept), scored as in
@@ -334,20 +251,13 @@ def assemble_html(page: str, found: Sequence[str], hyps: Sequence[Sequence[Hyp]]
     not one span of its markup (tags and entities interrupt it, and the tags are placed anew in
     the translation): its alignment entry gives its ``text`` as the model read it, no spans.
     ``alternatives``: as in :func:`assemble`, each a page rebuilt (a page without text has none);
-    ``missing``, ``name`` and ``confidence`` as there (a page without text has no confidence)."""
-    extra = {}
-    if alternatives:
-        extra["alternatives"] = _alternatives(hyps, alternatives, lambda chosen: _page_with(page, found, chosen, lang))
-    hyps = [h[:max(1, n_best)] for h in hyps]
-    ranked = []
-    for k in range(max(1, n_best) if found else 1):  # a page without text has one translation: itself
-        chosen = [_kth(h, k) for h in hyps]
-        text = _page_with(page, found, [c[0] for c in chosen], lang)
-        ranked.append((text, sum(c[1] for c in chosen) / len(chosen) if chosen else 0.0,
-                             sum(c[2] for c in chosen)))
-    sentences = [{"source_span": None, "target_span": None, "line": None, "text": sentence, "pieces": len(cuts),
-                  "score": _kth(h, 0)[1], "n_best": _hypotheses(h)}
-                 for sentence, h, cuts in zip(found, hyps, pieces)]
-    names = [f"{name}, sentence {j} ({preview(sentence)})" for j, sentence in enumerate(found)]
-    return _with_confidence(_with_missing_terms(_translation(page, ranked, sentences, warnings) | extra, missing, names),
-                            confidence)
+    ``glossary``, ``confidence`` and ``name`` as there (a page without text has no confidence)."""
+    def build(chosen: list[str]) -> str:
+        return _page_with(page, found, chosen, lang)
+
+    hyps = [sentence.hyps[:max(1, n_best)] for sentence in translated]
+    ranked = rounds(hyps, max(1, n_best) if found else 1, build, _NONE)  # a page without text: itself, once
+    entries = [{"source_span": None, "target_span": None, "line": None, "text": sentence} for sentence in found]
+    return _answer(page, ranked, entries, translated, pieces, warnings,
+                   [f"{name}, sentence {j} ({preview(sentence)})" for j, sentence in enumerate(found)],
+                   n_best, _alternatives(translated, alternatives, build), glossary, confidence)

@@ -5,8 +5,9 @@ server's limits, the language pair it reports and the dynamic batcher that runs 
 (:mod:`transformer.serve.batching`), and offers the operations of the API:
 
 * :meth:`~TranslationService.translate_texts` and :meth:`~TranslationService.translate_pages`:
-  texts (or HTML pages) cut into sentences, translated through the batcher, put back in their
-  structure (:mod:`transformer.serve.documents`), with distinct alternatives when asked for, and
+  texts (or HTML pages) cut into sentences, planned and assembled as the library does it
+  (:mod:`transformer.translate.pipeline`), translated through the batcher between, answered
+  in their structure (:mod:`transformer.serve.documents`), with distinct alternatives when asked for, and
   with a request's glossary (:meth:`~TranslationService.glossary`; its terms are part of the
   batcher's key, so only requests with the same terms share a model call), and with each
   sentence's confidence when a request asks for it and the run is calibrated (``calibrated``);
@@ -47,22 +48,19 @@ from transformer.serve.batching import BatchInfo, DynamicBatcher, Overloaded
 from transformer.serve.documents import (
     Document,
     InputPiece,
-    ModelInputs,
-    ModelOutput,
     Unprocessable,
     assemble,
     assemble_html,
     html_sentences_of,
     input_piece,
-    model_inputs,
-    per_text,
     segment_texts,
     text_name,
 )
 from transformer.serve.limits import ServeLimits
 from transformer.serve.schemas import ConfidenceInfo, Decoding, ModelInfo
-from transformer.translate.confidence import attach_confidence
+from transformer.translate.calibration import attach_confidence
 from transformer.translate.glossary import Glossary, GlossaryError
+from transformer.translate.pipeline import ModelOutput, Plan, per_text, plan
 from transformer.translate.translator import Translator
 from transformer.visualize.data import collect_attention, token_limit
 
@@ -244,16 +242,17 @@ class TranslationService:
         return [h.confidence if h is not None else None for h in best]
 
     # -- translation ---------------------------------------------------------------------------
-    async def _segment(self, texts: list[str], names: list[str] | None = None) -> tuple[list[Document], ModelInputs]:
-        """The texts cut into checked sentences (:class:`Unprocessable` naming the first problem)
-        and the model inputs (an over-long sentence in pieces), off the event loop."""
+    async def _segment(self, texts: list[str],
+                       names: list[str] | None = None) -> tuple[list[Document], Plan, list[list[dict[str, Any]]]]:
+        """The texts cut into checked sentences (:class:`Unprocessable` naming the first problem),
+        the model inputs (an over-long sentence in pieces) and each text's warnings, off the event loop."""
         self.batcher.check_capacity(len(texts))  # every text has a sentence at least: refuse early
-        documents, inputs = await _off_the_loop(segment_texts, texts, self.segment_lang,
-                                                max_sentences=self.limits.max_sentences,
-                                                encode_batch=self.translator.vocab.src.encode_batch,
-                                                input_limit=self.input_limit, names=names)
-        self.batcher.check_capacity(len(inputs.texts))
-        return documents, inputs
+        documents, planned, warnings = await _off_the_loop(segment_texts, texts, self.segment_lang,
+                                                           max_sentences=self.limits.max_sentences,
+                                                           encode_batch=self.translator.vocab.src.encode_batch,
+                                                           input_limit=self.input_limit, names=names)
+        self.batcher.check_capacity(len(planned.inputs))
+        return documents, planned, warnings
 
     async def translate_texts(self, texts: list[str], settings: DecodingSettings | None = None, *,
                               names: list[str] | None = None,
@@ -278,16 +277,14 @@ class TranslationService:
         """
         settings = settings or self.default
         names = names or [text_name(i, len(texts)) for i in range(len(texts))]
-        documents, inputs = await self._segment(texts, names)
-        await _off_the_loop(self._check_glossary, settings, inputs.texts)
-        results, info = await self.batcher.translate(self._searched(settings, alternatives), inputs.texts)
+        documents, planned, warnings = await self._segment(texts, names)
+        await _off_the_loop(self._check_glossary, settings, planned.inputs)
+        results, info = await self.batcher.translate(self._searched(settings, alternatives), planned.inputs)
         counts = [len(d.segments) for d in documents]
-        hyps, pieces = per_text(counts, inputs.hypotheses(results)), per_text(counts, inputs.spans)
-        missing = per_text(counts, inputs.missing_terms(results)) if settings.glossary else [None] * len(texts)
-        sure = per_text(counts, inputs.confidences(results)) if settings.confidence else [None] * len(texts)
-        return [assemble(document, h, p, w, settings.n_best, alternatives, m, name, c)
-                for document, h, p, w, m, name, c in zip(documents, hyps, pieces, inputs.warnings, missing, names,
-                                                         sure)], info
+        translated, pieces = per_text(counts, planned.assemble(results)), per_text(counts, planned.spans)
+        return [assemble(document, t, p, w, settings.n_best, alternatives, glossary=bool(settings.glossary),
+                         confidence=settings.confidence, name=name)
+                for document, t, p, w, name in zip(documents, translated, pieces, warnings, names)], info
 
     @staticmethod
     def _searched(settings: DecodingSettings, alternatives: int) -> DecodingSettings:
@@ -312,12 +309,10 @@ class TranslationService:
         step = max(1, self.limits.max_batch_size)
         for start in range(0, len(todo), step):
             rows = todo[start:start + step]
-            inputs = await _off_the_loop(model_inputs, [[sentences[i]] for i in rows],
-                                         [[f"sentence {i + 1}"] for i in rows], encode_batch=encode,
-                                         input_limit=self.input_limit)
-            results = await self._when_there_is_room(settings, inputs.texts, busy_wait_s)
-            for i, hyps in zip(rows, inputs.hypotheses(results)):
-                out[i] = hyps[0][0] if hyps else sentences[i]
+            planned = await _off_the_loop(plan, [sentences[i] for i in rows], encode, self.input_limit)
+            results = await self._when_there_is_room(settings, planned.inputs, busy_wait_s)
+            for i, translated in zip(rows, planned.assemble(results)):
+                out[i] = translated.hyps[0][0] if translated.hyps else sentences[i]
         return out
 
     async def _when_there_is_room(self, settings: DecodingSettings, texts: list[str],
@@ -345,24 +340,22 @@ class TranslationService:
         settings = settings or self.default
         names = names or [text_name(i, len(pages)) for i in range(len(pages))]
         self.batcher.check_capacity(len(pages))
-        found, inputs = await _off_the_loop(html_sentences_of, pages, self.segment_lang,
-                                            max_sentences=self.limits.max_sentences,
-                                            encode_batch=self.translator.vocab.src.encode_batch,
-                                            input_limit=self.input_limit, names=names)
+        found, planned, warnings = await _off_the_loop(html_sentences_of, pages, self.segment_lang,
+                                                       max_sentences=self.limits.max_sentences,
+                                                       encode_batch=self.translator.vocab.src.encode_batch,
+                                                       input_limit=self.input_limit, names=names)
         results, info = [], BatchInfo(queue_ms=0.0, compute_ms=0.0, batch_size=0, batch_requests=0, model_calls=0)
-        if inputs.texts:  # a page may have no text to translate
-            self.batcher.check_capacity(len(inputs.texts))
-            await _off_the_loop(self._check_glossary, settings, inputs.texts)
-            results, info = await self.batcher.translate(self._searched(settings, alternatives), inputs.texts)
+        if planned.inputs:  # a page may have no text to translate
+            self.batcher.check_capacity(len(planned.inputs))
+            await _off_the_loop(self._check_glossary, settings, planned.inputs)
+            results, info = await self.batcher.translate(self._searched(settings, alternatives), planned.inputs)
         counts = [len(f) for f in found]
-        hyps, pieces = per_text(counts, inputs.hypotheses(results)), per_text(counts, inputs.spans)
-        missing = per_text(counts, inputs.missing_terms(results)) if settings.glossary else [None] * len(pages)
-        sure = per_text(counts, inputs.confidences(results)) if settings.confidence else [None] * len(pages)
+        translated, pieces = per_text(counts, planned.assemble(results)), per_text(counts, planned.spans)
 
         def rebuild() -> list[dict[str, Any]]:  # parsing the pages again: off the event loop
-            return [assemble_html(page, f, h, p, w, settings.n_best, self.segment_lang, alternatives, m, name, c)
-                    for page, f, h, p, w, m, name, c in zip(pages, found, hyps, pieces, inputs.warnings, missing,
-                                                            names, sure)]
+            return [assemble_html(page, f, t, p, w, settings.n_best, self.segment_lang, alternatives,
+                                  glossary=bool(settings.glossary), confidence=settings.confidence, name=name)
+                    for page, f, t, p, w, name in zip(pages, found, translated, pieces, warnings, names)]
 
         return await _off_the_loop(rebuild), info
 
@@ -383,8 +376,8 @@ class TranslationService:
             served it. :class:`Unprocessable` when the sentence or the piece does not exist.
         """
         settings = settings or self.default
-        documents, inputs = await self._segment([text])
-        chosen = input_piece(documents[0], inputs.spans, sentence, piece)
+        documents, planned, _ = await self._segment([text])
+        chosen = input_piece(documents[0], planned.spans, sentence, piece)
         settings = replace(settings, n_best=1, max_length=self._attention_length(chosen.text, settings.max_length))
         await _off_the_loop(self._check_glossary, settings, [chosen.text])
         translator, glossary = self.translator_for(settings), _glossary(settings.glossary)

@@ -5,8 +5,8 @@ and each line into sentences (``segment.segment_text``), the sentences are trans
 call (batched by length), and each translation goes back where its sentence was: line breaks,
 blank lines, indentation and the gaps between sentences come out as they went in, and a text of
 N lines gives N lines. A sentence longer than the model's input limit is cut at clause
-punctuation, then between words (``segment.fit_spans``), its pieces translated and joined, with
-a ``TranslationWarning`` naming the line: nothing is ever truncated.
+punctuation, then between words (:mod:`transformer.translate.pipeline`), its pieces translated
+and joined, with a ``TranslationWarning`` naming the line: nothing is ever truncated.
 
 ``translate_document`` also says which source span produced which target span (the sentence
 alignment the server returns). ``translate_lines`` translates many lines at once (a chunk of a
@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from transformer.decoding import Hypothesis
 from transformer.text import Vocabularies
-from transformer.translate.segment import fit_spans, segment_text
+from transformer.translate.pipeline import ModelOutput, per_text, plan, rounds
+from transformer.translate.segment import segment_text
 from transformer.translate.warning import TermWarning, TranslationWarning
 
 
@@ -54,14 +55,6 @@ class SentenceAlignment:
     source: tuple[int, int]
     target: tuple[int, int]
     line: int
-    confidence: float | None = None
-    missing_terms: tuple = ()
-
-
-@dataclass(frozen=True)
-class SentenceNotes:
-    """What a sentence's translation says besides its text: its confidence, the glossary terms it lacks."""
-
     confidence: float | None = None
     missing_terms: tuple = ()
 
@@ -106,11 +99,10 @@ def translate_document(translator: SentenceTranslator, text: str, *, lang: str |
         raise TypeError(f"text must be a str, got {type(text).__name__}")
     document = segment_text(text, lang or translator.src_lang)
     items = [(s.text, f"line {s.line + 1}", "") for s in document.segments]
-    hypotheses, notes = translate_with_notes(translator, items, glossary=glossary, confidence=confidence)
-    out, spans = document.rebuild_with_spans([h[0][0] if h else "" for h in hypotheses])
-    alignment = [SentenceAlignment((segment.start, segment.end), target, segment.line + 1, note.confidence,
-                                   note.missing_terms)
-                 for segment, target, note in zip(document.segments, spans, notes)]
+    translated = translate_with_notes(translator, items, glossary=glossary, confidence=confidence)
+    out, spans = document.rebuild_with_spans([t.hyps[0][0] if t.hyps else "" for t in translated])
+    alignment = [SentenceAlignment((segment.start, segment.end), target, segment.line + 1, t.confidence, t.missing)
+                 for segment, target, t in zip(document.segments, spans, translated)]
     return TranslatedDocument(out, alignment)
 
 
@@ -144,25 +136,19 @@ def translate_lines(translator: SentenceTranslator, lines: Sequence[str], *, lan
         codes.append(code)
     items = [(s.text, f"line {first_line + i}", code) for i, (d, code) in enumerate(zip(documents, codes))
              for s in d.segments]
-    found, found_notes = translate_with_notes(translator, items, glossary=glossary, confidence=confidence)
-    hypotheses, sentence_notes = iter(found), iter(found_notes)
+    found = translate_with_notes(translator, items, glossary=glossary, confidence=confidence)
     out = []
-    for i, document in enumerate(documents):
-        hyps = [next(hypotheses) for _ in document.segments]
-        notes = [next(sentence_notes) for _ in document.segments]
-        if not hyps:
+    for i, (document, translated) in enumerate(zip(documents, per_text([len(d.segments) for d in documents], found))):
+        if not translated:
             out.append(TranslatedLine(document.text, [], [], []))
             continue
-        alternatives = []
-        for k in range(max(1, max(len(h) for h in hyps))):
-            chosen = [h[min(k, len(h) - 1)] if h else ("", 0.0) for h in hyps]
-            text, spans = document.rebuild_with_spans([c[0] for c in chosen])
-            alternatives.append((text, spans, sum(c[1] for c in chosen) / len(chosen)))
-        text, spans, _ = alternatives[0]
-        alignment = [SentenceAlignment((s.start, s.end), span, first_line + i, note.confidence, note.missing_terms)
-                     for s, span, note in zip(document.segments, spans, notes)]
+        hyps = [t.hyps for t in translated]
+        alternatives = rounds(hyps, max(1, max(map(len, hyps))), document.rebuild_with_spans)
+        (text, spans), _ = alternatives[0]
+        alignment = [SentenceAlignment((s.start, s.end), span, first_line + i, t.confidence, t.missing)
+                     for s, span, t in zip(document.segments, spans, translated)]
         out.append(TranslatedLine(text, alignment, [h[0][1] if h else 0.0 for h in hyps],
-                                  [(t, score) for t, _, score in alternatives]))
+                                  [(built, score) for (built, _), score in alternatives]))
     return out
 
 
@@ -178,107 +164,41 @@ def translate_sentences(translator: SentenceTranslator, sentences: Sequence[str]
     if isinstance(sentences, str):
         raise TypeError("translate_sentences() takes a list of sentences")
     items = [(s, f"sentence {i + 1}", "") for i, s in enumerate(sentences)]
-    return [h[0][0] if h else "" for h in translate_with_notes(translator, items, glossary=glossary)[0]]
+    return [t.hyps[0][0] if t.hyps else "" for t in translate_with_notes(translator, items, glossary=glossary)]
 
 
 def _translate_sentences(translator: SentenceTranslator,
                          items: list[tuple[str, str, str]]) -> list[list[tuple[str, float]]]:
     """``translate_with_notes`` without a glossary, its hypotheses alone."""
-    return translate_with_notes(translator, items)[0]
+    return [t.hyps for t in translate_with_notes(translator, items)]
 
 
 def translate_with_notes(translator: SentenceTranslator, items: list[tuple[str, str, str]], *, glossary=None,
-                         confidence: bool = False) -> tuple[list[list[tuple[str, float]]], list[SentenceNotes]]:
-    """``(sentence, where, prefix)`` items -> each sentence's ``(translation, score)`` hypotheses,
-    best first ([] when it has nothing the model can read), all translated in one call, and its
-    ``SentenceNotes`` (confidence when asked for, glossary terms its best translation lacks, each
-    also named by a ``TermWarning``).
+                         confidence: bool = False) -> list[ModelOutput]:
+    """``(sentence, where, prefix)`` items -> each sentence's :class:`~transformer.translate.pipeline.ModelOutput`:
+    its ``(translation, score)`` hypotheses, best first ([] when it has nothing the model can
+    read), all translated in one call; the glossary terms its best translation lacks, each also
+    named by a ``TermWarning``; its confidence when asked for.
 
-    A sentence over the model's input limit is cut into pieces (``fit_spans``), with a
-    ``TranslationWarning`` naming it (``where``: "line 3"); its k-th hypothesis joins its pieces'
-    k-th, its score is the mean of theirs. ``prefix`` goes before every piece (a language code)."""
-    pieces: list[str] = []  # what the model translates
-    owners: list[int] = []  # the sentence each piece belongs to
-    for index, (sentence, where, prefix) in enumerate(items):
-        spans = _fitting_spans(translator, sentence, prefix)
+    A sentence over the model's input limit is cut into pieces (:func:`~transformer.translate.pipeline.plan`),
+    with a ``TranslationWarning`` naming it (``where``: "line 3"); its k-th hypothesis joins its
+    pieces' k-th, its score is the mean of theirs. ``prefix`` goes before every piece (a language code)."""
+    limit = translator.max_input_tokens
+    planned = plan([sentence for sentence, _, _ in items], lambda texts: list(map(translator.vocab.src.encode, texts)),
+                   limit, [prefix for _, _, prefix in items])
+    for (_, where, _), tokens, spans in zip(items, planned.tokens, planned.spans):
         if len(spans) > 1:
-            warnings.warn(f"{where}: a sentence of {_count(translator, prefix + sentence)} tokens is longer "
-                          f"than the model's input limit ({translator.max_input_tokens}); translated in "
-                          f"{len(spans)} pieces", TranslationWarning, stacklevel=4)
-        for a, b in spans:
-            pieces.append(prefix + sentence[a:b])
-            owners.append(index)
+            warnings.warn(f"{where}: a sentence of {tokens} tokens is longer than the model's input limit ({limit}); "
+                          f"translated in {len(spans)} pieces", TranslationWarning, stacklevel=4)
     # Only the options asked for are passed, so a translator without them still translates plain text.
     options = {**({"glossary": glossary} if glossary is not None else {}), **({"confidence": True} if confidence else {})}
-    per_piece = translator.translate_n_best(pieces, **options)
-    terms = translator.glossary_terms(pieces, glossary) if glossary is not None else [[] for _ in pieces]
-    grouped: list[list[list[tuple[str, float]]]] = [[] for _ in items]
-    confidences: list[list[float | None]] = [[] for _ in items]
-    missing: list[list] = [[] for _ in items]
-    for owner, hyps, found in zip(owners, per_piece, terms):
-        if hyps:
-            grouped[owner].append([(translator.detokenize(h), h.score) for h in hyps])
-            confidences[owner].append(hyps[0].confidence)
-            missing[owner] += [found[c] for c in hyps[0].unmet]
-    notes = []
-    for (_, where, _), values, lacking in zip(items, confidences, missing):
-        if lacking:
-            warnings.warn(TermWarning(lacking, where), stacklevel=3)
-        known = values and all(v is not None for v in values)
-        notes.append(SentenceNotes(min(values) if known else None, tuple(lacking)))
-    return [join_pieces(parts) for parts in grouped], notes
-
-
-def join_pieces(parts: Sequence[Sequence[tuple]]) -> list[tuple]:
-    """The hypotheses of a sentence translated in pieces, from each piece's hypotheses.
-
-    A hypothesis is a tuple ``(translation, score)``, or with more numbers after the score (the
-    server's log-probability). The k-th joins every piece's k-th (its last when it has fewer)
-    with single spaces; its score is the mean of theirs, and any further numbers are summed, the
-    pieces being translated independently. One piece: its own hypotheses; no piece: [].
-    ``translate_document`` and the server both join pieces with it."""
-    alternatives = []
-    for k in range(max((len(p) for p in parts), default=0)):
-        chosen = [p[min(k, len(p) - 1)] for p in parts]
-        extra = (sum(c[i] for c in chosen) for i in range(2, len(chosen[0])))
-        alternatives.append((" ".join(c[0] for c in chosen if c[0]), sum(c[1] for c in chosen) / len(chosen), *extra))
-    return alternatives
-
-
-def _count(translator: SentenceTranslator, text: str) -> int:
-    return len(translator.vocab.src.encode(text))
-
-
-# Sentences longer than this many characters per token of the limit are first cut into blocks of
-# that size at whitespace, so finding the pieces stays linear in the sentence's length (fit_spans
-# searches each block; a whole 10 MB "sentence" would be tokenized again and again).
-BLOCK_CHARS_PER_TOKEN = 16
-
-
-def _fitting_spans(translator: SentenceTranslator, sentence: str, prefix: str = "") -> list[tuple[int, int]]:
-    """Spans of ``sentence`` that each fit the model's input limit with ``prefix`` before them
-    (one span if the sentence fits whole)."""
-    count = (lambda piece: _count(translator, prefix + piece)) if prefix else (lambda piece: _count(translator, piece))
-    return fitting_spans(sentence, count, translator.max_input_tokens)
-
-
-def fitting_spans(sentence: str, count: Callable[[str], int], limit: int) -> list[tuple[int, int]]:
-    """Spans ``[start, end)`` of ``sentence`` that each hold at most ``limit`` tokens as ``count``
-    counts them: ``[(0, len(sentence))]`` when it fits whole, else pieces cut at clause
-    punctuation, then between words (``segment.fit_spans``), with only whitespace between them.
-    How an over-long sentence is split for ``translate_document``, ``transformer translate`` and
-    the server."""
-    block = max(limit * BLOCK_CHARS_PER_TOKEN, 1)
-    if len(sentence) <= block:
-        return [(0, len(sentence))] if count(sentence) <= limit else fit_spans(sentence, count, limit)
-    if count(sentence) <= limit:
-        return [(0, len(sentence))]
-    spans, start = [], 0
-    while start < len(sentence):
-        end = len(sentence)
-        if end - start > block:
-            cut = max(sentence.rfind(c, start + 1, start + block) for c in " \t\u00a0\u3000")
-            end = cut if cut > start else start + block
-        spans += [(start + a, start + b) for a, b in fit_spans(sentence[start:end], count, limit)]
-        start = end
-    return spans
+    per_piece = translator.translate_n_best(planned.inputs, **options)
+    terms = translator.glossary_terms(planned.inputs, glossary) if glossary is not None else [[]] * len(per_piece)
+    translated = planned.assemble([ModelOutput([(translator.detokenize(h), h.score) for h in hyps],
+                                               tuple(found[c] for c in hyps[0].unmet) if hyps else (),
+                                               hyps[0].confidence if hyps else None)
+                                   for hyps, found in zip(per_piece, terms)])
+    for (_, where, _), sentence in zip(items, translated):
+        if sentence.missing:
+            warnings.warn(TermWarning(sentence.missing, where), stacklevel=3)
+    return translated

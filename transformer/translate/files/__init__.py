@@ -212,8 +212,8 @@ class _Sentences:
         out: list[str] = []
         for start in range(0, len(items), SENTENCES_PER_CALL):
             part = items[start:start + SENTENCES_PER_CALL]
-            hypotheses, _ = translate_with_notes(self.translator, part, glossary=self.glossary)
-            out += [h[0][0] if h else "" for h in hypotheses]
+            out += [t.hyps[0][0] if t.hyps else "" for t in translate_with_notes(self.translator, part,
+                                                                                 glossary=self.glossary)]
             self.done += len(part)
             if self.progress is not None:
                 self.progress(self.done, self.total)
