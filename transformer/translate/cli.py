@@ -86,6 +86,7 @@ def _settings(args: argparse.Namespace) -> dict:
             "chunk_lines": args.chunk_lines, "max_line_chars": args.max_line_chars,
             "precision": precision_option(args),  # one value, however it was spelled (--int8, --precision int8)
             "glossary": _file_stamp(args.glossary), "scores": args.scores,
+            "tm": str(Path(args.tm).resolve()) if args.tm else None, "tm_threshold": args.tm_threshold,
             **{name: getattr(args, name) for name in DECODING_ARGUMENTS}}
 
 
@@ -112,7 +113,7 @@ def translate_command(args: argparse.Namespace) -> int:
     source: InputText | None = None
     try:
         args.glossary_terms = glossary_from_args(args)
-        translator = translator_from_args(args)
+        translator = _with_memory(translator_from_args(args), args)
         args.language_detector = _language_detector(args)
         if args.scores and translator.calibration is None:
             raise UserError(f"--scores prints each line's confidence, and {args.run_dir} has no calibration: run "
@@ -143,7 +144,38 @@ def translate_command(args: argparse.Namespace) -> int:
     what = "segments" if args.segment == "lines" else "sentences"
     print(f"translated {progress.lines} lines ({progress.sentences} {what}) in {elapsed:.2f} s "
           f"({progress.sentences / max(elapsed, 1e-9):.1f} {what}/s)", file=sys.stderr)
+    _memory_summary(translator)
     return 0
+
+
+def _with_memory(translator: Translator, args: argparse.Namespace):  # -> Translator | MemoryTranslator
+    """--tm: the translator behind the translation memory (translate/tm.py), kept as
+    ``args.memory`` for the JSON records; the translator itself without it."""
+    args.memory = None
+    if not args.tm:
+        if args.tm_threshold is not None:
+            raise UserError("--tm-threshold is for --tm PATH, a translation memory")
+        return translator
+    from transformer.translate.tm import memory_translator
+
+    source = args.src_lang if args.src_lang != AUTO else None
+    args.memory = memory_translator(translator, args.tm, source_lang=source, threshold=args.tm_threshold,
+                                    fuzzy=args.json)
+    return args.memory
+
+
+def _memory_summary(translator) -> None:
+    """--tm: how many sentences the memory translated, on standard error."""
+    summary = getattr(translator, "summary", None)
+    if summary is not None:
+        print(summary(), file=sys.stderr)
+        translator.close()
+
+
+def _memory_notes(args: argparse.Namespace, text: str) -> dict:
+    """--tm: the JSON fields of a sentence (or line) given to the translator as ``text``."""
+    memory = getattr(args, "memory", None)
+    return memory.notes(text) if memory is not None else {}
 
 
 def _translate_chunk(translator: Translator, chunk: list[Line], args: argparse.Namespace,
@@ -274,11 +306,13 @@ def _format(args: argparse.Namespace, line: Line, text: str, alternatives: list[
             record["translation"] = text
             record["sentences"] = [] if result is None else [
                 {"source": list(a.source), "target": list(a.target), "score": round(s, 4), **_sentence_notes(
-                    a.confidence, a.missing_terms)} for a, s in zip(result.sentences, result.scores)]
+                    a.confidence, a.missing_terms), **_memory_notes(args, line.text[a.source[0]:a.source[1]])}
+                for a, s in zip(result.sentences, result.scores)]
             if untranslated:
                 record["untranslated"] = True
         elif notes is not None:
             record.update(_sentence_notes(notes["confidence"], notes["missing_terms"]))
+            record.update(_memory_notes(args, line.text))
         return json.dumps(record, ensure_ascii=False) + newline
     if args.n_best > 1:
         return "".join(f"{line.number - 1} ||| {t} ||| {s:.4f}{newline}" for t, s in alternatives)
@@ -303,7 +337,7 @@ def _translate_file(args: argparse.Namespace, kind: str) -> int:
     reporter = Reporter()
     document, name = read_document(args, kind, reporter)
     glossary = glossary_from_args(args)
-    translator = translator_from_args(args)
+    translator = _with_memory(translator_from_args(args), args)
     lang = args.src_lang or translator.src_lang
     detector = _language_detector(args)
     if detector is not None:
@@ -311,7 +345,9 @@ def _translate_file(args: argparse.Namespace, kind: str) -> int:
         if message := _language_warning(translator, found):
             reporter.warn("language", f"{name}: {message}")
         lang = found.language if found.confidence >= DETECTION_CONFIDENCE else translator.src_lang
-    return translate_document_file(args, document, name, translator, glossary=glossary, lang=lang, reporter=reporter)
+    status = translate_document_file(args, document, name, translator, glossary=glossary, lang=lang, reporter=reporter)
+    _memory_summary(translator)
+    return status
 
 
 def _translate_html(args: argparse.Namespace) -> int:
@@ -342,7 +378,7 @@ def _translate_html(args: argparse.Namespace) -> int:
     from transformer.translate.document import translate_sentences
 
     glossary = glossary_from_args(args)
-    translator = translator_from_args(args)
+    translator = _with_memory(translator_from_args(args), args)
     detector = _language_detector(args)
     langs = [args.src_lang or translator.src_lang] * len(documents) if detector is None else \
         _detect_documents(translator, documents, detector, args, reporter)
@@ -362,6 +398,7 @@ def _translate_html(args: argparse.Namespace) -> int:
     reporter.summary()
     print(f"translated {len(documents)} HTML document{'s' if len(documents) != 1 else ''} in "
           f"{time.perf_counter() - start:.2f} s", file=sys.stderr)
+    _memory_summary(translator)
     return 0
 
 

@@ -132,6 +132,15 @@ def register_translate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scores", action="store_true", help="after each translated line a tab and its confidence: the "
                    "probability that it is adequate, the lowest of its sentences' (needs a calibrated run: "
                    "`transformer calibrate RUN_DIR`)")
+    p.add_argument("--tm", metavar="PATH",
+                   help="a translation memory (docs/memory.md; `transformer tm` fills it): a sentence (a line with "
+                   "--segment lines) that has an accepted entry of the run's language pair, the same source once "
+                   "whitespace is normalised, is translated as that entry, and the model runs only for the others. "
+                   "--json marks it (memory: the entry's id and similarity 1.0) and gives the other sentences' fuzzy "
+                   "matches as memory_alternatives; standard error says how many sentences came from the memory")
+    p.add_argument("--tm-threshold", type=float, default=None, metavar="SIMILARITY",
+                   help="the lowest similarity of a fuzzy match that --json shows, above 0 and at most 1 (default: "
+                   "0.75; 1: none)")
     add_glossary_argument(p)
     add_decoding_arguments(p)
     p.set_defaults(handler="transformer.translate.cli:translate_command")

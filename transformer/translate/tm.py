@@ -1,0 +1,146 @@
+"""Translating with a translation memory (``transformer translate --tm PATH``).
+
+:class:`MemoryTranslator` stands in front of a
+:class:`~transformer.translate.translator.Translator`: of the sentences it is given, those with an
+accepted entry of the language pair in the memory (the same source after
+:func:`~transformer.memory.text.normalise`) get that entry's target as their translation, and
+only the others are given to the model, which does not run at all when every sentence is found.
+Every way a text is translated (lines, documents, HTML, files) hands its sentences to the
+translator's ``translate_n_best`` and reads them back through ``detokenize``, so the memory
+serves them all. Sentences that are not found may have fuzzy matches (entries whose sources are
+at least ``threshold`` alike): they are kept, with their similarity, for the outputs that show
+alternatives (``--json``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformer.decoding import Hypothesis
+from transformer.errors import UserError
+from transformer.memory import Entry, Match, TMBusyError, TMError, TranslationMemory
+from transformer.memory.text import language_code
+
+DEFAULT_THRESHOLD = 0.75  # TranslationMemory.search's min_similarity (docs/memory.md)
+
+
+@dataclass
+class MemoryHypothesis(Hypothesis):
+    """A translation that comes from the memory: ``text`` is the entry's target (no tokens; score
+    0.0, the log-probability of a certainty, and no confidence: the model did not make it)."""
+
+    text: str = ""
+    entry: Entry | None = None
+
+
+class MemoryTranslator:
+    """A translator that answers from a translation memory first (see the module doc).
+
+    Args:
+        translator: the model's translator; every attribute this class lacks is its.
+        memory: the open memory (closed by :meth:`close`).
+        source_lang: the language of the sentences given.
+        target_lang: the language of the translations wanted.
+        threshold: the lowest similarity of a fuzzy match kept (0 to 1); ``None``: no fuzzy search.
+
+    After each ``translate_n_best`` call, :attr:`found` holds the entry of each text served from
+    the memory and :attr:`matches` the fuzzy matches of the others (texts as given), and
+    :attr:`served` and :attr:`sentences` count the texts served and given since the start.
+    """
+
+    def __init__(self, translator, memory: TranslationMemory, source_lang: str, target_lang: str, *,
+                 threshold: float | None = DEFAULT_THRESHOLD) -> None:
+        self.translator, self.memory = translator, memory
+        self.source_lang, self.target_lang = source_lang, target_lang
+        self.threshold = threshold
+        self.found: dict[str, Entry] = {}
+        self.matches: dict[str, list[Match]] = {}
+        self.served = self.sentences = 0
+
+    def __getattr__(self, name: str):
+        return getattr(self.translator, name)
+
+    def close(self) -> None:
+        self.memory.close()
+
+    def _lookup(self, text: str) -> Entry | None:
+        """The accepted entry of ``text``, its fuzzy matches kept; None for a text the memory cannot
+        hold (blank, too long, with a control character): the model translates it."""
+        if not text.strip():
+            return None
+        try:
+            entry = self.memory.lookup(text, self.source_lang, self.target_lang)
+            if entry is None and self.threshold is not None:
+                found = self.memory.search(text, self.source_lang, self.target_lang, min_similarity=self.threshold)
+                if found:
+                    self.matches[text] = found
+        except TMBusyError:  # the memory's fault, not the text's
+            raise
+        except TMError:
+            return None
+        return entry
+
+    def translate_n_best(self, texts: Iterable[str], **options) -> list[list[Hypothesis]]:
+        """As the translator's, the texts found in the memory answered by their entries alone."""
+        texts = list(texts)
+        self.found, self.matches = {}, {}
+        entries = [self._lookup(text) if isinstance(text, str) else None for text in texts]
+        todo = [i for i, entry in enumerate(entries) if entry is None]
+        results: list[list[Hypothesis]] = [[] for _ in texts]
+        if todo:
+            for i, hyps in zip(todo, self.translator.translate_n_best([texts[i] for i in todo], **options)):
+                results[i] = hyps
+        for i, entry in enumerate(entries):
+            if entry is not None:
+                self.found[texts[i]] = entry
+                results[i] = [MemoryHypothesis([], 0.0, text=entry.target, entry=entry)]
+        self.sentences += sum(1 for text in texts if isinstance(text, str) and text.strip())
+        self.served += len(texts) - len(todo)
+        return results
+
+    def detokenize(self, hypothesis: Hypothesis) -> str:
+        if isinstance(hypothesis, MemoryHypothesis):
+            return hypothesis.text
+        return self.translator.detokenize(hypothesis)
+
+    def notes(self, text: str) -> dict:
+        """What the last call found for ``text`` (as given to it), for a JSON record: ``memory``
+        (the entry's id and similarity 1.0) where the memory gave its translation, else
+        ``memory_alternatives`` (its fuzzy matches: text, similarity, the entry's id and source)
+        where it has some; {} otherwise."""
+        if (entry := self.found.get(text)) is not None:
+            return {"memory": {"id": entry.id, "similarity": 1.0}}
+        if found := self.matches.get(text):
+            return {"memory_alternatives": [{"text": m.entry.target, "similarity": round(m.similarity, 4),
+                                             "id": m.entry.id, "source": m.entry.source} for m in found]}
+        return {}
+
+    def summary(self) -> str:
+        return (f"{self.served} of {self.sentences} sentence{'s' * (self.sentences != 1)} from the translation "
+                f"memory {self.memory.path}")
+
+
+def memory_translator(translator, path: str, *, source_lang: str | None, threshold: float | None,
+                      fuzzy: bool) -> MemoryTranslator:
+    """``translator`` in front of the memory at ``path``, which must exist (a lookup never creates
+    one): its pair is ``source_lang`` (default: the run's) to the run's target language.
+
+    Raises:
+        UserError: no memory there, a bad threshold, or a run that names no languages.
+        TMError: a file that is not a translation memory (damaged, another application's).
+    """
+    threshold = DEFAULT_THRESHOLD if threshold is None else threshold
+    if not 0 < threshold <= 1:
+        raise UserError(f"--tm-threshold must be a similarity above 0 and at most 1, got {threshold}")
+    if not Path(path).exists():
+        raise UserError(f"no translation memory at {path}: `transformer tm import FILE --tm {path} --src-lang CODE "
+                        "--tgt-lang CODE` makes one")
+    source, target = source_lang or translator.src_lang, translator.tgt_lang
+    if not source or not target:
+        raise UserError("--tm looks sentences up by language pair, and the run does not name its "
+                        f"{'source' if not source else 'target'} language (data.src_lang, data.tgt_lang)"
+                        + (": give --src-lang CODE" if not source else ""))
+    pair = language_code(source, "source language"), language_code(target, "target language")
+    return MemoryTranslator(translator, TranslationMemory(path), *pair, threshold=threshold if fuzzy else None)
