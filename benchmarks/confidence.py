@@ -33,10 +33,11 @@ import torch
 from transformer.cli import main as transformer_main
 from transformer.corpus.registry import corpus_pairs, fetch
 from transformer.run.directory import run_languages
-from transformer.translate.calibrate import translate_and_measure
-from transformer.translate.confidence import (
-    ADEQUATE_CHRF, ECE_BINS, FEATURES, Calibration, expected_calibration_error, sentence_chrf, spearman,
+from transformer.translate.calibrate import (
+    ECE_BINS, expected_calibration_error, sentence_chrf, spearman, translate_and_measure,
 )
+from transformer.translate.calibration import ADEQUATE_CHRF, Calibration
+from transformer.translate.confidence import FEATURES
 from transformer.translate.translator import load_translator
 
 TARGET_SPEARMAN = 0.45

@@ -76,7 +76,7 @@ def test_every_handler_names_a_function():
 
 
 def test_calibrate_describes_the_confidence_it_fits():
-    from transformer.translate.confidence import ADEQUATE_CHRF
+    from transformer.translate.calibration import ADEQUATE_CHRF
 
     assert f"reaches chrF {ADEQUATE_CHRF:g} " in " ".join(subcommands()["calibrate"].format_help().split())
 

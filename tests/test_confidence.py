@@ -1,4 +1,5 @@
-"""The confidence of a translation: its features, the fitted calibration, its file and ``transformer calibrate``."""
+"""The confidence of a translation: its features (confidence.py), the fitted calibration and its file
+(calibration.py), and ``transformer calibrate`` (calibrate.py)."""
 
 import json
 import math
@@ -14,10 +15,11 @@ from transformer.model import RNNSeq2Seq, rnn_preset
 from transformer.run.layout import CONFIDENCE_FILE, WEIGHTS_FILE
 from transformer.run_files import RunFileError
 from transformer.translate import confidence
-from transformer.translate.confidence import (
-    FEATURES, Calibration, attach_confidence, expected_calibration_error, file_sha256, fit_calibration,
-    hypothesis_features, spearman,
+from transformer.translate.calibrate import expected_calibration_error, sentence_chrf, spearman
+from transformer.translate.calibration import (
+    DEFAULT_FEATURES, Calibration, attach_confidence, file_sha256, fit_calibration,
 )
+from transformer.translate.confidence import FEATURES, hypothesis_features
 
 BEAM = DecodeConfig("beam", beam_size=3, n_best=2, max_len_b=6)
 
@@ -256,13 +258,13 @@ def test_calibrate_fits_writes_and_reports(tiny_run, tmp_path, capsys, monkeypat
     calibration = Calibration.load(tiny_run)
     assert calibration.to_json() == summary
     assert calibration.model_sha256 == file_sha256(tiny_run / WEIGHTS_FILE)
-    assert calibration.features == confidence.DEFAULT_FEATURES
+    assert calibration.features == DEFAULT_FEATURES
     assert calibration.figures["sentences"] == 60 and calibration.figures["adequate_share"] == 0.5
     assert 0 <= calibration.figures["ece"] <= 1
 
 
 def test_sentence_chrf():
-    scores = confidence.sentence_chrf(["the cat sleeps", "the cat sleeps"], ["the cat sleeps", "a dog barks"])
+    scores = sentence_chrf(["the cat sleeps", "the cat sleeps"], ["the cat sleeps", "a dog barks"])
     assert scores[0] == pytest.approx(100.0) and scores[1] < 30
 
 

@@ -61,7 +61,7 @@ class Hypothesis:
     score: float
     log_prob: float | None = None
     attention: Tensor | None = field(default=None, compare=False, repr=False)
-    confidence: float | None = field(default=None, compare=False)  # P(adequate): transformer.translate.confidence
+    confidence: float | None = field(default=None, compare=False)  # P(adequate): transformer.translate.calibration
     unmet: tuple[int, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:

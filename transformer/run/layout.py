@@ -14,7 +14,7 @@ directory::
       alignments.jsonl                 cross-attention snapshots of a few validation sentences:
                                        transformer.run.alignments
       confidence.json                  the calibration of translation confidences (``transformer
-                                       calibrate``): transformer.translate.confidence
+                                       calibrate``): transformer.translate.calibration
       tensorboard/                     TensorBoard's event files (train.tensorboard)
       checkpoints/step-XXXXXXXX/       model.safetensors, optimizer.safetensors, rng.safetensors,
                                        trainer_state.json (and ema.safetensors with train.ema)

@@ -2,8 +2,10 @@
 
 The run's model translates the sentences (its validation set by default, or ``--src/--ref``),
 each translation is scored against its reference with sentence-level chrF, and a logistic
-regression from the translation's features to "chrF >= 50" is fitted
-(:mod:`transformer.translate.confidence`) and written to ``RUN_DIR/confidence.json``.
+regression from the translation's features (:mod:`transformer.translate.confidence`) to
+"chrF >= 50" is fitted (:mod:`transformer.translate.calibration`) and written to
+``RUN_DIR/confidence.json`` with the figures of how well it does on those sentences (the expected
+calibration error, Spearman's correlation with chrF).
 
 How a run's validation pairs are read belongs to training (``transformer.training.data_setup``),
 which this layer does not import: the command line hands the reader in when the command runs. The
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 import warnings
 from pathlib import Path
@@ -29,10 +32,8 @@ from transformer.run.layout import RUN_CONFIG_FILE, WEIGHTS_FILE
 from transformer.run.lock import RunLock, storage_errors
 from transformer.translate.cli import translator_from_args
 from transformer.translate.cli_args import MIN_CALIBRATION_SENTENCES
-from transformer.translate.confidence import (
-    ADEQUATE_CHRF, DEFAULT_FEATURES, FEATURES, Calibration, figures, file_sha256, fit_calibration, hypothesis_features,
-    sentence_chrf,
-)
+from transformer.translate.calibration import ADEQUATE_CHRF, DEFAULT_FEATURES, Calibration, file_sha256, fit_calibration
+from transformer.translate.confidence import FEATURES, hypothesis_features
 from transformer.translate.inputs import read_lines
 from transformer.translate.stream import Progress
 from transformer.translate.translator import Translator
@@ -40,6 +41,7 @@ from transformer.translate.translator import Translator
 ValidationPairs = Callable[[DataConfig], list[tuple[str, str]]]  # a run's data settings -> its validation pairs
 MIN_EACH = 5  # translations needed on each side of the threshold
 BATCH = 64  # sentences translated (and measured) at a time: the progress bar's step
+ECE_BINS = 10  # equal-width bins of the expected calibration error
 
 
 def calibrate_command(args: argparse.Namespace, validation_pairs: ValidationPairs) -> int:
@@ -169,3 +171,59 @@ def _report(calibration: Calibration, path: Path) -> None:
 def _figure(value: float | None) -> str:
     """A correlation, or "undefined" (a constant side has no ranks to correlate)."""
     return "undefined" if value is None else f"{value:.3f}"
+
+
+def sentence_chrf(hypotheses: Sequence[str], references: Sequence[str]) -> np.ndarray:
+    """sacreBLEU's sentence-level chrF of each hypothesis against its reference, ``(N,)``."""
+    import sacrebleu
+
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    return np.array([sacrebleu.sentence_chrf(h, [r]).score for h, r in zip(hypotheses, references)])
+
+
+def expected_calibration_error(confidence: np.ndarray, outcome: np.ndarray, *, bins: int = ECE_BINS) -> float:
+    """``sum_b n_b / N |mean outcome_b - mean confidence_b|`` over ``bins`` equal-width bins of [0, 1]."""
+    p = np.asarray(confidence, dtype=np.float64)
+    y = np.asarray(outcome, dtype=np.float64)
+    which = np.minimum((p * bins).astype(int), bins - 1)
+    total = 0.0
+    for b in range(bins):
+        inside = which == b
+        if inside.any():
+            total += inside.sum() / len(p) * abs(y[inside].mean() - p[inside].mean())
+    return float(total)
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation (ties get their mean rank); nan when either side is constant."""
+    ra, rb = _ranks(np.asarray(a, dtype=np.float64)), _ranks(np.asarray(b, dtype=np.float64))
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    starts = np.cumsum(counts) - counts
+    return (starts + (counts - 1) / 2.0)[inverse]
+
+
+def figures(confidence: np.ndarray, chrf: np.ndarray, features: np.ndarray, *,
+            threshold: float = ADEQUATE_CHRF) -> dict[str, Any]:
+    """How well ``confidence`` does on sentences with chrF scores ``chrf``: the expected calibration
+    error for the event chrF >= ``threshold`` (``ECE_BINS`` bins), the Spearman correlation of the
+    confidence with chrF, and the raw baseline's (``mean_log_prob``) beside it."""
+    chrf = np.asarray(chrf, dtype=np.float64)
+    adequate = chrf >= threshold
+    baseline = np.asarray(features)[:, FEATURES.index("mean_log_prob")]
+    return {"sentences": int(len(chrf)), "adequate_share": _rounded(adequate.mean()),
+            "mean_confidence": _rounded(np.mean(confidence)),
+            "ece": _rounded(expected_calibration_error(confidence, adequate)), "ece_bins": ECE_BINS,
+            "spearman_chrf": _rounded(spearman(confidence, chrf)),
+            "spearman_chrf_mean_log_prob": _rounded(spearman(baseline, chrf))}
+
+
+def _rounded(value: float) -> float | None:
+    """A figure for the file: 4 decimals, None where undefined (JSON has no nan)."""
+    return round(float(value), 4) if math.isfinite(value) else None

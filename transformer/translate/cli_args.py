@@ -5,7 +5,7 @@ Building them imports nothing heavy (no torch, no numpy): ``transformer --help``
 command's ``--help`` stay fast, and each handler is a ``"module:function"`` reference that the
 command line imports when the command runs (``translate/cli.py``, ``evaluate_cli.py``,
 ``detect_cli.py``, ``calibrate.py``). ``calibrate``'s description says chrF 50:
-``transformer.translate.confidence.ADEQUATE_CHRF`` (a module with torch in it), which a test
+``transformer.translate.calibration.ADEQUATE_CHRF`` (a module with torch in it), which a test
 holds it to.
 """
 

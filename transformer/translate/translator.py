@@ -61,7 +61,7 @@ from transformer.text import Vocabularies
 from transformer.translate.warning import TermWarning, TranslationWarning, TruncationWarning
 
 if TYPE_CHECKING:
-    from transformer.translate.confidence import Calibration
+    from transformer.translate.calibration import Calibration
     from transformer.translate.glossary import Glossary, Term
 
 GlossaryLike = "Glossary | Mapping[str, str] | Iterable[tuple[str, str]]"
@@ -171,7 +171,7 @@ class Translator:
         kwargs.setdefault("src_lang", src_lang)
         kwargs.setdefault("tgt_lang", tgt_lang)
         if "calibration" not in kwargs:
-            from transformer.translate.confidence import Calibration
+            from transformer.translate.calibration import Calibration
 
             kwargs["calibration"] = Calibration.load(run_dir)
         return cls(model, vocab, **kwargs)
@@ -402,7 +402,7 @@ class Translator:
         results = decode(self.model, src, mask, self.decoding, bos_id=bos, eos_id=eos, memory=memory,
                          sync_every=self.sync_every, constraints=constraints if constraints and any(constraints) else None)
         if confidence:
-            from transformer.translate.confidence import attach_confidence
+            from transformer.translate.calibration import attach_confidence
 
             attach_confidence(self.model, src, mask, results, self.calibration, bos_id=bos, eos_id=eos, memory=memory)
         return results
