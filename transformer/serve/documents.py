@@ -1,27 +1,17 @@
-"""Texts of any length for the server: what is particular to it around the shared pipeline.
+"""Texts of any length for the server: what it adds to the shared pipeline.
 
-Each text of a request is cut into sentences (:func:`transformer.translate.segment.segment_text`,
-as ``translate_document`` cuts it; an HTML page's text by
-:func:`transformer.translate.html.html_sentences`) and the model's inputs are planned as the
-library plans them (:func:`transformer.translate.pipeline.plan`: a sentence longer than
-``max_input_tokens`` in pieces, never cut off). What the server adds: it refuses a request of
-more than ``max_sentences`` sentences, a text without a sentence and a sentence without tokens
-(:class:`Unprocessable`), and words its notes as the JSON answer's ``warnings``. The inputs go to
-the dynamic batcher, which may put them in model calls with other requests' sentences; the
-outputs are assembled per sentence (:meth:`transformer.translate.pipeline.Plan.assemble`) and
-each text's answer is built here (:func:`assemble`, :func:`assemble_html`): its translations in
-the text's structure (:meth:`Document.rebuild_with_spans`: line breaks, blank lines, indentation
-and the spacing between sentences kept), its ``n_best`` (:func:`transformer.translate.pipeline.rounds`),
-``alternatives`` (:func:`transformer.translate.alternatives.combine`), glossary terms missed and
-``confidence`` (a sentence's is its best hypothesis', a sentence in pieces the lowest of its
-pieces', a text's the lowest of its sentences').
-
-An HTML page is rebuilt around its sentences' translations with its markup kept
-(:func:`transformer.translate.html.translate_html`). A sentence of a page is not one span of its
-markup, so its alignment has no spans: it carries its text instead.
-
-The attention of one sentence is drawn for one model input: :func:`input_piece` says which part
-of the text that is (the sentence, or one of its pieces) and where it lies.
+A request's texts are cut into sentences as ``translate_document`` cuts them (an HTML page's text
+as :func:`transformer.translate.html.html_sentences` finds it) and planned and assembled as the
+library does it (:mod:`transformer.translate.pipeline`: a sentence over ``max_input_tokens`` in
+pieces, never cut off); the dynamic batcher runs the model between, in calls it may share with
+other requests. What is the server's own: the refusals (:class:`Unprocessable`: more than
+``max_sentences`` sentences, a text without a sentence, a sentence without tokens), its warnings'
+wording, and each text's JSON ``Translation`` (:func:`assemble`, :func:`assemble_html`): its
+translation in the text's structure, ``n_best``, ``alternatives``
+(:func:`transformer.translate.alternatives.combine`), glossary terms missed and ``confidence``.
+An HTML page is rebuilt around its sentences' translations with its markup kept; its sentences
+are not spans of the markup, so their alignment carries their text instead. :func:`input_piece`
+says which part of a text one model input (a sentence or a piece of one) is, for its attention.
 
 Offsets (``source_span``, ``target_span``) are Python ``str`` indices: Unicode code points,
 ``[start, end)``. (JavaScript strings count UTF-16 code units: a character outside the Basic
@@ -175,19 +165,19 @@ def _answer(source: str, ranked: list[tuple], entries: list[dict[str, Any]], tra
     sentence's ``missing_terms`` and a warning naming it (``names``) where there are some; with
     ``confidence`` each sentence's (4 decimals; absent where it has none) and the text's, the
     lowest of its sentences'."""
-    for entry, sentence, cuts in zip(entries, translated, pieces):
+    missing = [list(dict.fromkeys(sentence.missing)) for sentence in translated]  # a term missed in two pieces: once
+    for entry, sentence, cuts, terms in zip(entries, translated, pieces, missing):
         hyps = sentence.hyps[:max(1, n_best)]
         entry.update(pieces=len(cuts), score=hyps[0][1] if hyps else 0.0, n_best=_hypotheses(hyps))
-        if glossary:  # a term lacking in two pieces of a sentence is named once
-            entry["missing_terms"] = [{"source": t.source, "target": t.target} for t in dict.fromkeys(sentence.missing)]
+        if glossary:
+            entry["missing_terms"] = [{"source": t.source, "target": t.target} for t in terms]
         if confidence and sentence.confidence is not None:
             entry["confidence"] = round(sentence.confidence, 4)
     if glossary:
-        warnings = sorted(warnings + [
-            {"sentence": j, "message": f"{names[j]}: the glossary's "
-             + ", ".join(f"{t.source!r} -> {t.target!r}" for t in dict.fromkeys(sentence.missing))
-             + " could not be placed in the translation within its length limit (max_length)"}
-            for j, sentence in enumerate(translated) if sentence.missing], key=lambda w: w["sentence"])
+        listed = [", ".join(f"{t.source!r} -> {t.target!r}" for t in terms) for terms in missing]
+        warnings = sorted(warnings + [{"sentence": j, "message": f"{names[j]}: the glossary's {listed[j]} could not be "
+                                       "placed in the translation within its length limit (max_length)"}
+                                      for j, terms in enumerate(missing) if terms], key=lambda w: w["sentence"])
     answer = {"source": source, "translation": ranked[0][0], "score": ranked[0][1],
               "n_best": [{"translation": t, "score": s, "log_prob": lp} for t, s, lp in ranked],
               "sentences": entries, "warnings": warnings}
@@ -211,16 +201,15 @@ def assemble(document: Document, translated: Sequence[ModelOutput], pieces: Sequ
     """The ``Translation`` of one text from its sentences' outputs (:meth:`Plan.assemble`), the
     pieces each sentence was translated in, and the warnings about the text.
 
-    ``translation`` is the text with every sentence replaced by its best hypothesis. The k-th
-    entry of ``n_best`` puts every sentence's k-th hypothesis (its last when it has fewer) in the
-    same structure: its ``log_prob`` is the sum over the sentences (they are translated
-    independently), its ``score`` the mean of theirs. A one-sentence text gets exactly that
-    sentence's hypotheses, as before paragraphs were segmented. Only the first ``n_best``
-    hypotheses of a sentence are reported; with ``alternatives`` > 0 all of them give the
-    text's ``alternatives``: up to that many distinct translations other than ``translation``
-    (absent from the dict when ``alternatives`` is 0). ``glossary``: each sentence's
-    ``missing_terms``, and a warning naming the sentence of the text ``name`` that lacks some.
-    ``confidence``: each sentence's ``confidence``, rounded to 4 decimals, and the text's, the lowest."""
+    ``translation`` is the text with every sentence replaced by its best hypothesis; the k-th
+    entry of ``n_best`` puts every sentence's k-th in the same structure
+    (:func:`~transformer.translate.pipeline.rounds`: ``score`` the mean, ``log_prob`` the sum),
+    so a one-sentence text gets exactly that sentence's hypotheses. Only the first ``n_best``
+    hypotheses of a sentence are reported; with ``alternatives`` > 0 all of them give up to that
+    many distinct translations other than ``translation`` (no ``alternatives`` key for 0).
+    ``glossary``: each sentence's ``missing_terms``, and a warning naming the sentence of the
+    text ``name`` that lacks some. ``confidence``: each sentence's, rounded to 4 decimals, and
+    the text's, the lowest."""
     hyps = [sentence.hyps[:max(1, n_best)] for sentence in translated]
     ranked = rounds(hyps, max(1, n_best), document.rebuild_with_spans, _NONE)  # empty translations stay empty
     entries = [{"source_span": [segment.start, segment.end], "target_span": list(target), "line": segment.line + 1,
