@@ -8,8 +8,8 @@
   code block starting with ``transformer ``, ``python benchmarks/...`` or ``torchrun ... -m
   transformer.cli``) is parsed by the command's own argparse parser; ``train`` overrides are
   read by ``RunConfig``. The cheap ones (``translate``, ``attend``, ``info``, ``data list`` on
-  ``runs/demo``) are run in a scratch directory whose ``runs/demo`` is a run ``transformer demo``
-  made (once per session, in conftest.py).
+  ``runs/demo``, and ``tm`` on a small ``memory.db``) are run in a scratch directory whose
+  ``runs/demo`` is a run ``transformer demo`` made (once per session, in conftest.py).
 * Where a page shows what an example prints, the output is checked: in a ``console`` block the
   lines after a ``$ transformer ...`` line are that command's standard output; in a Python block
   ``EXPRESSION  # -> VALUE`` means ``EXPRESSION == VALUE``.
@@ -49,7 +49,8 @@ DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 SHELL = {"bash", "sh", "shell", "console"}
 RUN_DIR = "runs/demo"
-EXECUTED = {"translate", "attend", "info", "data list"}  # run on the demo model when they name RUN_DIR or none
+EXECUTED = {"translate", "attend", "info", "data list", "tm"}  # run on the demo model when they name RUN_DIR or none
+TM_SUBCOMMANDS = ("import", "export", "list", "stats", "review")  # tm's, each run (on the sandbox's memory.db)
 ON_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 sys.path.insert(0, str(DOCS / "_ext"))
@@ -186,6 +187,16 @@ def sandbox(request, tmp_path_factory):
     shutil.copytree(run_dir, root / RUN_DIR, ignore=shutil.ignore_patterns("checkpoints", "tensorboard"))
     (root / "text.fr").write_text("Je suis étudiant. Le chat dort.\n\nNous allons manger.\n", encoding="utf-8")
     (root / "mixed.txt").write_text("Je suis étudiant.\nThe cat sleeps.\nLe chat dort.\n", encoding="utf-8")
+    # A translation memory (entries 1 and 2, pending) and the files the memory page imports.
+    (root / "pairs.tsv").write_text("Je suis étudiant.\tI am a student.\nLe chat dort.\tThe cat is sleeping.\n",
+                                    encoding="utf-8")
+    (root / "legacy.tmx").write_text(
+        '<tmx version="1.4"><header srclang="fr-FR"/><body><tu><tuv xml:lang="fr-FR"><seg>Nous allons manger.</seg>'
+        '</tuv><tuv xml:lang="en-US"><seg>We are going to eat.</seg></tuv></tu></body></tmx>\n', encoding="utf-8")
+    from transformer.memory import TranslationMemory
+
+    with TranslationMemory(root / "memory.db") as memory:
+        memory.import_tsv(root / "pairs.tsv", "fr", "en", status="pending")
     return Sandbox(root, trained)
 
 
@@ -197,12 +208,13 @@ def _runs_here(argv: list[str]) -> bool:
         return False
     if sub == "info":
         return "--preset" not in argv or argv[argv.index("--preset") + 1] in ("tiny", "small", "base")
-    return sub == "data list" or RUN_DIR in argv
+    return sub in ("data list", "tm") or RUN_DIR in argv
 
 
 def _kind(argv: list[str]) -> tuple[str, ...]:
     """A command's subcommand and option names: commands that differ only in their texts run once."""
-    return tuple(a for a in argv[:3] if not a.startswith("-") and a in ("transformer", "data", "list", *EXECUTED)) \
+    return tuple(a for a in argv[:3] if not a.startswith("-")
+                 and a in ("transformer", "data", "list", *EXECUTED, *TM_SUBCOMMANDS)) \
         + tuple(sorted(a for a in argv if a.startswith("--")))
 
 
@@ -214,7 +226,7 @@ def test_documented_command_runs_on_the_demo_model(argv, where, sandbox, monkeyp
     from transformer.cli import main
 
     monkeypatch.chdir(sandbox.root)
-    for path in ("text.en",):  # outputs of an earlier command are not overwritten
+    for path in ("text.en", "memory.tmx", "memory.tsv"):  # outputs of an earlier command are not overwritten
         (sandbox.root / path).unlink(missing_ok=True)
     status = main(argv[1:])
     out = capsys.readouterr()
