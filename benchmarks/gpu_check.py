@@ -323,10 +323,10 @@ def stages(check: Check, args: argparse.Namespace, work: Path) -> None:
         else:
             out = work / "translate_speed.json"
             source = ["--sentences", str(sentences), "--sizes", "2", "--rounds", "1", "--warmup", "0",
-                      "--max-len-b", "4", "--int8", ""] if dry else ["--from", str(data), "--sizes", "256,1000",
+                      "--max-len-b", "4", "--no-int8"] if dry else ["--from", str(data), "--sizes", "256,1000",
                                                                      "--rounds", "2"]
             check.run("decoding", [py, str(BENCHMARKS / "translate_speed.py"), "--device", "cpu" if dry else "cuda",
-                                   "--run-dir", str(run_dir), "--strategies", "greedy,beam", "--beam-size", "4",
+                                   "--run-dir", str(run_dir), "--strategies", "greedy,beam", "--beam", "4",
                                    *source, "--out", str(out)],
                       120, read=read_json(out, translate_summary))
 

@@ -1,6 +1,6 @@
 """Load on ``transformer serve``: throughput and latency with dynamic batching against batch size 1.
 
-    python benchmarks/serve_load.py RUN_DIR [--clients 64] [--seconds 60] [--sentences FILE] [--int8] [--device cuda]
+    python benchmarks/serve_load.py RUN_DIR [--clients 64] [--seconds 60] [--sentences FILE] [--precision int8] [--device cuda]
 
 For each mode (``dynamic``: the server's dynamic batching, up to --max-batch-size texts per model
 call; ``batch1``: --max-batch-size 1) the script starts ``transformer serve RUN_DIR`` on 127.0.0.1
@@ -169,8 +169,9 @@ def main() -> int:
                         help="texts per model call in dynamic mode (default: the server's for the device, 32 on a CPU)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="the server's --device (default: cpu)")
     parser.add_argument("--batch-wait-ms", type=float, default=5.0, help="the batching window (default: 5)")
-    parser.add_argument("--beam-size", type=int, default=4, help="beam size of every request (default: 4)")
-    parser.add_argument("--int8", action="store_true", help="serve with --precision int8 (int8 weights)")
+    parser.add_argument("--beam", type=int, default=4, help="beam size of every request (default: 4)")
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "int8", "fp16"),
+                        help="the server's --precision (default: fp32)")
     parser.add_argument("--sentences", help="one source sentence per line (plain or .gz; default: built-in French)")
     parser.add_argument("--overload-queue", type=int, default=16, help="--max-queue of the overload check (default: 16)")
     parser.add_argument("--overload-requests", type=int, default=200,
@@ -187,19 +188,19 @@ def main() -> int:
         from transformer.serve.limits import ServeLimits
 
         args.max_batch_size = cuda_decoding.SERVE_BATCH_SIZE if args.device == "cuda" else ServeLimits().max_batch_size
-    common = ["--beam-size", str(args.beam_size), "--batch-wait-ms", str(args.batch_wait_ms), "--device", args.device,
-              *(["--precision", "int8"] * args.int8)]
+    common = ["--beam", str(args.beam), "--batch-wait-ms", str(args.batch_wait_ms), "--device", args.device,
+              "--precision", args.precision]
     summary: dict = {"run_dir": str(Path(args.run_dir)), "clients": args.clients, "seconds": args.seconds,
-                     "beam_size": args.beam_size, "int8": args.int8, "cpus": os.cpu_count(), "device": args.device,
+                     "beam_size": args.beam, "precision": args.precision, "cpus": os.cpu_count(), "device": args.device,
                      "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "modes": {}}
 
     for mode in modes:
         size = args.max_batch_size if mode == "dynamic" else 1
         server = Server(args.run_dir, *common, "--max-batch-size", str(size), "--max-queue", str(4 * args.clients))
         try:
-            asyncio.run(load(server.url, sentences, min(args.clients, 4), 2.0, args.beam_size))  # warm-up
+            asyncio.run(load(server.url, sentences, min(args.clients, 4), 2.0, args.beam))  # warm-up
             before = server.health()
-            result = asyncio.run(load(server.url, sentences, args.clients, args.seconds, args.beam_size))
+            result = asyncio.run(load(server.url, sentences, args.clients, args.seconds, args.beam))
             after = server.health()
         finally:
             result_exit = server.stop()
@@ -215,7 +216,7 @@ def main() -> int:
         server = Server(args.run_dir, *common, "--max-batch-size", str(args.max_batch_size),
                         "--max-queue", str(args.overload_queue))
         try:
-            over = asyncio.run(burst(server.url, sentences, args.overload_requests, args.beam_size))
+            over = asyncio.run(burst(server.url, sentences, args.overload_requests, args.beam))
         finally:
             overload_exit = server.stop()
         over["exit_status_after_sigterm"] = overload_exit

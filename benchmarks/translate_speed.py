@@ -13,12 +13,12 @@ sentences of Multi30k ``test_2016_flickr`` are translated greedily and with beam
   frozen, as ``Translator.from_run_dir`` (the CLI, the server) loads it, so the weights are
   packed for the kernels once, not in every call;
 * ours bf16: the same ``Translator`` with ``precision="bf16"`` (a bfloat16 copy of the model), only
-  where the CPU has bf16 matrix units (AVX-512 bf16 or AMX) or with ``--bf16``: elsewhere PyTorch
+  where the CPU has bf16 matrix units (AVX-512 bf16 or AMX) or with ``--emulated-bf16``: elsewhere PyTorch
   emulates bf16 products, far slower than float32, and the contender is left out;
 * ours int8: ``Translator(precision="int8")`` (``translate --precision int8``, the counterpart of
   CTranslate2 int8): int8 copies of the linear layers' weights (one scale per output feature)
   multiplied by float32 activations in the engine's decoding kernels, at every batch size; left
-  out where the kernels are off or cannot be built (``--int8 ''`` leaves it out anyway);
+  out where the kernels are off or cannot be built (``--no-int8`` leaves it out anyway);
 * generate fp32: ``MarianMTModel.generate()`` on all sentences as one padded batch, ``num_beams``,
   ``length_penalty``, ``early_stopping`` (see below);
 * CTranslate2 float32 and int8: ``translate_batch`` (``beam_size``, ``length_penalty``,
@@ -152,9 +152,8 @@ def export_engine(family: str, run_dir: Path, tmp: Path) -> None:
     elif family == "ct2":
         from transformer.interop import export_ctranslate2
 
-        for quantization in ("float32", "int8"):
-            export_ctranslate2(run_dir, tmp / f"ct2-{quantization}",
-                               quantization=None if quantization == "float32" else quantization)
+        for precision, weight_type in (("fp32", "float32"), ("int8", "int8")):  # CTranslate2's names
+            export_ctranslate2(run_dir, tmp / f"ct2-{weight_type}", precision=precision)
 
 
 def ct2_types(device: str) -> tuple[str, str]:
@@ -191,11 +190,11 @@ def build_contenders(engines: dict, vocab: Vocabularies, decoding: DecodeConfig,
 
     contenders = []
     device = torch.device(args.device)
-    int8 = [("ours int8", "int8")] if args.int8 and device.type == "cpu" else []
+    int8 = [("ours int8", "int8")] if not args.no_int8 and device.type == "cpu" else []
     for name, precision in [("ours fp32", "fp32"), ("ours bf16", "bf16"), *int8]:
         if "ours" not in engines:
             break
-        if precision == "bf16" and not args.bf16:  # left out where bf16 is emulated, unless --bf16 (main())
+        if precision == "bf16" and not args.bf16:  # left out where emulated, unless --emulated-bf16 (main())
             continue
         if precision == "int8" and not cpu_kernels_available():
             continue  # int8 runs in the engine's kernels only
@@ -268,7 +267,7 @@ def build_contenders(engines: dict, vocab: Vocabularies, decoding: DecodeConfig,
 
 
 def decoding_for(strategy: str, args) -> DecodeConfig:
-    return DecodeConfig(strategy=strategy, beam_size=args.beam_size if strategy == "beam" else 1,
+    return DecodeConfig(strategy=strategy, beam_size=args.beam if strategy == "beam" else 1,
                         length_penalty=args.length_penalty, alpha=args.alpha, max_len_b=args.max_len_b,
                         stopping=args.stopping)
 
@@ -398,7 +397,7 @@ def main() -> None:
     parser.add_argument("--sizes", default=None,
                         help="numbers of test sentences, comma-separated (default: 16,256; 16,256,1000 on CUDA)")
     parser.add_argument("--strategies", default="greedy,beam", help="greedy and/or beam, comma-separated")
-    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--beam", type=int, default=4, help="beam size of the beam strategy (default: 4)")
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty")
     parser.add_argument("--length-penalty", default="exponent", choices=("gnmt", "exponent", "none"),
                         help="ours' length penalty form (default exponent: |Y| ** alpha, the only one generate() and "
@@ -417,12 +416,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs per contender and table")
     parser.add_argument("--threads", type=int, default=None, help="torch and CTranslate2 threads (default: torch's)")
     parser.add_argument("--out", default=None, help="JSON results (default translate_speed.json; none with --quick)")
-    parser.add_argument("--bf16", action="store_true",
+    parser.add_argument("--emulated-bf16", dest="bf16", action="store_true",
                         help="run 'ours bf16' even where the CPU has no bf16 matrix units (AVX-512 bf16 or AMX); "
                         "by default it runs only where it has them (elsewhere PyTorch emulates bf16, far slower)")
-    parser.add_argument("--int8", default="int8", choices=("int8", ""),
-                        help="ours' int8 contender: int8 (default: Translator(precision='int8'), what translate "
-                             "--precision int8 runs) or '' for none")
+    parser.add_argument("--no-int8", action="store_true",
+                        help="leave out ours' int8 contender (Translator(precision='int8'), what translate "
+                             "--precision int8 runs; it runs by default on a CPU)")
     parser.add_argument("--quick", action="store_true", help="a check: 4 sentences, one round")
     parser.add_argument("--sentences", type=Path, default=None,
                         help="translate this file's lines (one source sentence each) instead of Multi30k test_2016")
@@ -465,7 +464,7 @@ def main() -> None:
     print(f"{run_dir}, {corpus}; median of {args.rounds} round(s), contenders alternating; "
           f"ours' CPU kernels (transformer.cpu): {'on' if m['cpu_kernels'] else 'off'}")
     if not args.bf16:
-        print(bf16_left_out("pass --bf16 to run it anyway", what="ours bf16"))
+        print(bf16_left_out("pass --emulated-bf16 to run it anyway", what="ours bf16"))
     if not m["ctranslate2"]:
         print("CTranslate2 is not installed: its contenders are left out (pip install ctranslate2)")
 
@@ -476,7 +475,7 @@ def main() -> None:
             for n in sizes:
                 rows = measure(workers, strategy, sentences[:n], rounds=args.rounds, warmup=args.warmup)
                 label = ("greedy" if strategy == "greedy" else
-                         f"beam {args.beam_size}, {args.length_penalty} {args.alpha}, stopping {args.stopping}")
+                         f"beam {args.beam}, {args.length_penalty} {args.alpha}, stopping {args.stopping}")
                 print_table(f"{label}, {n} sentences", rows, n)
                 info["tables"].append({"strategy": strategy, "beam_size": decoding.beam_size, "sentences": n,
                                        "rows": rows})

@@ -60,10 +60,10 @@ def test_average_last_never_takes_the_best_checkpoint_kept_besides_keep_last(tmp
 def test_average_command_leaves_out_the_best_checkpoint(tmp_path, capsys):
     save_steps(tmp_path, range(1, 5), keep_last=2, best_step=1)
     out = tmp_path / "avg.safetensors"
-    assert main(["average", str(tmp_path), "--last", "3", "--out", str(out)]) == 2
+    assert main(["average", str(tmp_path), "--last", "3", "--output", str(out)]) == 2
     assert "cannot average the last 3 checkpoints: 2 exist" in capsys.readouterr().err
     assert not out.exists()
-    assert main(["average", str(tmp_path), "--last", "2", "--out", str(out)]) == 0
+    assert main(["average", str(tmp_path), "--last", "2", "--output", str(out)]) == 0
     assert "step-00000003, step-00000004" in capsys.readouterr().out
 
 

@@ -39,7 +39,7 @@ def test_console_script_help():
     assert version.returncode == 0 and version.stdout.strip() == f"transformer {__version__}"
 
 
-# ------------------------------------------------------------------------------------- average --out
+# ------------------------------------------------------------------------------------- average --output
 def _checkpoints(run_dir, steps=(1, 2)):
     """Checkpoints at ``steps`` of a tiny model, each with different weights."""
     import torch
@@ -60,7 +60,7 @@ def _checkpoints(run_dir, steps=(1, 2)):
 
 
 def test_average_refuses_an_existing_output_unless_overwrite(tmp_path, capsys):
-    """``average --out FILE`` never replaces an existing file unless told to (issue 27): a file
+    """``average --output FILE`` never replaces an existing file unless told to (issue 27): a file
     that is not a checkpoint was silently replaced. With --overwrite it is replaced through a
     temporary file (nothing left beside it)."""
     import torch
@@ -73,13 +73,13 @@ def test_average_refuses_an_existing_output_unless_overwrite(tmp_path, capsys):
     _checkpoints(run)
     out = tmp_path / "notes.txt"
     out.write_text("not a checkpoint\n")
-    assert main(["average", str(run), "--last", "2", "--out", str(out)]) == 2
+    assert main(["average", str(run), "--last", "2", "--output", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{out} already exists" in err[0] and "--overwrite" in err[0], err
     assert out.read_text() == "not a checkpoint\n"
-    assert main(["average", str(run), "--last", "2", "--out", str(out), "--overwrite"]) == 0
+    assert main(["average", str(run), "--last", "2", "--output", str(out), "--overwrite"]) == 0
     expected = average_checkpoints(list_checkpoints(run))
     assert all(torch.equal(t, expected[k]) for k, t in load_file(out).items())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "run"]  # no temporary file left
     fresh = tmp_path / "new" / "avg.safetensors"  # a new file needs no --overwrite
-    assert main(["average", str(run), "--last", "2", "--out", str(fresh)]) == 0 and fresh.is_file()
+    assert main(["average", str(run), "--last", "2", "--output", str(fresh)]) == 0 and fresh.is_file()

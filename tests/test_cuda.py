@@ -180,7 +180,7 @@ def test_gpu_logits_equal_the_cpu_logits(trained):
 
 def test_bf16_decoding_on_the_gpu_mostly_agrees_with_fp32(trained, sentences):
     fp32 = Translator.from_run_dir(trained, device="cuda").translate(sentences)
-    bf16 = Translator.from_run_dir(trained, device="cuda", bf16=True).translate(sentences)
+    bf16 = Translator.from_run_dir(trained, device="cuda", precision="bf16").translate(sentences)
     assert all(bf16) and sum(a == b for a, b in zip(fp32, bf16)) >= 0.8 * len(sentences)
 
 
@@ -209,7 +209,7 @@ def test_translate_command_decodes_on_the_gpu_by_default(trained, sentences):
     assert auto.stdout == cuda.stdout and len(auto.stdout.splitlines()) == 10
     assert all(line.strip() for line in auto.stdout.splitlines())
     assert sum(a == b for a, b in zip(auto.stdout.splitlines(), cpu.stdout.splitlines())) >= 9
-    refused = cli("translate", str(trained), "--int8", "--device", "cuda", input=text)
+    refused = cli("translate", str(trained), "--precision", "int8", "--device", "cuda", input=text)
     assert refused.returncode == 2 and "int8" in refused.stderr
 
 

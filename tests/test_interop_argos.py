@@ -127,11 +127,11 @@ def test_languages_options_and_sentence_model(run_dir, tmp_path):
     bare = tmp_path / "bare"
     shutil.copytree(run_dir, bare)
     (bare / "run_config.json").unlink()
-    with pytest.raises(InteropError, match="does not record its languages.*--from-code and --to-code"):
+    with pytest.raises(InteropError, match="does not record its languages.*--src-lang and --tgt-lang"):
         export_argos(bare, tmp_path / "a.argosmodel")
     onnx = tmp_path / "de.onnx"
     onnx.write_bytes(b"not really onnx, copied as it is")
-    out = export_argos(bare, tmp_path / "b.argosmodel", from_code="de", to_code="en", package_version="2.1",
+    out = export_argos(bare, tmp_path / "b.argosmodel", src_lang="de", tgt_lang="en", package_version="2.1",
                        sentence_model=onnx)
     with zipfile.ZipFile(out) as zf:
         assert zf.read("translate-de_en-2_1/minisbd/de.onnx") == onnx.read_bytes()
@@ -139,8 +139,8 @@ def test_languages_options_and_sentence_model(run_dir, tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"from_code": "../x"}, "not a language code"),
-    ({"from_code": "en"}, "both 'en'"),
+    ({"src_lang": "../x"}, "not a language code"),
+    ({"src_lang": "en"}, "both 'en'"),
     ({"package_version": "v1"}, "not a version number"),
     ({"sentence_model": "missing.onnx"}, "not a MiniSBD model file"),
 ])
@@ -163,7 +163,7 @@ def test_existing_output_and_suffix_are_refused(run_dir, tmp_path):
 def test_separate_vocabularies_are_refused(tmp_path):
     run = write_run_dir(tmp_path / "separate", joint=False, steps=1)
     with pytest.raises(InteropError, match="separate source and target vocabularies"):
-        export_argos(run, tmp_path / "x.argosmodel", from_code="fr", to_code="en")
+        export_argos(run, tmp_path / "x.argosmodel", src_lang="fr", tgt_lang="en")
 
 
 def test_sentencepiece_run_is_refused(tmp_path):
@@ -175,7 +175,7 @@ def test_sentencepiece_run_is_refused(tmp_path):
 
     run = import_hf(built_marian(tmp_path)[0], tmp_path / "marian-run")
     with pytest.raises(InteropError, match="has a SentencePiece tokenizer .* takes runs with our BPE tokenizer"):
-        export_argos(run, tmp_path / "x.argosmodel", from_code="fr", to_code="en")
+        export_argos(run, tmp_path / "x.argosmodel", src_lang="fr", tgt_lang="en")
 
 
 def test_cli(run_dir, tmp_path, capsys):
@@ -187,8 +187,8 @@ def test_cli(run_dir, tmp_path, capsys):
     assert f"into {out}" in capsys.readouterr().out
     with zipfile.ZipFile(out) as zf:
         assert json.loads(zf.read("translate-fr_en-1_0/model/config.json")) is not None
-    assert main(["export", str(run_dir), "--format", "ctranslate2", str(tmp_path / "ct2"), "--from-code", "de"]) != 0
-    assert "--from-code applies to --format argos only" in capsys.readouterr().err
+    assert main(["export", str(run_dir), "--format", "ctranslate2", str(tmp_path / "ct2"), "--src-lang", "de"]) != 0
+    assert "--src-lang applies to --format argos only" in capsys.readouterr().err
     assert main(["export", str(run_dir), "--format", "argos", str(out)]) != 0
     assert "already exists" in capsys.readouterr().err
 

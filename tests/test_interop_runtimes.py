@@ -102,7 +102,7 @@ def test_ctranslate2_beam_equals_ours(run, ct2):
 def test_ctranslate2_int8_quantization_runs(run, tmp_path, capsys):
     run_dir, translator, ids, _, _ = run
     out = tmp_path / "int8"
-    assert main(["export", str(run_dir), "--format", "ctranslate2", str(out), "--quantization", "int8"]) == 0
+    assert main(["export", str(run_dir), "--format", "ctranslate2", str(out), "--precision", "int8"]) == 0
     import json
 
     assert json.loads((out / "config.json").read_text())["decoder_start_token"] == \

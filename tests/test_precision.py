@@ -82,4 +82,4 @@ def test_bf16_translator_warns_without_units(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
     with pytest.warns(UserWarning, match="no bf16 matrix units"):
-        Translator(trainer.model, trainer.vocab, bf16=True)
+        Translator(trainer.model, trainer.vocab, precision="bf16")

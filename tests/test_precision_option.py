@@ -1,8 +1,5 @@
-"""The precision a model translates in: one value (fp32, bf16, int8, fp16), its older spellings
-(--int8, --bf16, bf16=True, int8=True, quantize="int8", export --quantization) and every
-refusal, made in transformer/precision.py."""
-
-import argparse
+"""The precision a model translates in: one value (fp32, bf16, int8, fp16), given as --precision
+and precision=, and every refusal, made in transformer/precision.py."""
 
 import pytest
 import torch
@@ -14,12 +11,10 @@ from transformer.corpus.builtin import generate_pairs
 from transformer.cpu import ENV_SWITCH, build
 from transformer.model import RNNSeq2Seq, Transformer
 from transformer.model.rnn_config import RNNConfig
-from transformer.precision import (
-    PRECISIONS, add_precision_option, check_precision, precision_from, precision_option, resolve_device,
-)
+from transformer.precision import PRECISIONS, check_precision, resolve_device
 from transformer import save_model
 from transformer.text import Vocabularies
-from transformer.translate.translator import Translator, decoding_device, load_translator
+from transformer.translate.translator import Translator, load_translator
 
 kernels_built = pytest.mark.skipif(not build.available(), reason="the CPU kernels are unavailable (no C compiler)")
 
@@ -55,7 +50,6 @@ def test_each_precision_is_accepted_where_it_runs(device, accepted, monkeypatch)
     ("int4", "cpu", {}, "precision must be one of ('fp32', 'bf16', 'int8', 'fp16'), got 'int4'"),
     ("int8", "cpu", {"model": "rnn"}, "int8 is for Transformer models (the recurrent baseline's layers do not run "
                                       "the CPU kernels)"),
-    ("int8", "cpu", {"model": "rnn", "name": "quantize='int8'"}, "quantize='int8' is for Transformer models"),
 ])
 def test_each_refusal_is_one_line(precision, device, kwargs, message):
     if kwargs.get("model") == "rnn":
@@ -73,23 +67,11 @@ def test_int8_without_the_kernels_is_refused(monkeypatch):
         check_precision("int8", "cpu")
 
 
-def test_spellings_make_one_value_and_two_that_disagree_are_refused():
-    assert precision_from({}) == "fp32"
-    assert precision_from({"--precision None": None, "--int8": None}) == "fp32"
-    assert precision_from({"--precision int8": "int8", "--int8": "int8"}) == "int8"  # the same value twice
-    with pytest.raises(UserError, match=r"^int8 quantisation is for fp32 CPU inference: give --int8 or --bf16, "
-                                         r"not both$"):
-        precision_from({"--int8": "int8", "--bf16": "bf16"})
-    with pytest.raises(UserError, match=r"^give one precision: --precision fp32 and --int8 disagree$"):
-        precision_from({"--precision fp32": "fp32", "--int8": "int8"})
-
-
 def test_the_device_follows_the_precision(monkeypatch):
     for present in (True, False):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: present)
         assert resolve_device("auto").type == ("cuda" if present else "cpu")
         assert resolve_device("auto", precision="int8").type == "cpu"  # int8 is a CPU format
-        assert decoding_device("auto", int8=True) == resolve_device("auto", precision="int8")  # the older name
     with pytest.raises(UserError, match=r"^--device cuda: PyTorch sees no CUDA device here .*; use --device cpu "
                                          r"or auto$"):
         resolve_device("cuda")
@@ -104,77 +86,53 @@ def test_the_device_follows_the_precision(monkeypatch):
 
 # ------------------------------------------------------------------------------------------ the options
 @pytest.mark.parametrize("command, extra", [("translate", ["x"]), ("evaluate", []), ("serve", []), ("info", [])])
-def test_older_flags_give_the_value_of_precision(command, extra):
+def test_each_command_takes_its_precisions(command, extra):
     parser = build_parser()
     run = [] if command == "info" else ["RUN"]
     values = ("fp32", "bf16") if command == "info" else PRECISIONS
     for value in values:
-        assert precision_option(parser.parse_args([command, *run, *extra, "--precision", value])) == value
-    assert precision_option(parser.parse_args([command, *run, *extra])) == "fp32"
-    for flag in ("bf16", "int8"):
-        if flag in values:
-            args = parser.parse_args([command, *run, *extra, f"--{flag}"])
-            assert precision_option(args) == flag
+        assert parser.parse_args([command, *run, *extra, "--precision", value]).precision == value
+    assert parser.parse_args([command, *run, *extra]).precision == "fp32"
     if command == "info":  # its forward pass runs in fp32 or bf16 only
         with pytest.raises(SystemExit):
             parser.parse_args(["info", "--precision", "int8"])
 
 
-def test_the_help_says_an_older_flag_is_precision():
-    parser = argparse.ArgumentParser()
-    add_precision_option(parser)
-    text = " ".join(parser.format_help().split())
-    assert "--int8 the same as --precision int8" in text and "--bf16 the same as --precision bf16" in text
-
-
 @pytest.mark.filterwarnings("ignore:bf16 requested")  # a CPU without bf16 units: emulated, and said so
-def test_the_python_spellings_give_the_same_translator(run_dir):
+def test_the_translator_holds_the_weights_of_its_precision(run_dir):
     for precision in ("fp32", "bf16"):
         by_name = Translator.from_run_dir(run_dir, precision=precision)
         assert by_name.precision == precision
         assert by_name.model.output.weight.dtype == (torch.bfloat16 if precision == "bf16" else torch.float32)
-    assert Translator.from_run_dir(run_dir, bf16=True).precision == "bf16"
-    assert load_translator(run_dir, bf16=True).precision == "bf16"
-    with pytest.raises(UserError, match="give precision='fp32' or bf16=True|disagree"):
-        Translator.from_run_dir(run_dir, precision="fp32", bf16=True)
-    with pytest.raises(UserError, match=r"^int8 quantisation is for fp32 CPU inference: give int8=True or "
-                                         r"bf16=True, not both$"):
-        load_translator(run_dir, int8=True, bf16=True)
+    assert load_translator(run_dir, precision="bf16").precision == "bf16"
+    assert Translator.from_run_dir(run_dir).precision == "fp32"
 
 
 @kernels_built
-def test_int8_by_either_name_translates_alike(run_dir, capsys):
-    """``--precision int8`` and ``--int8`` print the same bytes; so do ``precision="int8"``,
-    ``quantize="int8"`` and ``int8=True`` in Python, and they are not fp32's."""
+def test_int8_translates_alike_by_either_loader(run_dir, capsys):
+    """``--precision int8`` prints what is not fp32's (its scores differ), and both loaders of the
+    Python API give the same int8 translator."""
     sentences = [f for f, _ in generate_pairs(6, seed=3)]
     outputs = {}
-    for spelling in (["--precision", "int8"], ["--int8"], []):
+    for spelling in (["--precision", "int8"], []):
         assert main(["translate", str(run_dir), "--greedy", "--json", *spelling, *sentences]) == 0
         outputs[" ".join(spelling)] = capsys.readouterr().out
-    assert outputs["--precision int8"] == outputs["--int8"] != outputs[""]
-    translators = [Translator.from_run_dir(run_dir, precision="int8"),
-                   Translator.from_run_dir(run_dir, quantize="int8"), load_translator(run_dir, int8=True)]
-    assert all(t.precision == "int8" and t.quantize == "int8" for t in translators)
+    assert outputs["--precision int8"] != outputs[""]
+    translators = [Translator.from_run_dir(run_dir, precision="int8"), load_translator(run_dir, precision="int8")]
+    assert all(t.precision == "int8" for t in translators)
     assert len({tuple(t.translate(sentences)) for t in translators}) == 1
 
 
-def test_disagreeing_options_are_one_error_line(run_dir, capsys):
-    assert main(["translate", str(run_dir), "--precision", "fp32", "--int8", "x"]) == 2
-    err = capsys.readouterr().err
-    assert "give one precision: --precision fp32 and --int8 disagree" in err and err.count("\n") == 1
-    assert main(["translate", str(run_dir), "--precision", "bf16", "--int8", "x"]) == 2
-    assert "int8 quantisation is for fp32 CPU inference: give --precision bf16 or --int8, not both" in \
-        capsys.readouterr().err
+def test_a_precision_refused_on_the_device_is_one_error_line(run_dir, capsys):
     assert main(["translate", str(run_dir), "--precision", "fp16", "--device", "cpu", "x"]) == 2
-    assert "fp16 is for CUDA devices, not cpu" in capsys.readouterr().err
-    assert main(["info", "--preset", "tiny", "--vocab", "50", "--precision", "fp32", "--bf16"]) == 2
-    assert "give one precision" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "fp16 is for CUDA devices, not cpu" in err and err.count("\n") == 1
 
 
 def test_export_takes_the_precision_for_ctranslate2_only(run_dir, tmp_path, capsys):
     assert main(["export", str(run_dir), "--format", "onnx", str(tmp_path / "o"), "--precision", "int8"]) == 2
     assert "--precision applies to --format ctranslate2 only" in capsys.readouterr().err
-    out = str(tmp_path / "c")
-    assert main(["export", str(run_dir), "--format", "ctranslate2", out, "--precision", "fp16", "--quantization",
-                 "int8"]) == 2
-    assert "give one weight type: precision fp16 and quantization int8 disagree" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # CTranslate2's name of a precision of ours is not another spelling of it
+        build_parser().parse_args(["export", str(run_dir), "--format", "ctranslate2", "out", "--precision", "float16"])
+    args = build_parser().parse_args(["export", "RUN", "--format", "ctranslate2", "out", "--precision", "int8_float16"])
+    assert args.precision == "int8_float16"  # a type only CTranslate2 runs

@@ -167,12 +167,12 @@ def test_bf16_autocast_runs():
 
 
 def test_bf16_weights_decode():
-    """The bf16 copy Translator(bf16=True) decodes with: packed LSTM, steps and beam search in bf16."""
-    from transformer.translate.translator import to_bf16
+    """The bf16 copy Translator(precision="bf16") decodes with: packed LSTM, steps and beam search in bf16."""
+    from transformer.translate.translator import low_precision_copy
 
     model = tiny("general")
     src, mask, _ = padded_batch()
-    half = to_bf16(model)
+    half = low_precision_copy(model, torch.bfloat16)
     assert next(model.parameters()).dtype == torch.float32  # the original is untouched
     beams = beam_search(half, src, mask, bos_id=1, eos_id=2, beam_size=3, max_len_b=6)
     assert len(beams) == 3 and all(h[0].score <= 0 for h in beams)

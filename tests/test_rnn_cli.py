@@ -39,10 +39,10 @@ def test_train_model_rnn_writes_a_run_directory_of_the_rnn(run_dir):
     assert len(out) == 3 and out[1] == "" and all(isinstance(t, str) for t in out)
     # the CPU engine is for Transformers: the recurrent baseline keeps its modules, and refuses int8
     assert not any(hasattr(type(m), "model_class") for m in translator.model.modules())
-    with pytest.raises(ValueError, match="quantize='int8' is for Transformer models"):
-        Translator(translator.model, translator.vocab, quantize="int8")
-    with pytest.raises(ValueError, match="quantize must be one of"):
-        Translator(translator.model, translator.vocab, quantize="int8-dynamic")  # retired
+    with pytest.raises(ValueError, match="int8 is for Transformer models"):
+        Translator(translator.model, translator.vocab, precision="int8")
+    with pytest.raises(ValueError, match="precision must be one of"):
+        Translator(translator.model, translator.vocab, precision="int8-dynamic")  # retired
 
 
 def test_resuming_a_finished_rnn_run_changes_nothing(run_dir):

@@ -210,7 +210,7 @@ def test_average_into_a_locked_run_is_refused(trained_run, tmp_path, capsys):
         assert f"is in use by another run (pid {holder.pid} " in err and len(err.strip().splitlines()) == 1
         assert model.read_bytes() == before
         out = tmp_path / "avg" / "averaged.safetensors"  # elsewhere: reading the run is fine
-        assert transformer_cli.main(["average", str(trained_run), "--last", "2", "--out", str(out)]) == 0
+        assert transformer_cli.main(["average", str(trained_run), "--last", "2", "--output", str(out)]) == 0
         assert out.is_file()
 
 

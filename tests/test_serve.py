@@ -291,10 +291,10 @@ def test_serve_command_errors_are_one_line(tmp_path, capsys, run_dir):
     assert "max_batch_size must be >= 1" in capsys.readouterr().err
     assert main(["serve", str(run_dir), "--port", "70000"]) == 2
     assert "--port" in capsys.readouterr().err
-    assert main(["serve", str(run_dir), "--beam-size", "20"]) == 2
-    assert "--beam-size must be in 1..16" in capsys.readouterr().err
-    assert main(["serve", str(run_dir), "--int8", "--bf16"]) == 2
-    assert "int8 quantisation is for fp32 CPU inference" in capsys.readouterr().err
+    assert main(["serve", str(run_dir), "--beam", "20"]) == 2
+    assert "--beam must be in 1..16" in capsys.readouterr().err
+    assert main(["serve", str(run_dir), "--precision", "fp16", "--device", "cpu"]) == 2
+    assert "fp16 is for CUDA devices, not cpu" in capsys.readouterr().err
 
 
 def test_serve_int8_loads_an_int8_translator(run_dir, monkeypatch, capsys):
@@ -307,7 +307,7 @@ def test_serve_int8_loads_an_int8_translator(run_dir, monkeypatch, capsys):
         raise UserError("stopped before serving")  # a mistake: exit 2 after the options were read
 
     monkeypatch.setattr(translator_module, "load_translator", loaded)
-    assert main(["serve", str(run_dir), "--int8"]) == 2
+    assert main(["serve", str(run_dir), "--precision", "int8"]) == 2
     assert seen["precision"] == "int8" and "stopped before serving" in capsys.readouterr().err
 
 

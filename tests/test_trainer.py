@@ -148,7 +148,7 @@ def test_training_writes_progress_metrics_plot_and_keeps_checkpoints(tmp_path):
     assert f"step-{best:08d}" in names
     model = load_model(run)  # the run directory is a model directory
     assert model.config.d_model == 32
-    avg = cli("average", str(run), "--last", "2", "--out", str(tmp_path / "avg.safetensors"))
+    avg = cli("average", str(run), "--last", "2", "--output", str(tmp_path / "avg.safetensors"))
     assert avg.returncode == 0 and "averaged 2 checkpoints" in avg.stdout
     too_many = cli("average", str(run), "--last", "9")
     assert too_many.returncode == 2 and "Traceback" not in too_many.stderr

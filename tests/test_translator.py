@@ -225,15 +225,15 @@ def test_evaluate_command_prints_signatures(run_dir, tmp_path):
 
 @kernels_built
 def test_int8_translator_decodes_with_int8_weights_in_the_kernels(run_dir, monkeypatch):
-    """quantize="int8": the model handed in is prepared in place (no copy), its linear weights
+    """precision="int8": the model handed in is prepared in place (no copy), its linear weights
     packed as int8 with one scale per output feature; the translations stay close to fp32's."""
     packs = _count(monkeypatch, "pack")
     products = _count(monkeypatch, "packed_linear")
     fp32 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
     model = load_model(run_dir)
     packs.clear()
-    int8 = Translator(model, fp32.vocab, decoding=DecodeConfig(strategy="greedy"), quantize="int8")
-    assert int8.model is model and int8.quantize == "int8"
+    int8 = Translator(model, fp32.vocab, decoding=DecodeConfig(strategy="greedy"), precision="int8")
+    assert int8.model is model and int8.precision == "int8"
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     assert len(packs) == len(linears) and all(int8_flag for _, int8_flag in packs)
     assert all(m.packed[0].dtype == torch.int8 and m.packed[1].shape == (m.out_features,) for m in linears)
@@ -250,13 +250,12 @@ def test_int8_translator_decodes_with_int8_weights_in_the_kernels(run_dir, monke
 def test_retired_and_impossible_quantisations_are_refused(run_dir, monkeypatch):
     fp32 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
     for retired in ("int8-weights", "int8-dynamic", "int8-mixed", "int4"):
-        with pytest.raises(ValueError, match=r"quantize must be one of \(None, 'int8'\), got '" + retired):
-            Translator(fp32.model, fp32.vocab, quantize=retired)
-    with pytest.raises(ValueError, match="fp32 CPU inference"):
-        Translator(fp32.model, fp32.vocab, quantize="int8", bf16=True)
+        with pytest.raises(ValueError, match=r"precision must be one of \('fp32', 'bf16', 'int8', 'fp16'\), got '"
+                           + retired):
+            Translator(fp32.model, fp32.vocab, precision=retired)
     monkeypatch.setenv(ENV_SWITCH, "0")
-    with pytest.raises(ValueError, match=f"quantize='int8' needs the compiled CPU kernels .*{ENV_SWITCH} not 0"):
-        Translator.from_run_dir(run_dir, quantize="int8")
+    with pytest.raises(ValueError, match=f"int8 needs the compiled CPU kernels .*{ENV_SWITCH} not 0"):
+        Translator.from_run_dir(run_dir, precision="int8")
 
 
 @kernels_built
@@ -265,14 +264,14 @@ def test_a_second_translator_over_the_same_model_leaves_the_first_as_it_was(run_
     sentences = [f for f, _ in generate_pairs(10, seed=3)]
     before = fp32.translate_n_best(sentences)
     with pytest.raises(ValueError, match="already prepared for decoding"):
-        Translator(fp32.model, fp32.vocab, decoding=DecodeConfig(strategy="greedy"), quantize="int8")
+        Translator(fp32.model, fp32.vocab, decoding=DecodeConfig(strategy="greedy"), precision="int8")
     after = fp32.translate_n_best(sentences)
     assert [h[0].score for h in after] == pytest.approx([h[0].score for h in before], abs=1e-4)
 
 
 def test_bf16_translator_decodes_with_a_bf16_copy(run_dir, engine):
     fp32 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
-    bf16 = Translator(fp32.model, fp32.vocab, decoding=DecodeConfig(strategy="greedy"), bf16=True)
+    bf16 = Translator(fp32.model, fp32.vocab, decoding=DecodeConfig(strategy="greedy"), precision="bf16")
     assert all(p.dtype == torch.bfloat16 for p in bf16.model.parameters())
     assert all(p.dtype == torch.float32 for p in fp32.model.parameters())  # the original is untouched
     assert not any(getattr(m, "packed", None) for m in bf16.model.modules())  # the kernels are float32: none
@@ -287,13 +286,13 @@ def test_bf16_translator_decodes_with_a_bf16_copy(run_dir, engine):
 
 @kernels_built
 def test_translate_command_int8(run_dir):
-    """``translate --int8`` prints, line by line, what an int8 Translator gives: the same text and
+    """``translate --precision int8`` prints, line by line, what an int8 Translator gives: the same text and
     the same scores, which differ from float32's (the int8 weights are in use, not ignored)."""
     sentences = [f for f, _ in generate_pairs(6, seed=3)]
-    result = cli("translate", str(run_dir), "--int8", "--greedy", "--json", *sentences)
+    result = cli("translate", str(run_dir), "--precision", "int8", "--greedy", "--json", *sentences)
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
-    int8 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"), quantize="int8")
+    int8 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"), precision="int8")
     fp32 = Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy"))
     expected, plain = int8.translate_n_best(sentences), fp32.translate_n_best(sentences)
     assert [r["source"] for r in records] == sentences
@@ -302,10 +301,8 @@ def test_translate_command_int8(run_dir):
         assert record["translations"][0]["score"] == pytest.approx(hyps[0].score, abs=1e-4)  # printed to 4 places
     # measured: int8 and float32 scores 0.03 to 0.39 apart on these sentences
     assert max(abs(r["translations"][0]["score"] - h[0].score) for r, h in zip(records, plain)) > 0.01
-    text = cli("translate", str(run_dir), "--int8", "--greedy", *sentences)
+    text = cli("translate", str(run_dir), "--precision", "int8", "--greedy", *sentences)
     assert text.stdout.split("\n")[:-1] == int8.translate(sentences)
-    both = cli("translate", str(run_dir), "--int8", "--bf16", "je suis étudiant")
-    assert both.returncode == 2 and "--int8 or --bf16" in both.stderr
 
 
 @pytest.mark.parametrize(
@@ -337,19 +334,19 @@ def test_run_directory_missing_its_tokenizer(run_dir, tmp_path):
 
 
 def test_decoding_device_is_the_gpu_only_where_there_is_one(monkeypatch):
-    from transformer.translate.translator import decoding_device
+    from transformer.precision import resolve_device
     for present in (True, False):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: present)
-        assert decoding_device("auto").type == ("cuda" if present else "cpu")
-        assert decoding_device("auto", int8=True).type == "cpu"  # int8 is a CPU format
-        assert decoding_device("cpu").type == "cpu"
+        assert resolve_device("auto").type == ("cuda" if present else "cpu")
+        assert resolve_device("auto", precision="int8").type == "cpu"  # int8 is a CPU format
+        assert resolve_device("cpu").type == "cpu"
     with pytest.raises(ValueError, match="no CUDA device"):
-        decoding_device("cuda")
+        resolve_device("cuda")
     with pytest.raises(ValueError, match="device must be one of"):
-        decoding_device("tpu")
+        resolve_device("tpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     with pytest.raises(ValueError, match="int8 quantisation is for fp32 CPU inference"):
-        decoding_device("cuda", int8=True)
+        resolve_device("cuda", precision="int8")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without a CUDA device")

@@ -44,7 +44,7 @@ from transformer.corpus.cli_args import register_data_command
 from transformer.errors import MissingExtraError, UserError
 from transformer.interop.cli_args import register_interop_commands
 from transformer.memory.cli_args import register_tm_command
-from transformer.precision import add_precision_option, precision_option, weight_dtype
+from transformer.precision import add_precision_option, weight_dtype
 from transformer.run.config import describe_ranges
 from transformer.serve.cli_args import register_serve_command
 from transformer.threads import MAX_THREADS, default_threads
@@ -85,6 +85,42 @@ def _add_threads_option(parser: argparse.ArgumentParser, command: str) -> None:
              "settings, so a run resumes with any --threads.") if command == "train" else ""
     # Read as text and checked in main(), so a bad value is one line like every other mistake.
     parser.add_argument("--threads", metavar="N", default=None, help=THREADS_HELP + extra)
+
+
+# Options renamed so that one thing has one name in every command (a language is --src-lang, a beam
+# size --beam, a precision --precision): each old spelling is refused with its new name, rather than
+# read as an abbreviation of another option or as an unknown one.
+_PRECISION_FLAGS = {"--int8": "--precision int8", "--bf16": "--precision bf16"}
+RENAMED_OPTIONS: dict[str, dict[str, str]] = {
+    "train": {"--src": "--src-lang", "--tgt": "--tgt-lang"},
+    "translate": _PRECISION_FLAGS,
+    "evaluate": _PRECISION_FLAGS,
+    "calibrate": _PRECISION_FLAGS,
+    "serve": {**_PRECISION_FLAGS, "--beam-size": "--beam"},
+    "info": {"--bf16": "--precision bf16"},
+    "attend": {"--beam": "--beam-search"},
+    "average": {"--out": "--output"},
+    "export": {"--quantization": "--precision", "--from-code": "--src-lang", "--to-code": "--tgt-lang"},
+}
+
+
+class RenamedOption(UserError):
+    """An option given by its old name; the message names the new one, ``prog`` the command."""
+
+    def __init__(self, message: str, prog: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
+class _Renamed(argparse.Action):
+    """An old option's name, hidden from the help: using it is a RenamedOption, whatever follows it."""
+
+    def __init__(self, option_strings: list[str], dest: str, *, use: str) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, nargs="?", help=argparse.SUPPRESS)
+        self.use = use
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        raise RenamedOption(f"{option_string} was renamed: use {self.use}", parser.prog)
 
 
 def _apply_threads(args: argparse.Namespace) -> None:
@@ -134,7 +170,7 @@ def _info(args: argparse.Namespace) -> int:
     from transformer.model import Transformer
     from transformer.model.masks import padding_mask
 
-    precision = precision_option(args)
+    precision = args.precision
     cfg = preset(args.preset, src_vocab_size=args.vocab)
     torch.manual_seed(0)
     model = Transformer(cfg).eval()
@@ -221,8 +257,8 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
                    "wmt14-en-fr-big), or a recipe file: its settings, with train.accumulate set for the number of "
                    "processes (the same command on 1 GPU or under torchrun); key=value overrides apply on top")
     p.add_argument("--corpus", help="shortcut for data.corpus: builtin, files, tsv, multi30k, tatoeba, wmt14-en-de or wmt14-en-fr")
-    p.add_argument("--src", help="shortcut for data.src_lang (e.g. de)")
-    p.add_argument("--tgt", help="shortcut for data.tgt_lang (e.g. en)")
+    p.add_argument("--src-lang", metavar="CODE", help="shortcut for data.src_lang (e.g. de)")
+    p.add_argument("--tgt-lang", metavar="CODE", help="shortcut for data.tgt_lang (e.g. en)")
     p.add_argument("--from", dest="data_dir", metavar="DIR",
                    help="shortcut for data.data_dir: a local copy of registry corpora (e.g. ../shared/data)")
     p.add_argument("--init-from", metavar="RUN_DIR",
@@ -243,7 +279,8 @@ def _train(args: argparse.Namespace) -> int:
     from transformer.training.trainer import Trainer
 
     shortcuts = [f"data.{key}={value}" for key, value in
-                 (("corpus", args.corpus), ("src_lang", args.src), ("tgt_lang", args.tgt), ("data_dir", args.data_dir))
+                 (("corpus", args.corpus), ("src_lang", args.src_lang), ("tgt_lang", args.tgt_lang),
+                                   ("data_dir", args.data_dir))
                  if value is not None]
     if args.init_from is not None:
         shortcuts.append(f"train.init_from={args.init_from}")
@@ -356,14 +393,14 @@ def _register_average(sub: argparse._SubParsersAction) -> None:
         "average",
         help="average the weights of the last N checkpoints of a run (paper: 5)",
         description="Average the model weights of the newest N checkpoints of RUN_DIR and write them as the "
-        "run's model (or to --out). Only the newest train.keep_last checkpoints count: the best checkpoint "
+        "run's model (or to --output). Only the newest train.keep_last checkpoints count: the best checkpoint "
         "kept besides them is never averaged in.",
     )
     p.add_argument("run_dir")
     p.add_argument("--last", type=int, default=5, help="how many checkpoints (default: 5; at most the run's train.keep_last)")
-    p.add_argument("--out", help="output file, which must not exist unless --overwrite is given (default: "
+    p.add_argument("--output", "-o", help="output file, which must not exist unless --overwrite is given (default: "
                    "RUN_DIR/model.safetensors, the run's model, which averaging replaces)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     p.set_defaults(handler=_average)
 
 
@@ -376,14 +413,14 @@ def _average(args: argparse.Namespace) -> int:
     from transformer.training.averaging import average_last
 
     model = Path(args.run_dir) / WEIGHTS_FILE
-    out = Path(args.out) if args.out else model
-    # --out never replaces a file (a file that is not a checkpoint was silently lost) unless told to;
+    out = Path(args.output) if args.output else model
+    # --output never replaces a file (a file that is not a checkpoint was silently lost) unless told to;
     # the default output, the run's own model, is what averaging is for. The file is written through
     # a temporary name and renamed into place (averaging.average_last), so nothing is half-written.
     if out.is_dir():
-        raise UserError(f"--out {out} is a directory; give a file name such as {out / 'averaged.safetensors'}")
+        raise UserError(f"--output {out} is a directory; give a file name such as {out / 'averaged.safetensors'}")
     if (out.exists() or out.is_symlink()) and not args.overwrite and out.resolve() != model.resolve():
-        raise UserError(f"--out {out} already exists; give a new file name, or --overwrite to replace it")
+        raise UserError(f"--output {out} already exists; give a new file name, or --overwrite to replace it")
     target = out.parent
     # Writing into a run directory (its own by default) takes that run's lock: never while it trains.
     into_run = target.is_dir() and (target.resolve() == Path(args.run_dir).resolve()
@@ -406,6 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
         register(sub)
     for command in THREADED_COMMANDS:
         _add_threads_option(sub.choices[command], command)
+    for command, renamed in RENAMED_OPTIONS.items():
+        for old, new in renamed.items():
+            sub.choices[command].add_argument(old, action=_Renamed, use=new)
     return parser
 
 
@@ -460,7 +500,11 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    try:
+        args, extra = parser.parse_known_args(argv)
+    except RenamedOption as err:  # one line, as for every mistake, without the usage argparse prints
+        print(f"{err.prog}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
     # argparse binds a '*' positional (sentences, overrides) before the options that follow it;
     # words after those options still belong to it.
     late = next((name for name in ("sentences", "overrides") if hasattr(args, name)), None)

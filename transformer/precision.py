@@ -9,15 +9,12 @@
   and sums in float32 (Transformer models, on the CPU);
 * ``fp16``: a float16 copy of the weights (on CUDA devices).
 
-``translate``, ``evaluate`` and ``serve`` take it as ``--precision`` (``info`` too, fp32 or bf16
-for its forward pass), ``export --format ctranslate2`` as the weight type it writes; the Python
-API as ``precision=`` (``Translator``, ``Translator.from_run_dir``, ``load_translator``,
-``export_ctranslate2``). The older spellings stay and mean the same:
-``--bf16`` and ``--int8`` (``bf16=True``, ``int8=True``, ``quantize="int8"``) are
-``--precision bf16`` and ``--precision int8``; :func:`precision_from` turns whatever was given
-into the one value and refuses two that disagree. :func:`check_precision` makes every refusal
-of a value on a device (and a model); :func:`resolve_device` picks the device a ``--device``
-name stands for, the CPU for int8 under ``auto``.
+``translate``, ``evaluate``, ``calibrate`` and ``serve`` take it as ``--precision`` (``info``
+too, fp32 or bf16 for its forward pass), ``export --format ctranslate2`` as the weight type it
+writes; the Python API as ``precision=`` (``Translator``, ``Translator.from_run_dir``,
+``load_translator``, ``export_ctranslate2``). :func:`check_precision` makes every refusal of a
+value on a device (and a model); :func:`resolve_device` picks the device a ``--device`` name
+stands for, the CPU for int8 under ``auto``.
 
 Not the same idea: ``train.precision`` (``auto``, ``fp32``, ``bf16``, ``fp16``) is the autocast a
 training runs under, its weights staying float32. :mod:`transformer.cpu.precision` resolves its
@@ -30,7 +27,7 @@ loading torch, which the functions that check a precision on a device import whe
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from transformer.errors import UserError
 
@@ -40,8 +37,6 @@ if TYPE_CHECKING:
 
 PRECISIONS = ("fp32", "bf16", "int8", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
-QUANTIZE = (None, "int8")  # the values of Translator's older quantize= keyword
-FLAGS = ("int8", "bf16")  # the values with an option of their own, the older spelling (--int8, --bf16)
 PRECISION_HELP = {
     "fp32": "the weights as trained (the default)",
     "bf16": "a bfloat16 copy of the weights, fast on GPUs and on CPUs with AVX-512 bf16 or AMX",
@@ -62,7 +57,7 @@ def weight_dtype(precision: str) -> torch.dtype:
 
 def add_precision_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *,
                          choices: tuple[str, ...] = PRECISIONS, what: str = "translate") -> None:
-    """Add ``--precision`` (``choices``) and the older ``--int8`` and ``--bf16`` of those choices.
+    """Add ``--precision`` (``choices``, default ``fp32``).
 
     Args:
         parser: the command's parser, or one of its argument groups.
@@ -70,59 +65,17 @@ def add_precision_option(parser: argparse.ArgumentParser | argparse._ArgumentGro
         what: what the command does in that precision, for the help text.
     """
     described = "; ".join(f"{value}: {PRECISION_HELP[value]}" for value in choices)
-    parser.add_argument("--precision", choices=choices, default=None,
+    parser.add_argument("--precision", choices=choices, default="fp32",
                         help=f"the number format to {what} in: {described}")
-    for value in FLAGS:
-        if value in choices:
-            parser.add_argument(f"--{value}", action="store_true", help=f"the same as --precision {value}")
 
 
-def precision_option(args: argparse.Namespace) -> str:
-    """The one precision of ``--precision``, ``--int8`` and ``--bf16`` (``fp32`` where none is given);
-    ValueError where two disagree."""
-    given = {f"--precision {args.precision}": args.precision}
-    given.update({f"--{value}": value for value in FLAGS if getattr(args, value, False)})
-    return precision_from(given)
-
-
-def precision_from(given: Mapping[str, str | None]) -> str:
-    """The one precision, given under any of its spellings; ``fp32`` where none was given.
-
-    Args:
-        given: each spelling as the user wrote it (``"--precision int8"``, ``"--int8"``,
-            ``"bf16=True"``) mapped to the precision it asks for, or None where it was not given.
-
-    Returns:
-        The value asked for (checked against a device by :func:`check_precision`).
-
-    Raises:
-        UserError: two spellings ask for different precisions (named as they were given).
-    """
-    named = {spelling: value for spelling, value in given.items() if value is not None}
-    values = set(named.values())
-    if values == {"int8", "bf16"} and len(named) == 2:
-        raise UserError(f"int8 quantisation is for fp32 CPU inference: give {' or '.join(named)}, not both")
-    if len(values) > 1:
-        raise UserError(f"give one precision: {' and '.join(named)} disagree")
-    return values.pop() if values else "fp32"
-
-
-def from_quantize(quantize: str | None) -> str | None:
-    """The precision ``Translator``'s older ``quantize=`` keyword asks for (None: not given)."""
-    if quantize not in QUANTIZE:
-        raise UserError(f"quantize must be one of {QUANTIZE}, got {quantize!r}")
-    return quantize
-
-
-def check_precision(precision: str, device: torch.device | str, *, model: nn.Module | None = None,
-                    name: str | None = None) -> str:
+def check_precision(precision: str, device: torch.device | str, *, model: nn.Module | None = None) -> str:
     """``precision`` where it can translate on ``device``; every refusal is made here.
 
     Args:
         precision: one of ``PRECISIONS``.
         device: where the model translates.
         model: the model, where known (int8 is for Transformer models).
-        name: how the precision was given, for the messages (default: its value).
 
     Returns:
         ``precision``.
@@ -140,13 +93,12 @@ def check_precision(precision: str, device: torch.device | str, *, model: nn.Mod
 
     device = torch.device(device)
     _check_device(precision, device)
-    name = name or precision
     if precision == "int8":
         if model is not None and not isinstance(model, Transformer):
-            raise UserError(f"{name} is for Transformer models (the recurrent baseline's layers do not run the "
+            raise UserError("int8 is for Transformer models (the recurrent baseline's layers do not run the "
                              "CPU kernels)")
         if not build.available():
-            raise UserError(f"{name} needs the compiled CPU kernels (a C compiler, and {build.ENV_SWITCH} not 0)")
+            raise UserError(f"int8 needs the compiled CPU kernels (a C compiler, and {build.ENV_SWITCH} not 0)")
     return precision
 
 

@@ -192,12 +192,12 @@ def package_name(from_code: str, to_code: str, package_version: str) -> str:
     return f"translate-{from_code}_{to_code}-{package_version.replace('.', '_')}"
 
 
-def _languages(run_dir: Path, from_code: str | None, to_code: str | None) -> tuple[str, str]:
+def _languages(run_dir: Path, src_lang: str | None, tgt_lang: str | None) -> tuple[str, str]:
     src, tgt = run_languages(run_dir)
-    src, tgt = from_code or src, to_code or tgt
+    src, tgt = src_lang or src, tgt_lang or tgt
     if not src or not tgt:
         raise InteropError(f"{run_dir} does not record its languages (no run_config.json with data.src_lang and "
-                           "data.tgt_lang); give them with --from-code and --to-code")
+                           "data.tgt_lang); give them with --src-lang and --tgt-lang")
     for code in (src, tgt):
         if not CODE.fullmatch(code):
             raise InteropError(f"{code!r} is not a language code (ISO 639: 'de', 'en', 'zh-Hant')")
@@ -237,20 +237,20 @@ def _readme(run_dir: Path, metadata: dict[str, str], checked: int, sentence_mode
             f"- Sentence splitting: {splitter}.\n")
 
 
-def export_argos(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], *, from_code: str | None = None,
-                 to_code: str | None = None, package_version: str = "1.0", precision: str | None = None,
-                 quantization: str | None = None, sentence_model: str | os.PathLike[str] | None = None,
+def export_argos(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], *, src_lang: str | None = None,
+                 tgt_lang: str | None = None, package_version: str = "1.0", precision: str | None = None,
+                 sentence_model: str | os.PathLike[str] | None = None,
                  sample: Iterable[str] = ()) -> Path:
     """Write ``out``, an ``.argosmodel`` package that Argos Translate and LibreTranslate install.
 
     Args:
         run_dir: a run directory with our BPE tokenizer and one joint vocabulary.
         out: the package file to create (``*.argosmodel``; it must not exist).
-        from_code, to_code: the languages (ISO 639 codes); default: the run's ``data.src_lang``
+        src_lang, tgt_lang: the languages (ISO 639 codes); default: the run's ``data.src_lang``
             and ``data.tgt_lang``, required where the run does not record them.
         package_version: ``metadata.json``'s ``package_version`` (also in the directory's name).
-        precision, quantization: the CTranslate2 model's weight type, as
-            :func:`~transformer.interop.ctranslate2.export_ctranslate2` takes them (default: float32).
+        precision: the CTranslate2 model's weight type, as
+            :func:`~transformer.interop.ctranslate2.export_ctranslate2` takes it (default: float32).
         sentence_model: a MiniSBD sentence-splitter model (``.onnx``) to package, so that Argos
             splits sentences without fetching one.
         sample: texts to check the converted tokenizer on, besides the vocabulary's words and
@@ -274,8 +274,8 @@ def export_argos(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], *
         sentence_model = Path(sentence_model)
         if sentence_model.suffix != ".onnx" or not sentence_model.is_file():
             raise InteropError(f"sentence model {sentence_model} is not a MiniSBD model file (.onnx)")
-    quantization = weight_type(precision, quantization)
-    src, tgt = _languages(run_dir, from_code, to_code)
+    quantization = weight_type(precision)
+    src, tgt = _languages(run_dir, src_lang, tgt_lang)
     model, vocab = load_run(run_dir)
     tokenizer = _check_tokenizer(run_dir, vocab)
     proto = sentencepiece_proto(tokenizer, read_tokenizer_json(run_dir / JOINT_FILE)["model"].get("merges", []))

@@ -23,24 +23,23 @@ def import_hf_command(args: argparse.Namespace) -> int:
 def export_command(args: argparse.Namespace) -> int:
     from transformer.interop import export_argos, export_ctranslate2, export_hf, export_onnx
 
-    for option in ("precision", "quantization"):
-        if getattr(args, option) and args.fmt not in ("ctranslate2", "argos"):
-            raise UserError(f"--{option} applies to --format ctranslate2 only (and argos, which packages a "
-                             "CTranslate2 model)")
-    for option in ("from_code", "to_code", "sentence_model", "check_text"):
+    if args.precision and args.fmt not in ("ctranslate2", "argos"):
+        raise UserError("--precision applies to --format ctranslate2 only (and argos, which packages a "
+                         "CTranslate2 model)")
+    for option in ("src_lang", "tgt_lang", "sentence_model", "check_text"):
         if getattr(args, option) and args.fmt != "argos":
             raise UserError(f"--{option.replace('_', '-')} applies to --format argos only")
     if args.package_version != "1.0" and args.fmt != "argos":
         raise UserError("--package-version applies to --format argos only")
     if args.fmt == "argos":
         sample = _read_lines(args.check_text) if args.check_text else []
-        out = export_argos(args.run_dir, args.out, from_code=args.from_code, to_code=args.to_code,
+        out = export_argos(args.run_dir, args.out, src_lang=args.src_lang, tgt_lang=args.tgt_lang,
                            package_version=args.package_version, precision=args.precision,
-                           quantization=args.quantization, sentence_model=args.sentence_model, sample=sample)
+                           sentence_model=args.sentence_model, sample=sample)
     elif args.fmt == "hf":
         out = export_hf(args.run_dir, args.out)
     elif args.fmt == "ctranslate2":
-        out = export_ctranslate2(args.run_dir, args.out, precision=args.precision, quantization=args.quantization)
+        out = export_ctranslate2(args.run_dir, args.out, precision=args.precision)
     else:
         out = export_onnx(args.run_dir, args.out)
     print(f"exported {args.run_dir} as {args.fmt} into {out}")

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import argparse
 
-from transformer.precision import PRECISIONS
+from transformer.interop._common import CTRANSLATE2_TYPES
 
 FORMATS = ("hf", "ctranslate2", "onnx", "argos")
-QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
 
 def register_interop_commands(sub: argparse._SubParsersAction) -> None:
@@ -45,19 +44,16 @@ def register_interop_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--format", required=True, choices=FORMATS, dest="fmt")
     p.add_argument("out", metavar="OUT")
-    p.add_argument("--precision", choices=PRECISIONS,
+    p.add_argument("--precision", choices=tuple(CTRANSLATE2_TYPES),
                    help="the weights' number format, as translate --precision names it (--format ctranslate2 "
-                   "and argos; "
-                   "default: fp32, as trained): fp32, bf16, int8 and fp16 are CTranslate2's float32, bfloat16, "
-                   "int8 and float16")
-    p.add_argument("--quantization", choices=QUANTIZATIONS,
-                   help="CTranslate2's weight type by its own name, with the types --precision has no name for "
-                   "(int8_float16, int16...); --quantization int8 is the same as --precision int8")
+                   "and argos; default: fp32, as trained): fp32, bf16, int8 and fp16 are CTranslate2's float32, "
+                   "bfloat16, int8 and float16; int8_float32, int8_float16, int8_bfloat16 and int16 are "
+                   "CTranslate2's types of those names, which only CTranslate2 runs")
     argos = p.add_argument_group("--format argos")
-    argos.add_argument("--from-code", metavar="CODE",
+    argos.add_argument("--src-lang", metavar="CODE",
                        help="the source language's ISO 639 code (default: the run's data.src_lang; required "
                        "where the run does not record it)")
-    argos.add_argument("--to-code", metavar="CODE", help="the target language's code (default: data.tgt_lang)")
+    argos.add_argument("--tgt-lang", metavar="CODE", help="the target language's code (default: data.tgt_lang)")
     argos.add_argument("--package-version", default="1.0", metavar="VERSION",
                        help="the package's version in metadata.json (default: 1.0)")
     argos.add_argument("--sentence-model", metavar="FILE.onnx",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from transformer.interop._common import InteropError, require, staged_output
+from transformer.interop._common import CTRANSLATE2_TYPES, InteropError, require, staged_output
 from transformer.interop.hf import copy_tokenizer_files, load_run, piece_list
 from transformer.model import Transformer
 from transformer.model.embeddings import sinusoidal_table
@@ -24,8 +24,6 @@ from transformer.text import Vocabularies
 from transformer.errors import UserError
 
 MIN_POSITIONS = 1024  # rows of the sinusoid table written out (at least; max_positions if larger)
-# CTranslate2's weight type for each precision (transformer.precision): the same number format
-CTRANSLATE2_TYPES = {"fp32": "float32", "bf16": "bfloat16", "int8": "int8", "fp16": "float16"}
 
 
 def _np(tensor) -> np.ndarray:
@@ -102,14 +100,11 @@ def _ffn(spec, layer) -> None:
     _norm(spec.layer_norm, layer.ffn_block.norm)
 
 
-def weight_type(precision: str | None, quantization: str | None) -> str | None:
-    """CTranslate2's weight type of ``precision`` or ``quantization`` (None: as trained)."""
+def weight_type(precision: str | None) -> str | None:
+    """CTranslate2's weight type of ``precision`` (None: as trained)."""
     if precision is not None and precision not in CTRANSLATE2_TYPES:
         raise UserError(f"precision must be one of {tuple(CTRANSLATE2_TYPES)}, got {precision!r}")
-    types = {CTRANSLATE2_TYPES.get(precision), quantization} - {None}
-    if len(types) > 1:
-        raise UserError(f"give one weight type: precision {precision} and quantization {quantization} disagree")
-    return types.pop() if types else None
+    return CTRANSLATE2_TYPES.get(precision)
 
 
 def optimized_spec(model: Transformer, vocab: Vocabularies, quantization: str | None):
@@ -125,17 +120,16 @@ def optimized_spec(model: Transformer, vocab: Vocabularies, quantization: str | 
 
 
 def export_ctranslate2(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], *,
-                       precision: str | None = None, quantization: str | None = None) -> Path:
+                       precision: str | None = None) -> Path:
     """Write ``out``, a CTranslate2 model directory (``ctranslate2.Translator(out)``), plus our tokenizer file(s).
 
-    ``precision``: the weights' number format, ``fp32``, ``bf16``, ``int8`` or ``fp16``
-    (``CTRANSLATE2_TYPES``); ``quantization``: the same by CTranslate2's name of the weight type,
-    also the types without a precision of ours (``"int8_float16"``, ``"int16"``); None for both
-    keeps float32. ValueError where the two name different types.
+    ``precision``: the weights' number format, ``fp32``, ``bf16``, ``int8`` or ``fp16``, or one
+    of the types only CTranslate2 runs (``int8_float32``, ``int8_float16``, ``int8_bfloat16``,
+    ``int16``; ``CTRANSLATE2_TYPES``); None keeps float32.
     Feed it our tokenizer's pieces (``vocab.src.pieces(vocab.src.encode(text))``) and read back
     target pieces; with float32 weights greedy and beam outputs equal ours token for token.
     """
-    quantization = weight_type(precision, quantization)
+    quantization = weight_type(precision)
     model, vocab = load_run(run_dir)
     spec = optimized_spec(model, vocab, quantization)
     with staged_output(out) as tmp:

@@ -28,7 +28,7 @@ from transformer.errors import UserError
 from transformer.serve.cli_args import CONNECTION_OPTIONS, LIMIT_OPTIONS
 from transformer.serve.limits import ConnectionLimits, ServeLimits
 from transformer.cuda import decoding as cuda_decoding
-from transformer.precision import precision_option, resolve_device
+from transformer.precision import resolve_device
 
 
 def libretranslate_options(args: argparse.Namespace):
@@ -120,7 +120,7 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UserError("a run directory is given twice: each model is loaded once")
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be in 0..65535, got {args.port}")
-    precision = precision_option(args)
+    precision = args.precision
     if args.max_batch_size is None:
         on_gpu = resolve_device(args.device, precision=precision).type == "cuda"
         args.max_batch_size = cuda_decoding.SERVE_BATCH_SIZE if on_gpu else ServeLimits().max_batch_size
@@ -131,8 +131,8 @@ def run_serve(args: argparse.Namespace) -> int:
         message = str(err)
         name = next((n for n in CONNECTION_OPTIONS if message.startswith(n + " ")), None)
         raise UserError(message if name is None else CONNECTION_OPTIONS[name][0] + message[len(name):]) from None
-    if not 1 <= args.beam_size <= limits.max_beam_size:
-        raise UserError(f"--beam-size must be in 1..{limits.max_beam_size} (--max-beam-size), got {args.beam_size}")
+    if not 1 <= args.beam <= limits.max_beam_size:
+        raise UserError(f"--beam must be in 1..{limits.max_beam_size} (--max-beam-size), got {args.beam}")
     _check_forwarded_allow_ips(args.forwarded_allow_ips)
     lt_options = libretranslate_options(args)
     _raise_open_files_limit(connection_limits.max_connections)
@@ -150,7 +150,7 @@ def run_serve(args: argparse.Namespace) -> int:
         translators = []
         for run_dir in run_dirs:  # each model loaded once
             translator = load_translator(run_dir, precision=precision, device=args.device)
-            translators.append(translator.with_decoding(beam_size=args.beam_size))
+            translators.append(translator.with_decoding(beam_size=args.beam))
         if len(translators) == 1:
             translator = translators[0]
             app = create_app(translator, limits, src_lang=translator.src_lang, tgt_lang=translator.tgt_lang,

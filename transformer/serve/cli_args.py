@@ -99,7 +99,8 @@ def register_serve_command(subparsers: argparse._SubParsersAction) -> argparse.A
                    f"one model translates into it and another out of it (default: {PIVOT}; 'none': never)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
-    p.add_argument("--beam-size", type=int, default=4, help="default beam size of requests (default: 4, the paper's)")
+    p.add_argument("--beam", type=int, default=4, metavar="N",
+                   help="default beam size of requests (default: 4, the paper's; 1 = greedy)")
     add_precision_option(p, what="decode")
     p.add_argument("--device", choices=DEVICES, default="auto", help=DEVICE_HELP)
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],

@@ -164,7 +164,7 @@ def glossary(params: dict[str, Any], limits: ServeLimits, beam_size: int,
                          "are taken per request")
     if beam_size == 1:
         raise BadRequest("Invalid request: a glossary needs beam search, and this server decodes greedily "
-                         "(--beam-size 1)")
+                         "(--beam 1)")
     return [(t["source"], t["target"]) for t in value]
 
 

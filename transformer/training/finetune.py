@@ -163,7 +163,7 @@ def model_config_for(source: InitSource, cfg: RunConfig) -> ModelConfig:
     if source.languages and (d.src_lang, d.tgt_lang) != source.languages:
         raise InitFromError(f"data.src_lang/data.tgt_lang say {d.src_lang}->{d.tgt_lang} but the initial model of "
                             f"train.init_from translates {source.languages[0]}->{source.languages[1]}; "
-                            f"use --src {source.languages[0]} --tgt {source.languages[1]}")
+                            f"use --src-lang {source.languages[0]} --tgt-lang {source.languages[1]}")
     return source.config.replace(**changes)
 
 

@@ -33,7 +33,6 @@ from transformer.translate.inputs import InputText, Line, Reporter, count_lines
 from transformer.translate.stream import (
     PROGRESS_EVERY, Progress, encode_output, open_output, same_file, write_chunks,
 )
-from transformer.precision import precision_option
 from transformer.translate.translator import TranslationWarning, Translator, load_translator
 from transformer.translate.warning import TermWarning, TruncationWarning
 
@@ -73,7 +72,7 @@ def translator_from_args(args: argparse.Namespace) -> Translator:
     if args.batch_tokens is not None and args.batch_tokens < 1:
         raise UserError(f"--batch-tokens must be >= 1, got {args.batch_tokens}")
     return load_translator(args.run_dir, decoding=decode_config(args), max_tokens=args.batch_tokens,
-                           precision=precision_option(args), device=args.device)
+                           precision=args.precision, device=args.device)
 
 
 def _settings(args: argparse.Namespace) -> dict:
@@ -84,7 +83,7 @@ def _settings(args: argparse.Namespace) -> dict:
     return {"run_dir": str(run), "model": [stat.st_size, stat.st_mtime_ns] if stat else None,
             "segment": args.segment, "format": args.format, "src_lang": args.src_lang, "json": args.json,
             "chunk_lines": args.chunk_lines, "max_line_chars": args.max_line_chars,
-            "precision": precision_option(args),  # one value, however it was spelled (--int8, --precision int8)
+            "precision": args.precision,
             "glossary": _file_stamp(args.glossary), "scores": args.scores,
             "tm": str(Path(args.tm).resolve()) if args.tm else None, "tm_threshold": args.tm_threshold,
             **{name: getattr(args, name) for name in DECODING_ARGUMENTS}}

@@ -16,8 +16,7 @@ how it was cut), keeping the ``</s>`` a source tokenizer appends.
 format, log-probabilities and beam scores in float32: no weight is cast again during decoding.
 ``int8`` with int8 copies of the linear layers' weights (one scale per output feature)
 multiplied by float32 activations in the CPU engine's kernels: a quarter of the weights' memory
-traffic, sums in float32 (Transformer models on CPU). ``bf16=True`` and ``quantize="int8"`` are
-the older spellings of ``precision="bf16"`` and ``precision="int8"``.
+traffic, sums in float32 (Transformer models on CPU).
 
 On CPU the translator prepares the model it holds for the engine's decoding kernels
 (``transformer.cpu.prepare_for_decoding``: its linear weights packed once, a decoder layer's step
@@ -56,7 +55,7 @@ from transformer.cpu import Swaps, prepare_for_decoding
 from transformer.cpu.swap import plain_copy
 from transformer.cpu.precision import slow_bf16_warning
 from transformer.model import RNNSeq2Seq, Transformer
-from transformer.precision import check_precision, from_quantize, precision_from, resolve_device, weight_dtype
+from transformer.precision import check_precision, resolve_device, weight_dtype
 from transformer.text import Vocabularies
 from transformer.translate.warning import TermWarning, TranslationWarning, TruncationWarning
 
@@ -91,8 +90,7 @@ class Translator:
     """Translate sentences with a trained model (beam search with the paper's settings by default).
 
     ``precision``: ``fp32`` (the default), ``bf16``, ``int8`` (Transformer models on the CPU) or
-    ``fp16`` (on CUDA), checked by :func:`transformer.precision.check_precision`; ``bf16=True``
-    and ``quantize="int8"`` are its older spellings (giving two that disagree is refused)."""
+    ``fp16`` (on CUDA), checked by :func:`transformer.precision.check_precision`."""
 
     def __init__(
         self,
@@ -103,9 +101,7 @@ class Translator:
         device: str | torch.device = "cpu",
         max_tokens: int | None = None,
         max_input_tokens: int | None = None,
-        precision: str | None = None,
-        bf16: bool = False,
-        quantize: str | None = None,
+        precision: str = "fp32",
         src_lang: str | None = None,
         tgt_lang: str | None = None,
         calibration: Calibration | None = None,
@@ -118,10 +114,7 @@ class Translator:
         self.device = torch.device(device)
         if max_tokens is not None and max_tokens < 1:
             raise UserError(f"max_tokens must be >= 1, got {max_tokens}")
-        precision = precision_from({f"precision={precision!r}": precision,
-                                    f"quantize={quantize!r}": from_quantize(quantize),
-                                    "bf16=True": "bf16" if bf16 else None})
-        check_precision(precision, self.device, model=model, name=f"quantize={quantize!r}" if quantize else None)
+        check_precision(precision, self.device, model=model)
         self.model = model.to(self.device).eval()
         if precision == "bf16" and (warning := slow_bf16_warning(self.device)):
             warnings.warn(f"{warning}; translate in float32 (without bf16) on this device", stacklevel=2)
@@ -149,11 +142,6 @@ class Translator:
         self.calibration = calibration  # maps a translation's features to its confidence (None: no confidence)
         self._endings: dict[str, list[int]] | None = None  # a piece -> the pieces that are it + punctuation
         self._word_pieces: frozenset[int] | None = None  # the pieces that go on with the word before them
-
-    @property
-    def quantize(self) -> str | None:
-        """``"int8"`` where the translator holds int8 weights, else None (the older name of ``precision``)."""
-        return "int8" if self.precision == "int8" else None
 
     @classmethod
     def from_run_dir(cls, run_dir: str | os.PathLike[str], **kwargs) -> Translator:
@@ -461,23 +449,13 @@ def low_precision_copy(model: Transformer | RNNSeq2Seq, dtype: torch.dtype) -> T
     return plain_copy(model).to(dtype).eval()
 
 
-def to_bf16(model: Transformer | RNNSeq2Seq) -> Transformer | RNNSeq2Seq:
-    """A bfloat16 copy of ``model`` for inference (:func:`low_precision_copy`)."""
-    return low_precision_copy(model, torch.bfloat16)
-
-
-def decoding_device(name: str, *, int8: bool = False) -> torch.device:
-    """The older name of :func:`transformer.precision.resolve_device`, ``int8`` for ``precision="int8"``."""
-    return resolve_device(name, precision="int8" if int8 else "fp32")
-
-
 def load_translator(run_dir: str | os.PathLike[str], *, decoding: DecodeConfig | None = None,
-                    precision: str | None = None, bf16: bool = False, int8: bool = False, device: str = "cpu",
+                    precision: str = "fp32", device: str = "cpu",
                     **options) -> Translator:
     """The translator of a trained run directory, as the CLI, the server and ``attend`` load it.
 
     ``decoding`` defaults to the paper's beam search; ``precision`` is ``fp32`` (default), ``bf16``,
-    ``int8`` or ``fp16`` (``bf16=True`` and ``int8=True`` its older spellings); ``device`` is
+    ``int8`` or ``fp16``; ``device`` is
     ``cpu``, ``cuda`` or ``auto`` (:func:`transformer.precision.resolve_device`: ``auto`` is the
     CPU for int8); other ``options`` go to ``Translator``. Raises FileNotFoundError naming what is
     missing, ValueError for settings that do not go together."""
@@ -487,7 +465,5 @@ def load_translator(run_dir: str | os.PathLike[str], *, decoding: DecodeConfig |
     missing = [name for name in (CONFIG_FILE, WEIGHTS_FILE) if not (run_dir / name).is_file()]
     if missing:
         raise FileNotFoundError(f"{run_dir} is not a trained run directory: missing {', '.join(missing)}")
-    precision = precision_from({f"precision={precision!r}": precision, "int8=True": "int8" if int8 else None,
-                                "bf16=True": "bf16" if bf16 else None})
     return Translator.from_run_dir(run_dir, decoding=decoding, precision=precision,
                                    device=resolve_device(device, precision=precision), **options)

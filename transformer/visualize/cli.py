@@ -2,10 +2,10 @@
 
     transformer attend RUN_DIR "je suis étudiant" [--out DIR] [--layer N] [--heads 0,1]
                        [--kind encoder|decoder|cross|all] [--format png,svg] [--json] [--page]
-                       [--heatmaps] [--positions] [--beam]
+                       [--heatmaps] [--positions] [--beam-search]
 
 Without any of ``--heatmaps --json --page --positions`` everything is written; with some, only
-those. The sentence is translated greedily (``--beam``: the translator's beam search). Errors are raised as UserError / FileNotFoundError / PermissionError / NotADirectoryError
+those. The sentence is translated greedily (``--beam-search``: beam search, the paper's beam of 4). Errors are raised as UserError / FileNotFoundError / PermissionError / NotADirectoryError
 with a message; the main CLI prints them as ``transformer attend: error: ...`` and exits 2.
 The command's parser is in ``cli_args.py``, which takes this module's file names: its imports of
 torch and matplotlib stay inside the functions.
@@ -132,7 +132,7 @@ def run_attend(args: argparse.Namespace) -> int:
     from transformer.decoding import DecodeConfig
     from transformer.translate.translator import load_translator
 
-    translator = load_translator(args.run_dir, decoding=DecodeConfig(strategy="beam" if args.beam else "greedy"))
+    translator = load_translator(args.run_dir, decoding=DecodeConfig(strategy="beam" if args.beam_search else "greedy"))
     default = Path(args.run_dir) / "attention"
     out = Path(args.out) if args.out else default if args.overwrite else default_out_dir(args.run_dir)
     data, paths = attend(translator, args.sentence, out, kind=args.kind, layer=args.layer, heads=heads,

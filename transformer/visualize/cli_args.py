@@ -37,8 +37,8 @@ def register_attend_command(subparsers: argparse._SubParsersAction) -> argparse.
     p.add_argument("--kind", default="all", choices=["encoder", "decoder", "cross", "all"],
                    help="which attention the heatmaps show (default: all)")
     p.add_argument("--format", default="png,svg", help="image formats, comma-separated (default: png,svg)")
-    p.add_argument("--beam", action="store_true",
-                   help="translate with the translator's beam search (default: greedy decoding)")
+    p.add_argument("--beam-search", action="store_true",
+                   help="translate with beam search, the paper's beam of 4 (default: greedy decoding)")
     for name, what in (("heatmaps", "the heatmaps"), ("json", f"the weights as {JSON_FILE}"),
                        ("page", f"the interactive page {PAGE_FILE}"),
                        ("positions", "the positional-encoding picture (models with positional encodings)")):
