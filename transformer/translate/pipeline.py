@@ -15,8 +15,8 @@ route of the server) cuts it into sentences, then:
   a text's k-th translation from every sentence's k-th hypothesis put in the text's structure.
 
 How the warnings and notes are worded is the caller's (Python warnings naming "line 3" in the
-library, JSON entries on the server). A stage that translates some sentences another way (a
-translation memory) plans only the others.
+library, JSON entries on the server). A translation memory stands in the middle
+(``translate/tm.py``: a translator that answers the inputs it knows and gives the model the others).
 """
 
 from __future__ import annotations
