@@ -55,7 +55,7 @@ from transformer.corpus.registry import corpus_pairs, fetch
 from transformer.decoding import DecodeConfig
 from transformer.translate.evaluation import score
 from transformer.cpu import ENV_SWITCH, available as cpu_kernels_available
-from transformer.cpu.precision import bf16_left_out, fast_bf16
+from transformer.cpu.training_precision import bf16_left_out, fast_bf16
 from transformer.text import Vocabularies
 from transformer.run.model import load_model
 from transformer.run.config import RunConfig

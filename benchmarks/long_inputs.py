@@ -161,7 +161,7 @@ def main() -> None:
 
     import torch
 
-    from transformer.cpu.precision import bf16_left_out, fast_bf16
+    from transformer.cpu.training_precision import bf16_left_out, fast_bf16
 
     if args.precision is None:
         args.precision = ["fp32", "bf16"] if fast_bf16("cpu") else ["fp32"]

@@ -47,7 +47,7 @@ from pathlib import Path
 import torch
 
 from train_step import cpu_model, matmul_peak
-from transformer.cpu.precision import fast_bf16
+from transformer.cpu.training_precision import fast_bf16
 from transformer.decoding import DecodeConfig
 from transformer.training.averaging import average_last
 from transformer.run.model import WEIGHTS_FILE, load_weights
@@ -55,7 +55,7 @@ from transformer.run.config import DataConfig, RunConfig, TrainConfig
 from transformer.run.checkpoints import list_checkpoints
 from transformer.training.trainer import Trainer
 from transformer.translate.evaluation import score
-from transformer.precision import resolve_device
+from transformer.inference_precision import resolve_device
 from transformer.translate.translator import Translator
 
 BEAM = DecodeConfig(strategy="beam", beam_size=4, alpha=0.6)

@@ -47,7 +47,7 @@ from transformer.decoding import DecodeConfig  # noqa: E402
 from transformer.translate.evaluation import score  # noqa: E402
 from transformer.model.masks import padding_mask  # noqa: E402
 from transformer.model import build_model  # noqa: E402
-from transformer.cpu.precision import fast_bf16  # noqa: E402
+from transformer.cpu.training_precision import fast_bf16  # noqa: E402
 from transformer.run.config import RunConfig  # noqa: E402
 from transformer.training.trainer import Trainer  # noqa: E402
 from transformer.translate.translator import Translator  # noqa: E402

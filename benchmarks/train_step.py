@@ -62,7 +62,7 @@ from transformer import cuda
 from transformer.cpu import accelerate_training, available as cpu_kernels_available
 from transformer.model import Transformer
 from transformer.model.embeddings import sinusoidal_table
-from transformer.cpu.precision import bf16_left_out, fast_bf16
+from transformer.cpu.training_precision import bf16_left_out, fast_bf16
 from transformer.model.loss import LabelSmoothedCrossEntropy
 
 PAD, BOS, EOS = 0, 1, 2

@@ -86,7 +86,7 @@ from transformer.cpu.allocator import retain_freed_memory
 from transformer.run.model import load_config, load_model
 from transformer.corpus.registry import corpus_pairs, fetch
 from transformer.decoding import DecodeConfig
-from transformer.cpu.precision import bf16_left_out, fast_bf16
+from transformer.cpu.training_precision import bf16_left_out, fast_bf16
 from transformer.text import Vocabularies
 from transformer.cpu import available as cpu_kernels_available
 from transformer.translate.translator import Translator

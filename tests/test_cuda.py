@@ -185,7 +185,7 @@ def test_bf16_decoding_on_the_gpu_mostly_agrees_with_fp32(trained, sentences):
 
 
 def test_fp16_decoding_on_the_gpu_mostly_agrees_with_fp32(trained, sentences):
-    """``precision="fp16"``: a float16 copy of the weights, on a GPU only (transformer/precision.py)."""
+    """``precision="fp16"``: a float16 copy of the weights, on a GPU only (transformer/inference_precision.py)."""
     fp32 = Translator.from_run_dir(trained, device="cuda").translate(sentences)
     fp16 = Translator.from_run_dir(trained, device="cuda", precision="fp16")
     assert all(p.dtype == torch.float16 for p in fp16.model.parameters())

@@ -5,8 +5,8 @@ import io
 import pytest
 import torch
 
-from transformer.cpu import precision
-from transformer.cpu.precision import fast_bf16, resolve_precision, slow_bf16_warning
+from transformer.cpu import training_precision
+from transformer.cpu.training_precision import fast_bf16, resolve_precision, slow_bf16_warning
 from transformer.errors import UserError
 from transformer.run.config import RunConfig
 from transformer.training.trainer import Trainer
@@ -35,12 +35,12 @@ def test_auto_picks_bf16_only_on_cpus_with_bf16_units(cpu_units):
 def test_amx_alone_counts_as_bf16_units(monkeypatch):
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
-    assert precision.cpu_bf16_units() and resolve_precision("auto", torch.device("cpu")) == "bf16"
+    assert training_precision.cpu_bf16_units() and resolve_precision("auto", torch.device("cpu")) == "bf16"
 
 
 def test_this_machine_is_reported_as_torch_reports_it():
     expected = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-    assert precision.cpu_bf16_units() == expected
+    assert training_precision.cpu_bf16_units() == expected
 
 
 def test_unknown_precision_is_refused():

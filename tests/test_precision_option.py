@@ -1,5 +1,5 @@
 """The precision a model translates in: one value (fp32, bf16, int8, fp16), given as --precision
-and precision=, and every refusal, made in transformer/precision.py."""
+and precision=, and every refusal, made in transformer/inference_precision.py."""
 
 import pytest
 import torch
@@ -11,7 +11,7 @@ from transformer.corpus.builtin import generate_pairs
 from transformer.cpu import ENV_SWITCH, build
 from transformer.model import RNNSeq2Seq, Transformer
 from transformer.model.rnn_config import RNNConfig
-from transformer.precision import PRECISIONS, check_precision, resolve_device
+from transformer.inference_precision import PRECISIONS, check_precision, resolve_device
 from transformer import save_model
 from transformer.text import Vocabularies
 from transformer.translate.translator import Translator, load_translator

@@ -24,8 +24,9 @@ LAYERS: list[set[str]] = [
     # text -> token ids, the corpora, and the model (the paper in plain PyTorch)
     {"text", "corpus", "model"},
     # batches, decoding algorithms, the CPU and CUDA engines that speed a model up, and the number
-    # format a model runs in (precision.py, which asks the engines what the machine can do)
-    {"data", "decoding", "cpu", "cuda", "precision"},
+    # format a model translates in (inference_precision.py, which asks the engines what the machine
+    # can do)
+    {"data", "decoding", "cpu", "cuda", "inference_precision"},
     # the run directory: its layout and names, a run's model, configuration, tokenizers,
     # checkpoints, metrics and alignments, and its lock: what the layers above it read and write
     {"run"},

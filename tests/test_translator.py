@@ -334,7 +334,7 @@ def test_run_directory_missing_its_tokenizer(run_dir, tmp_path):
 
 
 def test_decoding_device_is_the_gpu_only_where_there_is_one(monkeypatch):
-    from transformer.precision import resolve_device
+    from transformer.inference_precision import resolve_device
     for present in (True, False):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: present)
         assert resolve_device("auto").type == ("cuda" if present else "cpu")

@@ -44,7 +44,7 @@ from transformer.corpus.cli_args import register_data_command
 from transformer.errors import MissingExtraError, UserError
 from transformer.interop.cli_args import register_interop_commands
 from transformer.memory.cli_args import register_tm_command
-from transformer.precision import add_precision_option, weight_dtype
+from transformer.inference_precision import add_precision_option, weight_dtype
 from transformer.run.config import describe_ranges
 from transformer.serve.cli_args import register_serve_command
 from transformer.threads import MAX_THREADS, default_threads

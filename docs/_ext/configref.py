@@ -67,7 +67,7 @@ FALLBACK_MEANINGS: dict[tuple[str, str], str] = {
 def _choices() -> dict[tuple[str, str], tuple[str, ...]]:
     """The allowed names of the text settings, from the constants the code validates them with."""
     from transformer import config as model_config
-    from transformer.cpu.precision import TRAIN_PRECISIONS
+    from transformer.cpu.training_precision import TRAIN_PRECISIONS
     from transformer.model import rnn_config
     from transformer.run import config as run_config
 

@@ -38,7 +38,7 @@ from transformer.model.layers import DecoderLayer, FeedForward
 from transformer.model.transformer import Transformer
 from transformer.errors import UserError
 
-# The precisions (transformer.precision) whose weights the kernels pack: as they are, or int8 copies.
+# The precisions (transformer.inference_precision) whose weights the kernels pack: as they are, or int8 copies.
 PACKED_PRECISIONS = ("fp32", "int8")
 # The decoding kernels as this module calls them (see decoding_ops.eager).
 _packed_linear = decoding_ops.eager(decoding_ops.packed_linear)

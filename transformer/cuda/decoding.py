@@ -19,7 +19,7 @@ the decoding loop. So on CUDA the ``Translator`` decodes
 * with the decoder's steps over buffers allocated once per batch and captured in CUDA graphs
   (``decoding_steps``, applied by the ``Translator``).
 
-The precision is the one value of :mod:`transformer.precision`: on a GPU ``fp32``, ``bf16`` or
+The precision is the one value of :mod:`transformer.inference_precision`: on a GPU ``fp32``, ``bf16`` or
 ``fp16`` (a bfloat16 or float16 copy of the weights; ``int8`` is a CPU format and refused).
 
 The dynamic batcher of ``transformer serve`` merges up to ``SERVE_BATCH_SIZE`` sentences into one

@@ -16,7 +16,7 @@ from transformer.errors import MissingExtraError, UserError, install_hint
 INSTALL_HINT = install_hint("interop")
 MARIAN_TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")  # a MarianTokenizer's (+ target_vocab.json)
 # CTranslate2's weight type for each precision that ``export --precision`` takes: translate's own
-# (transformer.precision, the same number format under CTranslate2's name), then the types that
+# (transformer.inference_precision, the same number format under CTranslate2's name), then the types that
 # only CTranslate2 runs (int8 weights with 16-bit activations, int16), by their CTranslate2 names.
 CTRANSLATE2_TYPES = {"fp32": "float32", "bf16": "bfloat16", "int8": "int8", "fp16": "float16",
                      **{name: name for name in ("int8_float32", "int8_float16", "int8_bfloat16", "int16")}}

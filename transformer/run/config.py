@@ -244,7 +244,8 @@ class RunConfig:
             raise UserError(
                 f"train.average_last ({t.average_last}) must not exceed train.keep_last ({t.keep_last}): only the "
                 "newest train.keep_last checkpoints are kept to average; raise train.keep_last or lower train.average_last")
-        from transformer.cpu.precision import TRAIN_PRECISIONS  # with torch: not for reading the settings' ranges
+        # with torch: not for reading the settings' ranges
+        from transformer.cpu.training_precision import TRAIN_PRECISIONS
 
         _choice("train.precision", t.precision, TRAIN_PRECISIONS)
         _choice("train.device", t.device, DEVICES)

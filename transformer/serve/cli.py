@@ -28,7 +28,7 @@ from transformer.errors import UserError
 from transformer.serve.cli_args import CONNECTION_OPTIONS, LIMIT_OPTIONS
 from transformer.serve.limits import ConnectionLimits, ServeLimits
 from transformer.cuda import decoding as cuda_decoding
-from transformer.precision import resolve_device
+from transformer.inference_precision import resolve_device
 
 
 def libretranslate_options(args: argparse.Namespace):

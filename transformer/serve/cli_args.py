@@ -11,7 +11,7 @@ import argparse
 from dataclasses import fields
 
 from transformer.cuda import decoding as cuda_decoding
-from transformer.precision import DEVICES, add_precision_option
+from transformer.inference_precision import DEVICES, add_precision_option
 from transformer.serve.limits import PIVOT, ConnectionLimits, ServeLimits
 from transformer.translate.cli_args import DEVICE_HELP
 

@@ -35,7 +35,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from transformer import cuda
-from transformer.cpu.precision import slow_bf16_warning
+from transformer.cpu.training_precision import slow_bf16_warning
 from transformer.data import Batch, drop_words
 from transformer.errors import UserError
 from transformer.model.loss import symmetric_kl

@@ -15,10 +15,10 @@ import torch
 
 from transformer import cuda
 from transformer.cpu import accelerate_training
-from transformer.cpu.precision import resolve_precision
+from transformer.cpu.training_precision import resolve_precision
 from transformer.model import build_model
 from transformer.model.loss import LabelSmoothedCrossEntropy
-from transformer.precision import resolve_device
+from transformer.inference_precision import resolve_device
 from transformer.run.checkpoints import latest_checkpoint, read_tensor_file
 from transformer.run.config import RunConfig
 from transformer.run.directory import check_model_config, previous_run, write_run_files

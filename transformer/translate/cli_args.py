@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from transformer.precision import DEVICES, add_precision_option
+from transformer.inference_precision import DEVICES, add_precision_option
 from transformer.translate.files_cli import FILE_FORMATS
 from transformer.translate.stream import CHUNK_CHARS
 

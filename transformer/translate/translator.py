@@ -11,7 +11,7 @@ length with a warning (``TruncationWarning``, a ``TranslationWarning`` carrying 
 how it was cut), keeping the ``</s>`` a source tokenizer appends.
 ``translate_text`` cuts a text into sentences first, so nothing is cut there.
 
-``precision`` (:mod:`transformer.precision`) is the number format it translates in: ``bf16``
+``precision`` (:mod:`transformer.inference_precision`) is the number format it translates in: ``bf16``
 (``fp16`` on CUDA) with a bfloat16 (float16) copy of the model, weights and activations in that
 format, log-probabilities and beam scores in float32: no weight is cast again during decoding.
 ``int8`` with int8 copies of the linear layers' weights (one scale per output feature)
@@ -53,9 +53,9 @@ from transformer.decoding import DecodeConfig, Hypothesis, decode
 from transformer.decoding.constraints import Constraint
 from transformer.cpu import Swaps, prepare_for_decoding
 from transformer.cpu.swap import plain_copy
-from transformer.cpu.precision import slow_bf16_warning
+from transformer.cpu.training_precision import slow_bf16_warning
 from transformer.model import RNNSeq2Seq, Transformer
-from transformer.precision import check_precision, resolve_device, weight_dtype
+from transformer.inference_precision import check_precision, resolve_device, weight_dtype
 from transformer.text import Vocabularies
 from transformer.translate.warning import TermWarning, TranslationWarning, TruncationWarning
 
@@ -90,7 +90,7 @@ class Translator:
     """Translate sentences with a trained model (beam search with the paper's settings by default).
 
     ``precision``: ``fp32`` (the default), ``bf16``, ``int8`` (Transformer models on the CPU) or
-    ``fp16`` (on CUDA), checked by :func:`transformer.precision.check_precision`."""
+    ``fp16`` (on CUDA), checked by :func:`transformer.inference_precision.check_precision`."""
 
     def __init__(
         self,
@@ -456,7 +456,7 @@ def load_translator(run_dir: str | os.PathLike[str], *, decoding: DecodeConfig |
 
     ``decoding`` defaults to the paper's beam search; ``precision`` is ``fp32`` (default), ``bf16``,
     ``int8`` or ``fp16``; ``device`` is
-    ``cpu``, ``cuda`` or ``auto`` (:func:`transformer.precision.resolve_device`: ``auto`` is the
+    ``cpu``, ``cuda`` or ``auto`` (:func:`transformer.inference_precision.resolve_device`: ``auto`` is the
     CPU for int8); other ``options`` go to ``Translator``. Raises FileNotFoundError naming what is
     missing, ValueError for settings that do not go together."""
     run_dir = Path(run_dir)

@@ -1,4 +1,5 @@
-"""The number format a trained model translates in: one value, resolved and checked here.
+"""The inference precision: the number format a trained model translates in, one value,
+resolved and checked here.
 
 ``PRECISIONS``:
 
@@ -17,8 +18,9 @@ value on a device (and a model); :func:`resolve_device` picks the device a ``--d
 stands for, the CPU for int8 under ``auto``.
 
 Not the same idea: ``train.precision`` (``auto``, ``fp32``, ``bf16``, ``fp16``) is the autocast a
-training runs under, its weights staying float32. :mod:`transformer.cpu.precision` resolves its
-``auto`` (bf16 where the device multiplies bf16 matrices in hardware) and says which devices do.
+training runs under, its weights staying float32. :mod:`transformer.cpu.training_precision`
+resolves its ``auto`` (bf16 where the device multiplies bf16 matrices in hardware) and says which
+devices do.
 
 The names and the options import nothing heavy: the command line's parsers take them without
 loading torch, which the functions that check a precision on a device import when called.

@@ -1,4 +1,5 @@
-"""Which number format trains and translates fast on this machine.
+"""The training precision (``train.precision``, the autocast a training runs under), and which
+number format trains and translates fast on this machine.
 
 bfloat16 halves memory traffic and, on hardware with bf16 matrix instructions, multiplies
 matrices several times faster than float32: CUDA GPUs of compute capability 8.0 and newer,
@@ -8,7 +9,8 @@ slower than float32 by orders of magnitude (docs/performance.md). ``train.precis
 
 ``train.precision`` is the autocast a training runs under, its weights staying float32. The
 number format a trained model translates in (``--precision``, ``Translator(precision=...)``:
-fp32, bf16, int8 or fp16) is another value, resolved and checked in :mod:`transformer.precision`.
+fp32, bf16, int8 or fp16) is another value, resolved and checked in
+:mod:`transformer.inference_precision`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 
 from transformer.errors import UserError
 
-# train.precision's values (the precisions a model translates in are transformer.precision.PRECISIONS)
+# train.precision's values (those a model translates in: transformer.inference_precision.PRECISIONS)
 TRAIN_PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 _NO_CPU_UNITS = "this CPU has no bf16 matrix units (AVX-512 bf16 or AMX)"
 
