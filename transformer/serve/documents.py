@@ -179,7 +179,7 @@ def _answer(source: str, ranked: list[tuple], entries: list[dict[str, Any]], tra
                                        "placed in the translation within its length limit (max_length)"}
                                       for j, terms in enumerate(missing) if terms], key=lambda w: w["sentence"])
     answer = {"source": source, "translation": ranked[0][0], "score": ranked[0][1],
-              "n_best": [{"translation": t, "score": s, "log_prob": lp} for t, s, lp in ranked],
+              "n_best": _hypotheses(ranked),
               "sentences": entries, "warnings": warnings}
     if alternatives is not None:
         answer["alternatives"] = alternatives
@@ -219,16 +219,6 @@ def assemble(document: Document, translated: Sequence[ModelOutput], pieces: Sequ
                    n_best, _alternatives(translated, alternatives, document.rebuild), glossary, confidence)
 
 
-def _page_with(page: str, found: Sequence[str], translations: list[str], lang: str | None) -> str:
-    """``page`` rebuilt around ``translations`` of the sentences ``found`` in its text, markup kept."""
-    def given(asked: list[str]) -> list[str]:
-        if list(asked) != list(found):  # the page is parsed the same way each time
-            raise RuntimeError("the page's sentences changed between counting and translating")
-        return translations
-
-    return translate_html(page, given, lang=lang) if found else page
-
-
 def assemble_html(page: str, found: Sequence[str], translated: Sequence[ModelOutput],
                   pieces: Sequence[Sequence[tuple[int, int]]], warnings: list[dict[str, Any]], n_best: int,
                   lang: str | None, alternatives: int = 0, *, glossary: bool = False, confidence: bool = False,
@@ -241,8 +231,13 @@ def assemble_html(page: str, found: Sequence[str], translated: Sequence[ModelOut
     the translation): its alignment entry gives its ``text`` as the model read it, no spans.
     ``alternatives``: as in :func:`assemble`, each a page rebuilt (a page without text has none);
     ``glossary``, ``confidence`` and ``name`` as there (a page without text has no confidence)."""
-    def build(chosen: list[str]) -> str:
-        return _page_with(page, found, chosen, lang)
+    def build(translations: list[str]) -> str:  # the page around these translations of its sentences
+        def given(asked: list[str]) -> list[str]:
+            if list(asked) != list(found):  # the page is parsed the same way each time
+                raise RuntimeError("the page's sentences changed between counting and translating")
+            return translations
+
+        return translate_html(page, given, lang=lang) if found else page
 
     hyps = [sentence.hyps[:max(1, n_best)] for sentence in translated]
     ranked = rounds(hyps, max(1, n_best) if found else 1, build, _NONE)  # a page without text: itself, once
