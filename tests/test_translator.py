@@ -333,7 +333,7 @@ def test_run_directory_missing_its_tokenizer(run_dir, tmp_path):
     assert result.returncode == 2 and "tokenizer" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_decoding_device_is_the_gpu_only_where_there_is_one(monkeypatch):
+def test_the_decoding_device_is_the_gpu_only_where_there_is_one(monkeypatch):
     from transformer.inference_precision import resolve_device
     for present in (True, False):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: present)
