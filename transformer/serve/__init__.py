@@ -8,12 +8,14 @@
   no HTTP in it.
 * :mod:`transformer.serve.documents`: texts cut into sentences and model inputs, and put back together.
 * :mod:`transformer.serve.schemas`: the pydantic request and response models (the OpenAPI schema).
+* :mod:`transformer.serve.api`: :class:`~transformer.serve.api.Api`, one API of the server: a
+  router whose routes answer errors in its shape, and whether it has CORS.
 * :mod:`transformer.serve.routes`: the routers of the native API and the page, over a service;
   :mod:`transformer.serve.libretranslate`: the LibreTranslate API's, with its API keys and limits
   (:mod:`transformer.serve.access`), suggestions (:mod:`transformer.serve.suggestions`) and
   self-description (:mod:`transformer.serve.lt_spec`: ``/spec``, ``/frontend/settings``).
 * :mod:`transformer.serve.app`: :func:`create_app`, the FastAPI application: a service, its routers,
-  the middleware (:mod:`transformer.serve.middleware`) and the error handlers.
+  the middleware (:mod:`transformer.serve.middleware`) and the handlers of what no route answers.
 * :mod:`transformer.serve.page`: the web page at ``/`` (reuses the attention page of
   :mod:`transformer.visualize`).
 * :mod:`transformer.serve.protocol`: the connections uvicorn serves (deadlines for slow clients, a cap,

@@ -1,9 +1,11 @@
 """The FastAPI application: ``create_app(translator, limits)``.
 
 The app is one :class:`~transformer.serve.service.TranslationService` (the translator, the
-limits, the dynamic batcher, and the operations on them) and the routers that expose it
-(:mod:`transformer.serve.routes`, :mod:`transformer.serve.libretranslate`), behind the body
-and header middleware (:mod:`transformer.serve.middleware`), with the error handlers below.
+limits, the dynamic batcher, and the operations on them) and the routers that expose it, one per
+API (:mod:`transformer.serve.api`: the native one and the page, :mod:`transformer.serve.routes`;
+LibreTranslate's, :mod:`transformer.serve.libretranslate`), each answering its routes' errors in
+its own shape, behind the body and header middleware (:mod:`transformer.serve.middleware`)
+(:func:`serve_apis`).
 
 Endpoints (the OpenAPI schema is served at ``/openapi.json``; the Swagger and ReDoc pages are
 switched off because they load their scripts from a CDN):
@@ -43,6 +45,8 @@ A 4xx is a mistake in the request. Any other exception is a bug of the server, n
 client's: it is answered 500 (``internal_error``; ``{"error": message, "error_id": id}`` on
 LibreTranslate's paths) with an ``error_id``, and its traceback goes to the server's log
 (the ``uvicorn.error`` logger) with that id, the security headers on the answer as on any other.
+A path no route takes is answered in the native shape under ``/v1/``, ``/health`` and
+``/openapi.json``, in LibreTranslate's elsewhere (most likely a LibreTranslate client's).
 """
 
 import json
@@ -51,8 +55,7 @@ import uuid
 from collections.abc import Sequence
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Scope
@@ -60,22 +63,13 @@ from starlette.types import Scope
 from transformer import __version__
 from transformer.errors import UserError
 from transformer.serve import libretranslate, routes
-from transformer.serve.access import AccessDenied
-from transformer.serve.batching import Overloaded, TimedOut
+from transformer.serve.api import Api, ApiRoutes
 from transformer.serve.disconnect import ClientGone
 from transformer.serve.limits import ServeLimits
 from transformer.serve.files import FileStore
 from transformer.serve.models import PIVOT, ModelSet
-from transformer.serve.middleware import (
-    BodyGuard,
-    Cors,
-    InternalErrors,
-    SecurityHeaders,
-    error_json,
-    plain_error_json,
-    unreadable_json,
-)
-from transformer.serve.schemas import ONE_TEXT, TEXT_LIST, request_models
+from transformer.serve.middleware import BodyGuard, Cors, InternalErrors, SecurityHeaders
+from transformer.serve.schemas import request_models
 from transformer.serve.service import TranslationService
 from transformer.serve.uploads import Uploads
 from transformer.translate.translator import Translator
@@ -137,112 +131,59 @@ def create_app(translator: Translator | Sequence[Translator], limits: ServeLimit
     app.state.service = service
     app.state.batcher = service.batcher
     app.state.limits = limits
-    app.add_middleware(BodyGuard, max_body_bytes=limits.max_body_bytes, plain_errors=_libretranslate_errors,
-                       file_paths={"/translate_file": limits.max_file_bytes + _FORM_OVERHEAD})
-    app.add_middleware(InternalErrors, answer=_internal_error)  # inside Cors and SecurityHeaders: a 500 gets their headers
-    app.add_middleware(Cors, applies=libretranslate.is_libretranslate_path)
-    app.add_middleware(SecurityHeaders)  # outermost: BodyGuard's errors get the headers too
-    _install_error_handlers(app)
     requests = request_models(limits, service.default.beam_size)  # the limits written into the schema
     libretranslate_options = libretranslate_options or libretranslate.LibreTranslateOptions()
     keys = libretranslate_options.keys  # one access policy for both APIs
-    app.include_router(routes.translate_router(models, requests.translate, keys))
-    app.include_router(routes.attention_router(models, requests.attention, keys))
-    app.include_router(libretranslate.router(models, libretranslate_options, store, uploads))
-    app.include_router(routes.status_router(models))
-    app.include_router(routes.page_router(models))
+    serve_apis(app, [routes.router(models, requests, keys),
+                     libretranslate.router(models, libretranslate_options, store, uploads),
+                     routes.page_router(models)], max_body_bytes=limits.max_body_bytes)
     return app
 
 
-_ACCESS_CODES = {"InvalidKey": "invalid_api_key", "KeyRequired": "api_key_required", "TextTooLong": "text_too_long",
-                 "RateLimited": "rate_limited", "Banned": "banned"}
-_FORM_OVERHEAD = 64 * 1024  # a file's form: its other fields and the part headers
-_NATIVE = ("/v1/", "/health", "/openapi.json")
+_NATIVE = ("/v1/", "/health", "/openapi.json")  # FastAPI's /openapi.json is the native API's too
+_UNKNOWN = Api("unknown", libretranslate.LIBRETRANSLATE.error)  # no CORS for a path no route takes
 
 
-def _libretranslate_errors(path: str) -> bool:
-    """Whether an error on ``path`` has LibreTranslate's shape: its routes, and any path outside
-    the native API (an unknown path is most likely a LibreTranslate client's)."""
-    return libretranslate.is_libretranslate_path(path) or not (path == "/" or path.startswith(_NATIVE))
+def _unknown(path: str) -> Api:
+    """The API of a path no route takes: the native one under its paths, else LibreTranslate's
+    error shape (an unknown path is most likely a LibreTranslate client's)."""
+    return routes.NATIVE if path.startswith(_NATIVE) else _UNKNOWN
 
 
-def _internal_error(scope: Scope, exc: Exception) -> JSONResponse:
-    """The 500 answer to an exception no handler took: a bug, never the client's mistake. The client
-    gets an id to quote, the log the traceback with that id."""
-    error_id = uuid.uuid4().hex[:12]
-    path = scope.get("path", "")
-    log.error("internal error %s on %s %s", error_id, scope.get("method", "?"), path,
-              exc_info=(type(exc), exc, exc.__traceback__))
-    message = f"internal server error (a bug, not a problem with the request); error id {error_id}"
-    if _libretranslate_errors(path):
-        return JSONResponse({"error": message, "error_id": error_id}, status_code=500)
-    return JSONResponse({"error": "internal_error", "message": message, "details": [], "error_id": error_id},
-                        status_code=500)
-
-
-def _location(loc: tuple) -> str:
-    """``("body", "text", "text-list", 2)`` -> ``"text.2"``."""
-    parts = [str(p) for p in loc if p not in ("body", ONE_TEXT, TEXT_LIST)]
-    return ".".join(parts) or "body"
-
-
-def _install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = exc.errors()
-        bad_json = next((e for e in errors if e.get("type") == "json_invalid"), None)
-        if bad_json is not None:
-            reason = (bad_json.get("ctx") or {}).get("error", "malformed")
-            at = bad_json["loc"][1] if len(bad_json.get("loc", ())) > 1 else "?"
-            return error_json(400, "invalid_json", f"request body is not valid JSON: {reason} (at character {at})")
-        details = []
-        for e in errors:
-            msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
-            if e.get("type") == "missing" and tuple(e.get("loc", ())) == ("body",):
-                msg = "the request body is missing: send a JSON object"
-            loc = [p if isinstance(p, (str, int)) else str(p) for p in e.get("loc", ())]
-            details.append({"loc": [p for p in loc if p not in (ONE_TEXT, TEXT_LIST)], "message": msg})
-        message = "; ".join(f"{_location(tuple(d['loc']))}: {d['message']}" for d in details)
-        return error_json(422, "invalid_request", message, details)
-
-    @app.exception_handler(AccessDenied)  # the native routes' refusals (LibreTranslate's answer their own)
-    async def denied(request: Request, exc: AccessDenied) -> JSONResponse:
-        if _libretranslate_errors(request.url.path):
-            return plain_error_json(exc.status, exc.message, headers=exc.headers)
-        return error_json(exc.status, _ACCESS_CODES.get(type(exc).__name__, "forbidden"), exc.message,
-                          headers=exc.headers)
+def serve_apis(app: FastAPI, routers: Sequence[APIRouter], *, max_body_bytes: int) -> ApiRoutes:
+    """Serve ``routers`` (each from an :class:`~transformer.serve.api.Api`) on ``app``, behind the
+    middleware that bounds the bodies (``max_body_bytes``), answers bugs and adds the security and
+    CORS headers, each in the shape of the request's API, and the handlers of what no route answers."""
+    apis = ApiRoutes(routers, _unknown)
+    app.add_middleware(BodyGuard, max_body_bytes=max_body_bytes, apis=apis)
+    # Inside Cors and SecurityHeaders: a 500 gets their headers.
+    app.add_middleware(InternalErrors, answer=lambda scope, exc: _internal_error(apis, scope, exc))
+    app.add_middleware(Cors, apis=apis)
+    app.add_middleware(SecurityHeaders)  # outermost: BodyGuard's errors get the headers too
 
     @app.exception_handler(ClientGone)  # nobody reads this answer: the connection is closed
     async def client_gone(request: Request, exc: ClientGone) -> Response:
         return Response(status_code=499)  # nginx's "client closed request"
 
-    @app.exception_handler(Overloaded)
-    async def overloaded(request: Request, exc: Overloaded) -> JSONResponse:
-        return error_json(503, "overloaded", str(exc), headers={"Retry-After": "1"})
-
-    @app.exception_handler(TimedOut)
-    async def timed_out(request: Request, exc: TimedOut) -> JSONResponse:
-        return error_json(503, "timeout", str(exc), headers={"Retry-After": "1"})
-
-    @app.exception_handler(UserError)  # documents.Unprocessable among them
-    async def user_error(request: Request, exc: UserError) -> JSONResponse:
-        if _libretranslate_errors(request.url.path):  # LibreTranslate's routes answer 400 in their shape
-            return plain_error_json(400, str(exc))
-        return error_json(422, "invalid_request", str(exc))
-
     @app.exception_handler(Exception)  # only for a bug in the outer middleware: InternalErrors takes the rest
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
-        return _internal_error(request.scope, exc)
+        return _internal_error(apis, request.scope, exc)
 
-    @app.exception_handler(StarletteHTTPException)
+    @app.exception_handler(StarletteHTTPException)  # an unknown path, a method a route does not take
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if _libretranslate_errors(request.url.path):  # LibreTranslate's error shape there
-            return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code,
-                                headers=getattr(exc, "headers", None))
-        # FastAPI answers JSON its parser cannot read (too deep, a huge integer) with a bare 400 whose
-        # cause is the parser's error: it is invalid JSON to the client all the same.
-        if exc.status_code == 400 and isinstance(exc.__cause__, (RecursionError, ValueError)):
-            reason = unreadable_json(exc.__cause__)
-            return error_json(400, "invalid_json", f"request body is not valid JSON: {reason}")
-        code = _HTTP_CODES.get(exc.status_code, "http_error")
-        return error_json(exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))
+        return apis.api(request.scope).error(exc.status_code, _HTTP_CODES.get(exc.status_code, "http_error"),
+                                             str(exc.detail), headers=getattr(exc, "headers", None))
+
+    for router in routers:
+        app.include_router(router)
+    return apis
+
+
+def _internal_error(apis: ApiRoutes, scope: Scope, exc: Exception) -> JSONResponse:
+    """The 500 answer to an exception no handler took: a bug, never the client's mistake. The client
+    gets an id to quote, the log the traceback with that id."""
+    error_id = uuid.uuid4().hex[:12]
+    log.error("internal error %s on %s %s", error_id, scope.get("method", "?"), scope.get("path", ""),
+              exc_info=(type(exc), exc, exc.__traceback__))
+    message = f"internal server error (a bug, not a problem with the request); error id {error_id}"
+    return apis.api(scope).error(500, "internal_error", message, error_id=error_id)

@@ -48,15 +48,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from transformer import __version__
+from transformer.errors import UserError
 from transformer.serve import lt_params, lt_spec
 from transformer.serve.access import AccessDenied, KeyRing
+from transformer.serve.api import Api, takes_files
 from transformer.serve.batching import Overloaded, TimedOut
 from transformer.serve.disconnect import unless_client_goes
 from transformer.serve.files import FileStore, translate_upload
@@ -66,18 +69,33 @@ from transformer.serve.middleware import plain_error_json
 from transformer.serve.service import _off_the_loop
 from transformer.serve.models import AUTO, UNKNOWN, ModelSet, NoRoute, language_name
 from transformer.serve.uploads import Uploads, UploadsBusy
-from transformer.serve.suggestions import BadSuggestion, SuggestionStore, SuggestionStoreError, SuggestionStoreFull
+from transformer.serve.suggestions import SuggestionStore, SuggestionStoreError, SuggestionStoreFull
 from transformer.translate.files import SUPPORTED_EXTENSIONS, FileFormatError, format_for, read_file
 from transformer.translate.html import html_sentences
 
-PATHS = frozenset({"/translate", "/languages", "/detect", "/translate_file", "/suggest", "/frontend/settings",
-                   "/spec"})
-PREFIXES = ("/download_file/",)  # LibreTranslate's routes with a parameter in the path
+
+def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None, **fields: Any) -> JSONResponse:
+    """An error in LibreTranslate's shape (which has no place for the native API's ``code``)."""
+    return plain_error_json(status, message, headers, **fields)
 
 
-def is_libretranslate_path(path: str) -> bool:
-    """Whether ``path`` is one of LibreTranslate's routes (its errors have LibreTranslate's shape)."""
-    return path in PATHS or path.startswith(PREFIXES)
+def libretranslate_answer(exc: Exception) -> JSONResponse | None:
+    """LibreTranslate's answer to what its routes raise (None: the app's handlers take it)."""
+    if isinstance(exc, AccessDenied):
+        return plain_error_json(exc.status, exc.message, headers=exc.headers)
+    if isinstance(exc, (Overloaded, TimedOut, UploadsBusy)):  # the uploads say their own wait
+        return plain_error_json(503, str(exc), headers={"Retry-After": str(getattr(exc, "retry_after", 1))})
+    if isinstance(exc, SuggestionStoreError):
+        return plain_error_json(507 if isinstance(exc, SuggestionStoreFull) else 500, str(exc))
+    if isinstance(exc, UserError):  # a bad parameter (BadRequest), a text or file refused, a bad suggestion
+        said = isinstance(exc, (Unprocessable, FileFormatError)) and not isinstance(exc, NoRoute)
+        return plain_error_json(413 if isinstance(exc, TooLarge) else 400, f"Invalid request: {exc}" if said else str(exc))
+    return None
+
+
+LIBRETRANSLATE = Api("libretranslate", _error, libretranslate_answer, cors=True)
+_FORM_OVERHEAD = 64 * 1024  # a file's form: its other fields and the part headers
+
 
 def languages(models: ModelSet) -> list[dict[str, Any]]:
     """``GET /languages``: every language served with the languages it is translated into
@@ -124,6 +142,12 @@ class LibreTranslateOptions:
     frontend_timeout_ms: int = 500
 
 
+def _texts(params: dict[str, Any]) -> int:
+    """A request's cost: one for each of its texts."""
+    q = params.get("q")
+    return len(q) if isinstance(q, list) else 1
+
+
 def _client(request: Request) -> str | None:
     return request.client.host if request.client else None
 
@@ -138,20 +162,32 @@ def _access(options: LibreTranslateOptions, request: Request, params: dict[str, 
                        origin=request.headers.get("origin"), chars=chars, cost=max(1, cost))
 
 
-def _denied(err: AccessDenied) -> JSONResponse:
-    headers = {"Retry-After": str(err.retry_after)} if err.retry_after else None
-    return plain_error_json(err.status, err.message, headers=headers)
+def _parameters(options: LibreTranslateOptions, cost: Callable[[dict[str, Any]], int] = lambda params: 1) -> Any:
+    """A dependency: the request's parameters (:func:`read_parameters`), once its key's or its
+    address's limits let it through at ``cost(params)`` requests."""
+    async def read(request: Request) -> dict[str, Any]:
+        params = await read_parameters(request)
+        _access(options, request, params, cost=cost(params))
+        return params
+    return Depends(read)
+
+
+def _on(on: bool, message: str) -> list[Any]:
+    """A route's dependencies refusing it (403, ``message``) when its feature is turned off."""
+    async def check() -> None:
+        if not on:
+            raise AccessDenied(message)
+    return [Depends(check)]
 
 
 def router(models: ModelSet, options: LibreTranslateOptions | None = None, store: FileStore | None = None,
            uploads: Uploads | None = None) -> APIRouter:
     """LibreTranslate's routes (see the module doc) over the server's models: their routes,
     languages and limits; ``store`` keeps the translated files, ``uploads`` bounds the uploads in
-    flight and parses them (the app closes both). The services
-    raise :class:`Unprocessable`, :class:`Overloaded` or :class:`TimedOut`, which become
-    LibreTranslate errors here."""
+    flight and parses them (the app closes both). What the routes raise :data:`LIBRETRANSLATE`
+    answers in LibreTranslate's shape (:func:`libretranslate_answer`)."""
     options = options or LibreTranslateOptions()
-    routes = APIRouter()
+    routes = LIBRETRANSLATE.router()
     limits = models.primary.limits
     store = FileStore(limits.file_ttl_s, max_files=limits.max_stored_files, max_bytes=limits.max_stored_bytes) \
         if store is None else store
@@ -162,67 +198,46 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
         return JSONResponse(languages(models))
 
     @routes.post("/detect", include_in_schema=False)
-    async def post_detect(request: Request) -> JSONResponse:
-        try:
-            params = await read_parameters(request)
-            _access(options, request, params)
-            texts, batch = lt_params.texts(params, limits)
-            found = await _off_the_loop(models.detect_any, texts)
-        except AccessDenied as err:
-            return _denied(err)
-        except BadRequest as err:
-            return plain_error_json(400, str(err))
-        except Unprocessable as err:
-            return plain_error_json(400, f"Invalid request: {err}")
+    async def post_detect(params: dict[str, Any] = _parameters(options)) -> JSONResponse:
+        texts, batch = lt_params.texts(params, limits)
+        found = await _off_the_loop(models.detect_any, texts)
         answers = [[_detection(d) for d in one] for one in found]
         return JSONResponse(answers if batch else answers[0])
 
     @routes.post("/translate", include_in_schema=False)
-    async def post_translate(request: Request) -> JSONResponse:
-        try:
-            params = await read_parameters(request)
-            q = params.get("q")
-            _access(options, request, params, cost=len(q) if isinstance(q, list) else 1)
-            texts, batch = lt_params.texts(params, limits)
-            source = lt_params.string(params, "source")
-            target = lt_params.string(params, "target")
-            text_format = lt_params.string(params, "format", required=False) or "text"
-            if text_format not in ("text", "html"):
-                raise BadRequest(f"{text_format} format is not supported (text or html)")
-            auto = source.lower() == AUTO
-            if not auto:
-                models.route(source, target)  # a pair not served: 400 before anything is read further
-            count = lt_params.alternatives(params, limits)
-            pairs = lt_params.glossary(params, limits, models.primary.default.beam_size, lt_params.is_json(request))
-            out = list(texts)
-            others: list[list[str]] = [[] for _ in texts]
-            todo = [i for i, t in enumerate(texts) if t.strip()]  # blank texts come back as they are
-            names = [f"q[{i}]" if batch else "q" for i in todo]
-            detected: list[Any] = [None] * len(texts)
-            vias: set[str] = set()
-            if todo:
-                def settings_for(route):
-                    service = route.last
-                    return replace(service.default, glossary=service.glossary(pairs))
+    async def post_translate(request: Request,
+                             params: dict[str, Any] = _parameters(options, cost=_texts)) -> JSONResponse:
+        texts, batch = lt_params.texts(params, limits)
+        source = lt_params.string(params, "source")
+        target = lt_params.string(params, "target")
+        text_format = lt_params.string(params, "format", required=False) or "text"
+        if text_format not in ("text", "html"):
+            raise BadRequest(f"{text_format} format is not supported (text or html)")
+        auto = source.lower() == AUTO
+        if not auto:
+            models.route(source, target)  # a pair not served: 400 before anything is read further
+        count = lt_params.alternatives(params, limits)
+        pairs = lt_params.glossary(params, limits, models.primary.default.beam_size, lt_params.is_json(request))
+        out = list(texts)
+        others: list[list[str]] = [[] for _ in texts]
+        todo = [i for i, t in enumerate(texts) if t.strip()]  # blank texts come back as they are
+        names = [f"q[{i}]" if batch else "q" for i in todo]
+        detected: list[Any] = [None] * len(texts)
+        vias: set[str] = set()
+        if todo:
+            def settings_for(route):
+                service = route.last
+                return replace(service.default, glossary=service.glossary(pairs))
 
-                results, _, found, through = await unless_client_goes(request, models.translate(
-                    [texts[i] for i in todo], source, target, settings_for, html=text_format == "html",
-                    names=names, alternatives=count))
-                for k, (i, result) in enumerate(zip(todo, results)):
-                    out[i] = result["translation"]
-                    others[i] = result.get("alternatives", [])
-                    if found is not None:
-                        detected[i] = found[k]
-                vias = {v for v in through if v is not None}
-        except AccessDenied as err:
-            return _denied(err)
-        except BadRequest as err:
-            return plain_error_json(400, str(err))
-        except Unprocessable as err:
-            message = str(err) if isinstance(err, NoRoute) else f"Invalid request: {err}"
-            return plain_error_json(400, message)
-        except (Overloaded, TimedOut) as err:
-            return plain_error_json(503, str(err), headers={"Retry-After": "1"})
+            results, _, found, through = await unless_client_goes(request, models.translate(
+                [texts[i] for i in todo], source, target, settings_for, html=text_format == "html",
+                names=names, alternatives=count))
+            for k, (i, result) in enumerate(zip(todo, results)):
+                out[i] = result["translation"]
+                others[i] = result.get("alternatives", [])
+                if found is not None:
+                    detected[i] = found[k]
+            vias = {v for v in through if v is not None}
         answer: dict[str, Any] = {"translatedText": out if batch else out[0]}
         if count:
             answer["alternatives"] = others if batch else others[0]
@@ -232,47 +247,33 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
         # LibreTranslate's answer has no field for it: a pivot language is said in a header.
         return JSONResponse(answer, headers={"X-Translated-Via": ",".join(sorted(vias))} if vias else None)
 
-    @routes.post("/translate_file", include_in_schema=False)
+    @routes.post("/translate_file", include_in_schema=False,
+                 dependencies=_on(options.files, "Files translation are disabled on this server."))
+    @takes_files(limits.max_file_bytes + _FORM_OVERHEAD)
     async def post_translate_file(request: Request) -> JSONResponse:
-        if not options.files:
-            return plain_error_json(403, "Files translation are disabled on this server.")
-        try:
-            with uploads.reserve(_declared_size(request, limits.max_file_bytes)):
-                return await _translate_file(request)
-        except UploadsBusy as err:
-            return plain_error_json(503, str(err), headers={"Retry-After": str(err.retry_after)})
+        with uploads.reserve(_declared_size(request, limits.max_file_bytes)):
+            return await _translate_file(request)
 
     async def _translate_file(request: Request) -> JSONResponse:
-        try:
-            params, upload = await lt_params.file_form(request, limits)
-            _access(options, request, params, cost=max(1, len(upload[1]) // max(1, limits.max_chars)))
-            source = lt_params.string(params, "source")
-            target = lt_params.string(params, "target")
-            name, data = upload
-            if not name:
-                raise BadRequest("Invalid request: empty file")
-            _check_file_name(name)
-            if format_for_name(name) is None:
-                raise BadRequest(f"Invalid request: file format not supported ({name}; supported: "
-                                 f"{', '.join(SUPPORTED_EXTENSIONS)})")
-            document = await uploads.run(read_file, data, name)
-            del data, upload  # the parsed document is what is kept
-            if source.lower() == AUTO:
-                source = await uploads.run(_file_language, models, document, target)
-            route = models.route(source, target)
-            translated_name, out = await unless_client_goes(request, translate_upload(
-                route, document, name, run=uploads.run, max_sentences=limits.max_file_sentences))
-        except AccessDenied as err:
-            return _denied(err)
-        except BadRequest as err:
-            return plain_error_json(413 if isinstance(err, TooLarge) else 400, str(err))
-        except FileFormatError as err:
-            return plain_error_json(400, f"Invalid request: {err}")
-        except Unprocessable as err:
-            message = str(err) if isinstance(err, NoRoute) else f"Invalid request: {err}"
-            return plain_error_json(400, message)
-        except (Overloaded, TimedOut) as err:
-            return plain_error_json(503, str(err), headers={"Retry-After": "1"})
+        params, upload = await lt_params.file_form(request, limits)
+        # Counted here, not by a dependency: a file's cost is known once its form is read, in its reservation.
+        _access(options, request, params, cost=max(1, len(upload[1]) // max(1, limits.max_chars)))
+        source = lt_params.string(params, "source")
+        target = lt_params.string(params, "target")
+        name, data = upload
+        if not name:
+            raise BadRequest("Invalid request: empty file")
+        _check_file_name(name)
+        if format_for_name(name) is None:
+            raise BadRequest(f"Invalid request: file format not supported ({name}; supported: "
+                             f"{', '.join(SUPPORTED_EXTENSIONS)})")
+        document = await uploads.run(read_file, data, name)
+        del data, upload  # the parsed document is what is kept
+        if source.lower() == AUTO:
+            source = await uploads.run(_file_language, models, document, target)
+        route = models.route(source, target)
+        translated_name, out = await unless_client_goes(request, translate_upload(
+            route, document, name, run=uploads.run, max_sentences=limits.max_file_sentences))
         stored = store.put(translated_name, out)
         # Percent-encoded: a name may hold '#', '?', '%', spaces or tabs, which a URL cannot carry raw.
         url = request.url_for("download_file", filename=quote(stored, safe=""))
@@ -291,25 +292,11 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
         return Response(data, media_type=media.media_type if media else "application/octet-stream",
                         headers={"Content-Disposition": _attachment(download_name)})
 
-    @routes.post("/suggest", include_in_schema=False)
-    async def post_suggest(request: Request) -> JSONResponse:
-        if options.suggestions is None:
-            return plain_error_json(403, "Suggestions are disabled on this server.")
-        try:
-            params = await read_parameters(request)
-            _access(options, request, params)
-            await _off_the_loop(options.suggestions.add, params.get("q"), params.get("s"), params.get("source"),
-                                params.get("target"))
-        except AccessDenied as err:
-            return _denied(err)
-        except BadRequest as err:
-            return plain_error_json(400, str(err))
-        except BadSuggestion as err:
-            return plain_error_json(400, str(err))
-        except SuggestionStoreFull as err:
-            return plain_error_json(507, str(err))
-        except SuggestionStoreError as err:
-            return plain_error_json(500, str(err))
+    @routes.post("/suggest", include_in_schema=False,
+                 dependencies=_on(options.suggestions is not None, "Suggestions are disabled on this server."))
+    async def post_suggest(params: dict[str, Any] = _parameters(options)) -> JSONResponse:
+        await _off_the_loop(options.suggestions.add, params.get("q"), params.get("s"), params.get("source"),
+                            params.get("target"))
         return JSONResponse({"success": True})
 
     @routes.get("/frontend/settings", include_in_schema=False)

@@ -11,6 +11,8 @@ from starlette.datastructures import MutableHeaders
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from transformer.serve.api import ApiRoutes
+
 
 # What every response carries: no MIME sniffing, never framed by another page, no Referer sent
 # on from the page. The API's answers are data, never a document: a policy that lets them load
@@ -47,15 +49,15 @@ class SecurityHeaders:
 
 
 def error_json(status: int, error: str, message: str, details: list[dict[str, Any]] | None = None,
-               headers: dict[str, str] | None = None) -> JSONResponse:
-    """The one error shape of the API: ``{"error": code, "message": text, "details": [...]}``."""
-    return JSONResponse({"error": error, "message": message, "details": details or []}, status_code=status,
-                        headers=headers)
+               headers: dict[str, str] | None = None, **fields: Any) -> JSONResponse:
+    """The native API's error shape: ``{"error": code, "message": text, "details": [...]}`` (then ``fields``)."""
+    return JSONResponse({"error": error, "message": message, "details": details or [], **fields},
+                        status_code=status, headers=headers)
 
 
-def plain_error_json(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    """LibreTranslate's error shape: ``{"error": message}``."""
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
+def plain_error_json(status: int, message: str, headers: dict[str, str] | None = None, **fields: Any) -> JSONResponse:
+    """LibreTranslate's error shape: ``{"error": message}`` (then ``fields``)."""
+    return JSONResponse({"error": message, **fields}, status_code=status, headers=headers)
 
 
 _DIGITS = re.compile(r"limit \((\d+) digits\).*value has (\d+) digits")
@@ -75,27 +77,21 @@ def unreadable_json(err: BaseException) -> str:
 class BodyGuard:
     """ASGI middleware: refuse a body over ``max_body_bytes`` with 413 (by Content-Length when sent,
     else while reading it) and a body that is not UTF-8 with 400; pass the body on otherwise.
-    Where ``plain_errors(path)`` (LibreTranslate's API) the errors have its shape, ``{"error": message}``.
-    ``file_paths`` maps the paths that take files to their own body limit (no UTF-8 check there)."""
+    The errors have the shape of the request's API; a route that takes files has its own body
+    limit and no UTF-8 check (:func:`~transformer.serve.api.takes_files`)."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int, plain_errors: Callable[[str], bool] = lambda path: False,
-                 file_paths: dict[str, int] | None = None) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int, apis: ApiRoutes) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
-        self.plain_errors = plain_errors
-        self.file_paths = file_paths or {}
+        self.apis = apis
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
             return
-        path = scope.get("path", "")
-        plain = self.plain_errors(path)
-        limit = self.file_paths.get(path, self.max_body_bytes)
-
-        def error(status: int, code: str, message: str) -> JSONResponse:
-            return plain_error_json(status, message) if plain else error_json(status, code, message)
-
+        error = self.apis.api(scope).error
+        file_limit = self.apis.max_body_bytes(scope)
+        limit = self.max_body_bytes if file_limit is None else file_limit
         too_large = error(413, "payload_too_large", f"request body is larger than the limit of {limit} bytes")
         length = dict(scope.get("headers", ())).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > limit:
@@ -117,7 +113,7 @@ class BodyGuard:
                 break
         body = b"".join(chunks)
         try:
-            if path not in self.file_paths:  # a file is bytes, its form parts say their own encoding
+            if file_limit is None:
                 body.decode("utf-8")
         except UnicodeDecodeError as err:
             bad = body[err.start: err.start + 1].hex()
@@ -178,15 +174,15 @@ CORS_HEADERS: tuple[tuple[str, str], ...] = (
 
 
 class Cors:
-    """ASGI middleware: on the paths where ``applies(path)`` (LibreTranslate's API), the answers
-    carry :data:`CORS_HEADERS` and a preflight ``OPTIONS`` is answered 204 with them."""
+    """ASGI middleware: on the requests whose API has CORS (LibreTranslate's), the answers carry
+    :data:`CORS_HEADERS` and a preflight ``OPTIONS`` is answered 204 with them."""
 
-    def __init__(self, app: ASGIApp, applies: Callable[[str], bool]) -> None:
+    def __init__(self, app: ASGIApp, apis: ApiRoutes) -> None:
         self.app = app
-        self.applies = applies
+        self.apis = apis
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.applies(scope.get("path", "")):
+        if scope["type"] != "http" or not self.apis.api(scope).cors:
             await self.app(scope, receive, send)
             return
         if scope["method"] == "OPTIONS":

@@ -1,21 +1,23 @@
-"""The routes of the native API and of the page: FastAPI routers over the server's models
+"""The native API and the page: FastAPI routers over the server's models
 (:class:`~transformer.serve.models.ModelSet`; a request names its languages, or gets the first model's).
 
-* :func:`translate_router`: ``POST /v1/translate``;
-* :func:`attention_router`: ``POST /v1/attention``;
-* :func:`status_router`: ``GET /health``, ``GET /v1/model`` and ``GET /v1/models``;
-* :func:`page_router`: ``GET /``, the web page.
+* :func:`router`: ``POST /v1/translate``, ``POST /v1/attention``, ``GET /health``, ``GET /v1/model``
+  and ``GET /v1/models``, the routes of :data:`NATIVE`;
+* :func:`page_router`: ``GET /``, the web page (:data:`PAGE`).
 
 (LibreTranslate's API has its own router, :func:`transformer.serve.libretranslate.router`.) A
 route reads its request, calls the service and shapes its answer: the timing, the headers, the
-OpenAPI description. What a request means is the service's; errors are the app's handlers'.
+OpenAPI description. What a request means is the service's; what it raises :data:`NATIVE`
+answers (:func:`native_answer`): 422 for invalid fields or any other
+:class:`~transformer.errors.UserError`, 400 for invalid JSON, 503 overloaded or timed out.
 
 ``/v1/translate`` and ``/v1/attention`` are guarded by the same API keys and request limits as
-LibreTranslate's routes (:class:`~transformer.serve.access.KeyRing`): the key comes in an
-``X-API-Key`` header (or ``Authorization: Bearer KEY``), a request counts as many requests as it
-has texts, and a refusal is an :class:`~transformer.serve.access.AccessDenied` the app answers
-in the native shape. A request whose client disconnects before its answer is ready has its
-translation stopped (:mod:`transformer.serve.disconnect`).
+LibreTranslate's routes (:class:`~transformer.serve.access.KeyRing`), a dependency of their body
+(:func:`guarded`): the key comes in an ``X-API-Key`` header (or ``Authorization: Bearer KEY``), a
+request counts as many requests as it has texts, and a refusal is an
+:class:`~transformer.serve.access.AccessDenied` answered in the native shape. A request whose
+client disconnects before its answer is ready has its translation stopped
+(:mod:`transformer.serve.disconnect`).
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads the request models of the routes
@@ -24,19 +26,25 @@ translation stopped (:mod:`transformer.serve.disconnect`).
 import json
 import time
 from importlib import resources
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi import APIRouter, Depends, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 
-from transformer.serve.access import KeyRing
-from transformer.serve.batching import BatchInfo
+from transformer.errors import UserError
+from transformer.serve.access import AccessDenied, KeyRing
+from transformer.serve.api import Api
+from transformer.serve.batching import BatchInfo, Overloaded, TimedOut
 from transformer.serve.disconnect import unless_client_goes
 from transformer.serve.page import index_html, page_csp
 from transformer.serve.documents import Unprocessable
 from transformer.serve.models import ModelSet, Route
-from transformer.serve.schemas import ErrorResponse, Health, ModelInfo, ModelList, PairInfo, TranslateResponse
+from transformer.serve.middleware import error_json, unreadable_json
+from transformer.serve.schemas import (ONE_TEXT, TEXT_LIST, ErrorResponse, Health, ModelInfo, ModelList, PairInfo,
+                                       RequestModels, TranslateResponse)
 from transformer.serve.service import DecodingSettings, TranslationService
 
 _ERRORS = {400: "invalid JSON or UTF-8 (invalid_json, invalid_utf8); under API keys and limits, no key where one "
@@ -110,29 +118,87 @@ def api_key(request: Request) -> str | None:
     return key or None
 
 
-def _guard(keys: KeyRing, request: Request, texts: list[str]) -> None:
-    """Count a native request against its key's or its address's limits (AccessDenied when refused)."""
-    keys.check(api_key(request), client=request.client.host if request.client else None,
-               origin=request.headers.get("origin"), chars=max(map(len, texts), default=0), cost=max(1, len(texts)))
+def guarded(keys: KeyRing, Body: type[BaseModel]) -> Any:  # noqa: N803
+    """A request body of type ``Body`` (a ``text`` or a list of them) once the API keys and request
+    limits let it through: a dependency (AccessDenied when refused). It validates the body itself,
+    so that a request with invalid fields is answered 422 without being counted."""
+    async def guard(body: Body, request: Request) -> BaseModel:  # type: ignore[valid-type]
+        texts = [body.text] if isinstance(body.text, str) else list(body.text)
+        keys.check(api_key(request), client=request.client.host if request.client else None,
+                   origin=request.headers.get("origin"), chars=max(map(len, texts), default=0),
+                   cost=max(1, len(texts)))
+        return body
+    return Annotated[Body, Depends(guard)]
 
 
-def translate_router(models: ModelSet, TranslateRequest: type[BaseModel],  # noqa: N803
-                     keys: KeyRing | None = None) -> APIRouter:
-    """``POST /v1/translate``; ``TranslateRequest``: its body, built for the service's limits
-    (:func:`transformer.serve.schemas.request_models`); ``keys``: the API keys and request limits
-    (default: none)."""
-    router = APIRouter()
+_ACCESS_CODES = {"InvalidKey": "invalid_api_key", "KeyRequired": "api_key_required", "TextTooLong": "text_too_long",
+                 "RateLimited": "rate_limited", "Banned": "banned"}
+
+
+def _location(loc: tuple) -> str:
+    """``("body", "text", "text-list", 2)`` -> ``"text.2"``."""
+    parts = [str(p) for p in loc if p not in ("body", ONE_TEXT, TEXT_LIST)]
+    return ".".join(parts) or "body"
+
+
+def _invalid(exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    bad_json = next((e for e in errors if e.get("type") == "json_invalid"), None)
+    if bad_json is not None:
+        reason = (bad_json.get("ctx") or {}).get("error", "malformed")
+        at = bad_json["loc"][1] if len(bad_json.get("loc", ())) > 1 else "?"
+        return error_json(400, "invalid_json", f"request body is not valid JSON: {reason} (at character {at})")
+    details = []
+    for e in errors:
+        msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
+        if e.get("type") == "missing" and tuple(e.get("loc", ())) == ("body",):
+            msg = "the request body is missing: send a JSON object"
+        loc = [p if isinstance(p, (str, int)) else str(p) for p in e.get("loc", ())]
+        details.append({"loc": [p for p in loc if p not in (ONE_TEXT, TEXT_LIST)], "message": msg})
+    message = "; ".join(f"{_location(tuple(d['loc']))}: {d['message']}" for d in details)
+    return error_json(422, "invalid_request", message, details)
+
+
+def native_answer(exc: Exception) -> Response | None:
+    """The native API's answer to what its routes raise (None: the app's handlers take it)."""
+    if isinstance(exc, RequestValidationError):
+        return _invalid(exc)
+    if isinstance(exc, AccessDenied):
+        return error_json(exc.status, _ACCESS_CODES.get(type(exc).__name__, "forbidden"), exc.message,
+                          headers=exc.headers)
+    if isinstance(exc, (Overloaded, TimedOut)):
+        return error_json(503, "overloaded" if isinstance(exc, Overloaded) else "timeout", str(exc),
+                          headers={"Retry-After": "1"})
+    if isinstance(exc, UserError):  # documents.Unprocessable among them
+        return error_json(422, "invalid_request", str(exc))
+    # FastAPI answers JSON its parser cannot read (too deep, a huge integer) with a bare 400 whose
+    # cause is the parser's error: it is invalid JSON to the client all the same.
+    if isinstance(exc, HTTPException) and exc.status_code == 400 and \
+            isinstance(exc.__cause__, (RecursionError, ValueError)):
+        return error_json(400, "invalid_json", f"request body is not valid JSON: {unreadable_json(exc.__cause__)}")
+    return None
+
+
+NATIVE = Api("native", error_json, native_answer)
+PAGE = Api("page", error_json)  # its errors (a POST to /) have the native shape
+
+
+def router(models: ModelSet, requests: RequestModels, keys: KeyRing | None = None) -> APIRouter:
+    """The native API (:data:`NATIVE`); ``requests``: the bodies of ``/v1/translate`` and
+    ``/v1/attention``, built for the service's limits (:func:`transformer.serve.schemas.request_models`);
+    ``keys``: the API keys and request limits (default: none)."""
+    router = NATIVE.router()
     keys = keys or KeyRing()
+    service = models.primary
 
     # Fields left unset (alternatives not asked for) stay out of the answer.
     @router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_unset=True,
                  responses=_responses(400, 403, 413, 422, 429, 500, 503),
                  summary="Translate one text or a list of texts (paragraphs, or HTML pages), with the sentence "
                          "alignment")
-    async def translate(body: TranslateRequest, request: Request) -> TranslateResponse:  # type: ignore[valid-type]
+    async def translate(body: guarded(keys, requests.translate), request: Request) -> TranslateResponse:
         start = time.perf_counter()
         texts = [body.text] if isinstance(body.text, str) else list(body.text)
-        _guard(keys, request, texts)
         settings_for = _settings_for(body)
         translations, info, detected, _ = await unless_client_goes(request, models.translate(
             texts, body.source, body.target, settings_for, html=body.format == "html",
@@ -143,25 +209,15 @@ def translate_router(models: ModelSet, TranslateRequest: type[BaseModel],  # noq
         return TranslateResponse(translations=translations, decoding=shown.decoding(settings_for(Route(
             None, None, (shown,)))), timing=_timing(start, info))
 
-    return router
-
-
-def attention_router(models: ModelSet, AttentionRequest: type[BaseModel],  # noqa: N803
-                     keys: KeyRing | None = None) -> APIRouter:
-    """``POST /v1/attention``: the document of ``transformer/visualize/schema.json`` for one
-    sentence of a text, where it is in the text in the ``X-Sentence-*`` and ``X-Piece-*`` headers;
-    ``keys`` as for :func:`translate_router`."""
-    router = APIRouter()
-    keys = keys or KeyRing()
-
+    # The document of transformer/visualize/schema.json for one sentence of a text, where it is in
+    # the text in the X-Sentence-* and X-Piece-* headers.
     @router.post("/v1/attention", responses={200: {"content": {"application/json": {"schema": _attention_schema()}},
                                                   "description": "transformer/visualize/schema.json, for the "
                                                   "sentence chosen by `sentence`", "headers": _SENTENCE_HEADERS},
                                              **_responses(400, 403, 413, 422, 429, 500, 503)},
                  summary="Translate one sentence of a text and return every attention weight of that translation")
-    async def attention(body: AttentionRequest, request: Request) -> JSONResponse:  # type: ignore[valid-type]
+    async def attention(body: guarded(keys, requests.attention), request: Request) -> JSONResponse:
         start = time.perf_counter()
-        _guard(keys, request, [body.text])
         route = models.route(body.source, body.target)
         if route.via is not None:
             raise Unprocessable(f"the attention of one model is drawn: no model translates {route.source} into "
@@ -178,15 +234,6 @@ def attention_router(models: ModelSet, AttentionRequest: type[BaseModel],  # noq
             "X-Source-Span": "{},{}".format(*where.sentence_span),
             "X-Piece-Index": str(where.piece), "X-Piece-Count": str(where.pieces),
             "X-Piece-Span": "{},{}".format(*where.span)})
-
-    return router
-
-
-def status_router(models: ModelSet) -> APIRouter:
-    """``GET /health`` (the batchers' queues and counters), ``GET /v1/model`` (the first model) and
-    ``GET /v1/models`` (every model, and the pairs translated through the pivot)."""
-    router = APIRouter()
-    service = models.primary
 
     @router.get("/health", response_model=Health, response_model_exclude_unset=True,
                 summary="Liveness and the batchers' queues and counters")
@@ -220,7 +267,7 @@ def page_router(models: ModelSet) -> APIRouter:
     page = index_html(src_lang=service.src_lang, tgt_lang=service.tgt_lang, max_chars=service.limits.max_chars,
                       max_sentences=service.limits.max_sentences, confidence_threshold=threshold, pairs=pairs)
     headers = {"Content-Security-Policy": page_csp(page)}
-    router = APIRouter()
+    router = PAGE.router()
 
     @router.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> HTMLResponse:
