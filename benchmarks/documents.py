@@ -178,8 +178,8 @@ def main() -> None:
     parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"),
                         help="directory of the Multi30k gzip files")
     parser.add_argument("--split", default="test_2016_flickr")
-    parser.add_argument("--src", default="de")
-    parser.add_argument("--tgt", default="en")
+    parser.add_argument("--src-lang", dest="src", default="de")
+    parser.add_argument("--tgt-lang", dest="tgt", default="en")
     parser.add_argument("--sentences", type=int, default=0, help="use the first N test sentences (0: all)")
     parser.add_argument("--min", type=int, default=3, help="fewest sentences a paragraph (default: 3)")
     parser.add_argument("--max", type=int, default=8, help="most sentences a paragraph (default: 8)")

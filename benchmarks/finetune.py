@@ -4,7 +4,7 @@ Four models, trained with the recipe of ``benchmarks/multi30k.py`` (d_model 256,
 of 8,000, batches of about 5,000 padded tokens, checkpoints every 100 steps):
 
 * general: trained on Tatoeba for ``--general-minutes`` (20), or given (``--general DIR``, e.g. a run of
-  ``benchmarks/multi30k.py --corpus tatoeba --src fr --tgt en``), or an imported Marian model
+  ``benchmarks/multi30k.py --corpus tatoeba --src-lang fr --tgt-lang en``), or an imported Marian model
   (``--init-from DIR``, a run directory made by ``transformer import-hf``, used as it is);
 * fine-tuned: ``train.init_from`` the general model, Multi30k train for ``--finetune-minutes`` (10), a
   fresh Adam, schedule ``inverse_sqrt`` (warmup ``--warmup`` steps to ``--lr``, then decaying);
@@ -116,8 +116,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--from", dest="data_dir", default=None, help="local copy of the corpora (Multi30k, Tatoeba)")
     parser.add_argument("--out", default="runs/adapt-fr-en", help="where the runs and finetune.json go")
-    parser.add_argument("--src", default="fr")
-    parser.add_argument("--tgt", default="en")
+    parser.add_argument("--src-lang", dest="src", default="fr")
+    parser.add_argument("--tgt-lang", dest="tgt", default="en")
     parser.add_argument("--general", metavar="DIR", help="a general (Tatoeba) run trained before: not trained again")
     parser.add_argument("--init-from", metavar="DIR",
                         help="start the adaptation from this run instead (e.g. an opus-mt model imported with import-hf)")

@@ -346,7 +346,7 @@ def stages(check: Check, args: argparse.Namespace, work: Path) -> None:
     if "multi30k" in wanted:
         m30k = work / "multi30k"
         if dry:
-            command = ["--corpus", "builtin", "--src", "fr", "--minutes", "0.02", "--peak-sizes", "128",
+            command = ["--corpus", "builtin", "--src-lang", "fr", "--minutes", "0.02", "--peak-sizes", "128",
                        "--valid-sentences", "2", "--test-sentences", "2", "--average", "1", "--target", "0",
                        *[x for s in [*TINY_DATA, *TINY_MODEL, "train.eval_sentences=0"] for x in ("--set", s)]]
         elif not (data / "multi30k").is_dir():
@@ -356,7 +356,7 @@ def stages(check: Check, args: argparse.Namespace, work: Path) -> None:
             check.skip("multi30k", f"{check.left():.0f} s left, it needs about {MULTI30K_NEEDS:.0f}")
             return
         else:
-            command = ["--src", "de", "--minutes", "2", "--set", "train.device=cuda", "--set", "train.compile=true",
+            command = ["--src-lang", "de", "--minutes", "2", "--set", "train.device=cuda", "--set", "train.compile=true",
                        "--from", str(data)]
         check.run("multi30k", [py, str(BENCHMARKS / "multi30k.py"), *command, "--run-dir", str(m30k)],
                   120 if dry else check.left(), read=read_json(m30k / "benchmark.json", multi30k_summary))

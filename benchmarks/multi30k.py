@@ -21,8 +21,8 @@ many of the last checkpoints to average and ``--tune-decoding`` beam size and le
 both on validation. Settings are chosen on validation; test_2016 is reported beside it, never
 chosen on.
 
-    python benchmarks/multi30k.py --corpus multi30k --src de --tgt en --minutes 30 --from ../shared/data
-    python benchmarks/multi30k.py --src fr --minutes 30 --from ../shared/data
+    python benchmarks/multi30k.py --corpus multi30k --src-lang de --tgt-lang en --minutes 30 --from ../shared/data
+    python benchmarks/multi30k.py --src-lang fr --minutes 30 --from ../shared/data
     python benchmarks/multi30k.py --minutes 10 --milestones 4,6,8 --set model.dropout=0.3 \\
         --label "dropout 0.3" --run-dir /tmp/ablation-dropout --from ../shared/data
     python benchmarks/multi30k.py --table /tmp/ablation-*/benchmark.json   # the ablation table (markdown)
@@ -30,7 +30,7 @@ chosen on.
                                   # a 30-minute CPU run's steps replayed on a GPU (scored there too)
     python benchmarks/multi30k.py --minutes 0.5 --test-sentences 20 --run-dir /tmp/m30k-check --from ../shared/data
                                                                     # a check of the script, not a result
-    python benchmarks/multi30k.py --corpus builtin --src fr --minutes 0.1 --set model.preset=tiny \
+    python benchmarks/multi30k.py --corpus builtin --src-lang fr --minutes 0.1 --set model.preset=tiny \
         --peak-sizes 256 --run-dir /tmp/builtin-check           # the same check without a corpus to read
 """
 
@@ -326,9 +326,9 @@ def table(paths: list[Path]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", default="multi30k", choices=("multi30k", "tatoeba", "builtin"),
-                        help="the corpus (builtin: the generated French-English one, --src fr, for checks)")
-    parser.add_argument("--src", default="de")
-    parser.add_argument("--tgt", default="en")
+                        help="the corpus (builtin: the generated French-English one, --src-lang fr, for checks)")
+    parser.add_argument("--src-lang", dest="src", default="de")
+    parser.add_argument("--tgt-lang", dest="tgt", default="en")
     parser.add_argument("--minutes", type=float, default=30.0, help="training time budget")
     parser.add_argument("--steps", type=int, default=0,
                         help="train for this many steps instead of --minutes (the cooldown follows the steps): "

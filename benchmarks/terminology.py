@@ -21,7 +21,7 @@ On Multi30k test_2016_flickr (the run's language pair), with one trained run dir
    (whole word, case-insensitive), with and without the glossary. sacreBLEU and chrF of each run.
 
     python benchmarks/terminology.py --run-dir /tmp/m30k-de-en --from ../shared/data
-    python benchmarks/terminology.py --run-dir runs/multi30k-de-en --from ../shared/data --src de --tgt en --json out.json
+    python benchmarks/terminology.py --run-dir runs/multi30k-de-en --from ../shared/data --src-lang de --tgt-lang en --json out.json
 
 Prints a markdown table (docs/decoding.md#terminology has the measured one) and, with --json,
 writes every number.
@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run-dir", required=True)
     p.add_argument("--from", dest="data_dir", default="../shared/data", help="local copy of the corpora")
-    p.add_argument("--src", default="de")
-    p.add_argument("--tgt", default="en")
+    p.add_argument("--src-lang", dest="src", default="de")
+    p.add_argument("--tgt-lang", dest="tgt", default="en")
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--terms", type=int, default=2, help="terms per test sentence at most (default: 2)")
     p.add_argument("--min-count", type=int, default=20)
