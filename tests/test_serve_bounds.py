@@ -337,7 +337,7 @@ def test_the_keys_file_is_read_as_run_files_are(tmp_path):
 
 # --------------------------------------------------------------------------------------------- a run's languages
 def test_a_runs_language_codes_are_checked_and_lower_cased(translator):
-    from transformer.serve.models import ModelSet
+    from transformer.serve.model_set import ModelSet
     from transformer.serve.service import TranslationService
 
     upper = create_app(translator, src_lang="FR", tgt_lang="En")

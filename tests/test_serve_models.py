@@ -19,7 +19,7 @@ from test_serve_process import free_port, wait_until_up
 
 from transformer.serve.app import create_app
 from transformer.serve.limits import ServeLimits
-from transformer.serve.models import ModelSet
+from transformer.serve.model_set import ModelSet
 from transformer.serve.service import TranslationService
 from transformer.translate.document import translate_document
 from transformer.translate.translator import Translator

@@ -67,7 +67,7 @@ from transformer.serve.api import Api, ApiRoutes
 from transformer.serve.disconnect import ClientGone
 from transformer.serve.limits import ServeLimits
 from transformer.serve.files import FileStore
-from transformer.serve.models import PIVOT, ModelSet
+from transformer.serve.model_set import PIVOT, ModelSet
 from transformer.serve.middleware import BodyGuard, Cors, InternalErrors, SecurityHeaders
 from transformer.serve.schemas import request_models
 from transformer.serve.service import TranslationService
@@ -96,7 +96,7 @@ def create_app(translator: Translator | Sequence[Translator], limits: ServeLimit
             of the LibreTranslate API (default: no keys, no limits, no suggestions, files on).
 
     Returns:
-        The app; ``app.state.models`` is its :class:`~transformer.serve.models.ModelSet`,
+        The app; ``app.state.models`` is its :class:`~transformer.serve.model_set.ModelSet`,
         ``app.state.service`` the first model's :class:`TranslationService` (``app.state.batcher``
         its batcher); every batcher is closed when the app's lifespan ends.
     """

@@ -4,7 +4,7 @@
 format chosen by its name: .txt, .html, .md, .srt, .po, .docx, .pptx, .odt, .epub), cuts every
 unit of text into sentences as the command line does (``FileSentences``: plain text as
 ``translate_document``, HTML fragments as ``translate_html``), translates all the sentences along the request's
-:class:`~transformer.serve.models.Route` (:func:`translate_upload`: through the batcher a call
+:class:`~transformer.serve.model_set.Route` (:func:`translate_upload`: through the batcher a call
 at a time, so other requests keep their turn), writes the file back with the translations in
 place, and keeps it in a :class:`FileStore`; the answer is the URL of ``GET
 /download_file/<name>``, which serves it until ``file_ttl_s`` has passed.
@@ -142,7 +142,7 @@ async def translate_upload(route, document: TranslatableFile, name: str, *, max_
     """Translate an uploaded file along ``route``.
 
     Args:
-        route: the :class:`~transformer.serve.models.Route` of the request's language pair.
+        route: the :class:`~transformer.serve.model_set.Route` of the request's language pair.
         document: the file as :func:`~transformer.translate.files.read_file` read it; ``name`` its name.
         max_sentences: the most sentences the file may hold (:class:`Unprocessable` beyond).
         run: runs the parsing and writing off the event loop (``run(fn, *args)``; the server's

@@ -3,7 +3,7 @@
 LibreTranslate (https://libretranslate.com, its web page, ``libretranslatepy``, ``deep-translator``
 and the other client libraries) is the de facto interface of self-hosted translation servers.
 The server answers all of it that its clients call, over the server's models
-(:class:`~transformer.serve.models.ModelSet`: a model per language pair, others through a pivot):
+(:class:`~transformer.serve.model_set.ModelSet`: a model per language pair, others through a pivot):
 
 * ``POST /translate``: ``q`` (a string, or in a JSON body a list of strings), ``source`` (a code,
   or ``auto``: detected per text, and ``detectedLanguage`` answered), ``target``, ``format``
@@ -67,7 +67,7 @@ from transformer.serve.documents import Unprocessable
 from transformer.serve.lt_params import BadRequest, TooLarge, read_parameters
 from transformer.serve.middleware import plain_error_json
 from transformer.serve.service import _off_the_loop
-from transformer.serve.models import AUTO, UNKNOWN, ModelSet, NoRoute, language_name
+from transformer.serve.model_set import AUTO, UNKNOWN, ModelSet, NoRoute, language_name
 from transformer.serve.uploads import Uploads, UploadsBusy
 from transformer.serve.suggestions import SuggestionStore, SuggestionStoreError, SuggestionStoreFull
 from transformer.translate.files import SUPPORTED_EXTENSIONS, FileFormatError, format_for, read_file

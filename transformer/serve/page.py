@@ -56,7 +56,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-from transformer.serve.models import language_name
+from transformer.serve.model_set import language_name
 from transformer.visualize.csp import inline_hashes
 from transformer.visualize.page import MIN_LINE_WEIGHT, PAGE_FORMAT, PAGE_VERSION, _script_json, view_template
 

@@ -1,5 +1,5 @@
 """The native API and the page: FastAPI routers over the server's models
-(:class:`~transformer.serve.models.ModelSet`; a request names its languages, or gets the first model's).
+(:class:`~transformer.serve.model_set.ModelSet`; a request names its languages, or gets the first model's).
 
 * :func:`router`: ``POST /v1/translate``, ``POST /v1/attention``, ``GET /health``, ``GET /v1/model``
   and ``GET /v1/models``, the routes of :data:`NATIVE`;
@@ -41,7 +41,7 @@ from transformer.serve.batching import BatchInfo, Overloaded, TimedOut
 from transformer.serve.disconnect import unless_client_goes
 from transformer.serve.page import index_html, page_csp
 from transformer.serve.documents import Unprocessable
-from transformer.serve.models import ModelSet, Route
+from transformer.serve.model_set import ModelSet, Route
 from transformer.serve.middleware import error_json, unreadable_json
 from transformer.serve.schemas import (ONE_TEXT, TEXT_LIST, ErrorResponse, Health, ModelInfo, ModelList, PairInfo,
                                        RequestModels, TranslateResponse)
