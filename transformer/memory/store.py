@@ -34,7 +34,7 @@ DEFAULT_TIMEOUT = 5.0
 MERGE_AFTER = 10_000  # an import that adds this many entries merges the fuzzy index's pieces after it
 _PAGE = 1000  # rows per read when walking the entries (exports)
 _COLUMNS = "id, source, target, source_lang, target_lang, origin, status, created, updated, who, import_id"
-Progress = Callable[[ImportReport], None]  # told of an import's counts after each committed batch
+ImportProgress = Callable[[ImportReport], None]  # told of an import's counts after each committed batch
 _IMPORT_COLUMNS = ("id, name, format, source_lang, target_lang, state, started, finished, units, added, duplicates, "
                    "skipped, who")
 
@@ -410,7 +410,7 @@ class TranslationMemory:
     # -------------------------------------------------------------------------------- imports
     def import_pairs(self, pairs: Iterable[tuple[str, str]], source_lang: str, target_lang: str, *,
                      name: str = "pairs", status: str = "accepted", who: str | None = None,
-                     batch: int = 1000, progress: Progress | None = None) -> ImportReport:
+                     batch: int = 1000, progress: ImportProgress | None = None) -> ImportReport:
         """Import ``(source, target)`` pairs given in code (see :meth:`import_tsv` for the rules);
         a bad pair is named by its number (``pair 3: ...``)."""
         rows = ((f"pair {number}", source, target) for number, (source, target) in enumerate(pairs, 1))
@@ -418,7 +418,7 @@ class TranslationMemory:
 
     def import_tsv(self, path: str | os.PathLike[str], source_lang: str, target_lang: str, *,
                    status: str = "accepted", who: str | None = None, batch: int = 1000,
-                   progress: Progress | None = None) -> ImportReport:
+                   progress: ImportProgress | None = None) -> ImportReport:
         """Import a TSV file of ``source<TAB>target`` lines (format: :mod:`transformer.memory.tsv`).
 
         Args:
@@ -453,7 +453,7 @@ class TranslationMemory:
 
     def import_tmx(self, path: str | os.PathLike[str], source_lang: str, target_lang: str, *,
                    status: str = "accepted", who: str | None = None, batch: int = 1000,
-                   progress: Progress | None = None) -> ImportReport:
+                   progress: ImportProgress | None = None) -> ImportReport:
         """Import the units of a TMX file that have both languages (reading:
         :mod:`transformer.memory.tmx`).
 
@@ -469,7 +469,7 @@ class TranslationMemory:
 
     def _import(self, rows: Iterable[tuple[str, str | None, str | None]], name: str, kind: str, source_lang: str,
                 target_lang: str, status: str, who: str | None, batch: int,
-                progress: Progress | None = None) -> ImportReport:
+                progress: ImportProgress | None = None) -> ImportReport:
         """Import ``(where, source, target)`` rows (``where`` names a row in messages), ``batch``
         rows per transaction, under a new import record (:class:`ImportReport`); ``progress`` is
         given the record after each batch."""
