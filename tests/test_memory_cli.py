@@ -135,6 +135,8 @@ def test_a_big_import_says_its_progress(tmp_path, capsys, monkeypatch):
     (["import", "{tmp}/none.tmx", "--tm", "{memory}", "--src-lang", "fr", "--tgt-lang", "en"], "no such file"),
     (["import", "{tmp}/pairs.csv", "--tm", "{memory}", "--src-lang", "fr", "--tgt-lang", "en"], "--format"),
     (["import", "{huge}", "--tm", "{memory}", "--src-lang", "fr", "--tgt-lang", "en"], "huge.tsv:1: a line longer"),
+    (["import", "{huge}", "--tm", "{memory}", "--src-lang", "fr", "--tgt-lang", "en", "--format", "tmx"],
+     "huge.tsv:1: not well-formed"),
     (["import", "{pairs}", "--tm", "{memory}", "--src-lang", "fr", "--tgt-lang", "en", "--timeout", "nan"],
      "--timeout must be"),
 ])

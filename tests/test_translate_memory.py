@@ -123,6 +123,14 @@ def test_a_sentence_in_the_middle_of_a_document_is_replaced_and_the_others_trans
         assert err.splitlines()[-1].startswith("2 of ") and "from the translation memory" in err
 
 
+def test_an_html_page_gets_the_memory_inside_its_markup(run_dir, memory, model_calls, capsys):
+    path, _ = memory
+    status, out, err = translate(capsys, run_dir, "--format", "html", "<p>Il fait beau. <b>Le chat dort.</b></p>",
+                                 "--tm", str(path))
+    assert status == 0 and f"<b>{SERVED[1]}</b></p>" in out
+    assert model_calls == [["Il fait beau."]] and "1 of 2 sentences from the translation memory" in err
+
+
 def _model(run_dir, sentence: str) -> str:
     """The model's own translation of ``sentence``, as translate --greedy gives it."""
     from transformer.decoding import DecodeConfig
