@@ -155,8 +155,8 @@ def test_documented_command_parses(argv, where):
     if args.command == "train" and not args.config:
         from transformer.run.config import RunConfig
 
-        shortcuts = [f"data.{key}={value}" for key, value in (("corpus", args.corpus), ("src_lang", args.src),
-                                                              ("tgt_lang", args.tgt), ("data_dir", args.data_dir))
+        shortcuts = [f"data.{key}={value}" for key, value in (("corpus", args.corpus), ("src_lang", args.src_lang),
+                                                              ("tgt_lang", args.tgt_lang), ("data_dir", args.data_dir))
                      if value is not None]
         RunConfig().with_overrides(shortcuts + list(args.overrides))  # unknown keys, bad values raise
 
