@@ -125,6 +125,8 @@ def test_a_big_import_says_its_progress(tmp_path, capsys, monkeypatch):
     (["list", "--tm", "{memory}", "--pair", "fr-e_n"], "is not a language code"),
     (["list", "--tm", "{memory}", "--pair", "pt-br-en"], "--pair takes two language codes"),
     (["list", "--tm", "{memory}", "--limit", "-1"], "--limit and --offset must be >= 0"),
+    (["list", "--tm", "{memory}", "--status", "maybe"], "unknown status 'maybe'; one of pending, accepted, rejected"),
+    (["export", "--tm", "{memory}", "{tmp}/out.tmx", "--status", "done"], "unknown status 'done'"),
     (["export", "--tm", "{memory}", "{tmp}/out.csv"], "suffix says its format"),
     (["export", "--tm", "{memory}", "{tmp}/out.tsv"], "one language pair"),
     (["export", "--tm", "{memory}", "{tmp}/existing.tmx"], "exists: give --overwrite"),

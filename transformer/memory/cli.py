@@ -19,7 +19,7 @@ from pathlib import Path
 
 from transformer.errors import UserError
 from transformer.memory.errors import TMError
-from transformer.memory.records import Entry, ImportReport
+from transformer.memory.records import STATUSES, Entry, ImportReport
 from transformer.memory.store import TranslationMemory
 from transformer.memory.text import language_code
 
@@ -61,6 +61,13 @@ def _pair(args: argparse.Namespace) -> tuple[str | None, str | None]:
         source, target = parts
     return (None if source is None else language_code(source, "--src-lang"),
             None if target is None else language_code(target, "--tgt-lang"))
+
+
+def _status(value: str | None, *, also: tuple[str, ...] = ()) -> str | None:
+    """``--status``, checked: one of the memory's statuses (or of ``also``), or None when not given."""
+    if value is not None and value not in (*STATUSES, *also):
+        raise UserError(f"unknown status {value[:20]!r}; one of {', '.join((*STATUSES, *also))}")
+    return value
 
 
 def _one_line(text: str) -> str:
@@ -162,6 +169,7 @@ def export_command(args: argparse.Namespace) -> int:
     suffix = out.suffix.lower()
     if suffix not in (".tmx", ".tsv"):
         raise UserError(f"{out}: the output's suffix says its format: .tmx or .tsv")
+    status = _status(args.status, also=("all",))
     source_lang, target_lang = _pair(args)
     if suffix == ".tsv" and (source_lang is None or target_lang is None):
         raise UserError("a TSV file holds one language pair: give --pair SRC-TGT (or --src-lang and --tgt-lang)")
@@ -171,7 +179,7 @@ def export_command(args: argparse.Namespace) -> int:
         raise UserError(f"{out} exists: give --overwrite to replace it")
     if Path(args.tm).exists() and out.exists() and out.resolve() == Path(args.tm).resolve():
         raise UserError(f"{out} is the memory itself: export to another file")
-    status = None if args.status == "all" else args.status
+    status = None if status == "all" else status
     with _existing(args) as tm:
         if suffix == ".tmx":
             count = tm.export_tmx(out, source_lang=source_lang, target_lang=target_lang, status=status)
@@ -185,9 +193,10 @@ def export_command(args: argparse.Namespace) -> int:
 def list_command(args: argparse.Namespace) -> int:
     if args.limit < 0 or args.offset < 0:
         raise UserError(f"--limit and --offset must be >= 0, got {args.limit} and {args.offset}")
+    status = _status(args.status)
     source_lang, target_lang = _pair(args)
     with _existing(args) as tm:
-        entries = tm.entries(status=args.status, source_lang=source_lang, target_lang=target_lang,
+        entries = tm.entries(status=status, source_lang=source_lang, target_lang=target_lang,
                              limit=args.limit, offset=args.offset)
     for entry in entries:
         if args.json:

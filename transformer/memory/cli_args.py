@@ -72,8 +72,9 @@ def register_tm_command(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     _memory_options(e)
     e.add_argument("out", metavar="OUT", help="the file to write: OUT.tmx or OUT.tsv")
     _pair_options(e, "(default: all)")
-    e.add_argument("--status", choices=(*STATUS_CHOICES, "all"), default="accepted",
-                   help="the entries' status (default: accepted; all for every entry)")
+    # Statuses are checked by the handler (a one-line error like every other mistake), not by choices.
+    e.add_argument("--status", default="accepted", metavar="STATUS",
+                   help=f"the entries' status: {', '.join(STATUS_CHOICES)}, or all for every entry (default: accepted)")
     e.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
     e.set_defaults(handler="transformer.memory.cli:export_command")
 
@@ -84,7 +85,7 @@ def register_tm_command(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
         "prints one JSON object an entry instead.",
     )
     _memory_options(ls)
-    ls.add_argument("--status", choices=STATUS_CHOICES, help="only entries in this status")
+    ls.add_argument("--status", metavar="STATUS", help=f"only entries in this status: {', '.join(STATUS_CHOICES)}")
     _pair_options(ls, "(default: all)")
     ls.add_argument("--limit", type=int, default=100, metavar="N", help="the most entries printed (default: 100)")
     ls.add_argument("--offset", type=int, default=0, metavar="N", help="pass over the first N that pass (default: 0)")
