@@ -142,6 +142,7 @@ def _location(loc: tuple) -> str:
 
 
 def _invalid(exc: RequestValidationError) -> JSONResponse:
+    """The answer to a body FastAPI refused: 400 for invalid JSON, 422 naming each invalid field."""
     errors = exc.errors()
     bad_json = next((e for e in errors if e.get("type") == "json_invalid"), None)
     if bad_json is not None:
