@@ -1,39 +1,55 @@
 """``transformer`` commands run in the test's own process: ``transformer.cli.main`` with standard
 input, output and error swapped for in-memory streams. Starting a process costs seconds of imports
 (torch) on a small machine; tests that need a real process (signals, a console script, torchrun)
-start one themselves."""
+start one themselves. Tests get it as the ``cli`` fixture (conftest.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
-import subprocess
 import sys
+from typing import NamedTuple
 
 
-def _stream(data: bytes = b"") -> io.TextIOWrapper:
-    """A text stream over bytes, with a ``buffer`` as the standard streams have, that is no terminal."""
-    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", newline=None)
+class _Stream(io.TextIOWrapper):
+    """A text stream over bytes, with a ``buffer`` as the standard streams have; a terminal or not."""
+
+    def __init__(self, data: bytes = b"", terminal: bool = False):
+        super().__init__(io.BytesIO(data), encoding="utf-8", newline=None)
+        self.terminal = terminal
+
+    def isatty(self) -> bool:
+        return self.terminal
 
 
-def run_cli(*args, input: str | None = None) -> subprocess.CompletedProcess:
+class Ran(NamedTuple):
+    """What a command did, named as ``subprocess.run(..., capture_output=True, text=True)`` names it;
+    it unpacks as ``status, out, err``."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args, input: str | None = None, terminal: bool = False) -> Ran:
     """``transformer ARGS`` (each argument made a string) through ``transformer.cli.main``: its exit
-    status and what it wrote, as ``subprocess.run(..., capture_output=True, text=True)`` gives them.
-    ``input`` is its standard input. torch's thread count (which commands set) is restored after.
+    status and what it wrote. ``input`` is its standard input. torch's thread count (which commands
+    set) is restored after.
 
     Args:
         args: the command line after ``transformer``.
         input: the text on standard input (none: an empty stream).
+        terminal: whether standard output says it is a terminal.
 
     Returns:
-        A ``CompletedProcess`` with ``returncode``, ``stdout`` and ``stderr``.
+        A ``Ran``: ``returncode``, ``stdout`` and ``stderr``.
     """
     import torch
 
     from transformer.cli import main
 
     argv = [str(arg) for arg in args]
-    stdin, stdout, stderr = _stream((input or "").encode("utf-8")), _stream(), _stream()
+    stdin, stdout, stderr = _Stream((input or "").encode("utf-8")), _Stream(terminal=terminal), _Stream()
     threads, saved_stdin = torch.get_num_threads(), sys.stdin
     sys.stdin = stdin
     try:
@@ -49,4 +65,4 @@ def run_cli(*args, input: str | None = None) -> subprocess.CompletedProcess:
     for stream in (stdout, stderr):
         stream.flush()
         texts.append(stream.buffer.getvalue().decode("utf-8"))
-    return subprocess.CompletedProcess(["transformer", *argv], status, texts[0], texts[1])
+    return Ran(status, texts[0], texts[1])

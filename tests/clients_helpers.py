@@ -18,8 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from test_serve import make_run_dir
-from test_serve_process import free_port, wait_until_up
+from serve_helpers import free_port, wait_until_up
 
 from transformer.model import Transformer
 from transformer.run.model import save_model
@@ -33,10 +32,10 @@ ENGLISH = "The black cat is sleeping on the kitchen table."
 SAMPLES = {"fr": FRENCH, "de": GERMAN, "en": ENGLISH}
 
 
-def make_runs(root: Path, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], Path]:
-    """A run directory per language pair under ``root``: the tiny model of ``make_run_dir``, each
-    with its own random weights (seeded by its position) and its languages in run_config.json."""
-    base = make_run_dir(root / "base")
+def make_runs(base: Path, root: Path, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], Path]:
+    """A run directory per language pair under ``root``: copies of the tiny run ``base`` (the
+    ``tiny_run`` fixture's), each with its own random weights (seeded by its position) and its
+    languages in run_config.json."""
     reference = Translator.from_run_dir(base).model
     runs = {}
     for seed, (src, tgt) in enumerate(pairs, start=1):

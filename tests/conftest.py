@@ -1,4 +1,10 @@
-"""Fixtures shared by the test files."""
+"""Fixtures shared by the test files: a tiny run directory (``tiny_run``), a ``transformer`` command
+run in-process (``cli``), the headless browser (``browser``), the decoding engines (``engine``) and
+the runs trained once a session. Test modules import none of each other; what they share besides
+fixtures is in the ``*_helpers.py`` modules."""
+
+import json
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +19,65 @@ def _data_cache(tmp_path_factory):
     patch.setenv("TRANSFORMER_DATA_CACHE", str(tmp_path_factory.mktemp("data-cache")))
     yield
     patch.undo()
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """Builds run directories of a random tiny model: ``tiny_run(directory=None, *, pairs=400,
+    learned_positions=True, languages=("fr", "en"), seed=0)`` writes one into ``directory`` (a new
+    folder of the session when none) and returns it. Its BPE is trained on ``pairs`` sentence pairs of
+    the built-in corpus (seed 1); the model's weights are drawn with ``seed``; learned positions stop
+    its outputs at 64 tokens (else the preset's sinusoids); ``languages`` go into run_config.json
+    (none: no run_config.json). Each call builds a fresh run: a test may change its files."""
+    import torch
+
+    from transformer.config import preset
+    from transformer.corpus.builtin import generate_pairs
+    from transformer.model import Transformer
+    from transformer.run.model import save_model
+    from transformer.text import Vocabularies
+
+    def make(directory: Path | None = None, *, pairs: int = 400, learned_positions: bool = True,
+             languages: tuple[str, str] | None = ("fr", "en"), seed: int = 0) -> Path:
+        directory = Path(directory) if directory is not None else tmp_path_factory.mktemp("tiny-run")
+        vocab = Vocabularies.train(generate_pairs(pairs, seed=1), vocab_size=400)
+        positions = {"positional": "learned", "max_positions": 64} if learned_positions else {}
+        torch.manual_seed(seed)
+        save_model(Transformer(preset("tiny", src_vocab_size=vocab.src.vocab_size, **positions)), directory)
+        vocab.save(directory)
+        if languages:
+            src, tgt = languages
+            (directory / "run_config.json").write_text(json.dumps({"data": {"src_lang": src, "tgt_lang": tgt}}))
+        return directory
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def cli():
+    """Runs ``transformer ARGS`` in this process: ``cli(*args, input=None)`` gives a
+    ``CompletedProcess`` with its exit status, standard output and error (tests/cli_helpers.py)."""
+    from cli_helpers import run_cli
+
+    return run_cli
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium (Playwright), one per test module; skipped where there is none."""
+    import os
+
+    from browser_helpers import ARGS, CHROMIUM, require
+
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        require(False, "playwright is not installed (pip install playwright)")
+    require(os.path.exists(CHROMIUM), f"{CHROMIUM} not found (apt-get install chromium)")
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield chromium
+        chromium.close()
 
 
 @pytest.fixture(params=["kernels", "no-kernels"])
@@ -75,12 +140,13 @@ def short_demo_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def pair_runs(tmp_path_factory):
+def pair_runs(tmp_path_factory, tiny_run):
     """Tiny runs of three language pairs, fr->en, en->de and de->en (random weights of their own,
     their languages recorded), for the tests of a server of several models and of its clients."""
     from clients_helpers import make_runs
 
-    return make_runs(tmp_path_factory.mktemp("pair-runs"), [("fr", "en"), ("en", "de"), ("de", "en")])
+    root = tmp_path_factory.mktemp("pair-runs")
+    return make_runs(tiny_run(root / "base"), root, [("fr", "en"), ("en", "de"), ("de", "en")])
 
 
 @pytest.fixture(scope="session")

@@ -15,15 +15,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_serve import make_run_dir
-from test_serve_process import free_port
+from serve_helpers import free_port
 
 FORBIDDEN_IN_LOG = ("Traceback", "Exception in ASGI application", "timeout graceful shutdown exceeded")
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
-    return make_run_dir(tmp_path_factory.mktemp("slow-clients-run"))
+def run_dir(tiny_run) -> Path:
+    return tiny_run()
 
 
 class Served:

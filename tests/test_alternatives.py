@@ -9,7 +9,6 @@ incomplete character all read as U+FFFD), checked against the translator's own n
 from __future__ import annotations
 
 import pytest
-from test_serve import make_run_dir
 
 from transformer.translate.alternatives import combine, distinct, translate_alternatives
 from transformer.translate.document import translate_document
@@ -21,8 +20,8 @@ TEXTS = [DUPLICATED, "le chat noir dort", "Je suis étudiant. Le chat noir dort.
 
 
 @pytest.fixture(scope="module")
-def translator(tmp_path_factory) -> Translator:
-    base = Translator.from_run_dir(make_run_dir(tmp_path_factory.mktemp("alternatives-run")))
+def translator(tiny_run) -> Translator:
+    base = Translator.from_run_dir(tiny_run())
     return base.with_decoding(max_len_a=0.0, max_len_b=8)  # beam 4, the paper's
 
 

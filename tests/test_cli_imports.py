@@ -19,8 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from test_serve import make_run_dir
-
 from transformer.cli import _handler, build_parser
 from transformer.errors import EXTRA_MODULES, install_hint
 
@@ -119,8 +117,8 @@ WITHOUT_EXTRAS = """
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
-    return make_run_dir(tmp_path_factory.mktemp("base-install-run"))
+def run_dir(tiny_run) -> Path:
+    return tiny_run()
 
 
 def test_a_base_install_runs_every_command_but_those_of_the_extras(run_dir, tmp_path):

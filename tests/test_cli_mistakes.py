@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from test_serve import make_run_dir
-
 from transformer.cli import main
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    return make_run_dir(tmp_path_factory.mktemp("mistakes-run"))
+def run_dir(tiny_run):
+    return tiny_run()
 
 
 @pytest.fixture

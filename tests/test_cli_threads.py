@@ -8,8 +8,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from test_serve import make_run_dir
-
 import transformer.training.trainer as trainer_module
 from transformer.cli import build_parser, main
 from transformer.run.config import MAX_THREADS
@@ -32,8 +30,8 @@ def thread_calls(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    return make_run_dir(tmp_path_factory.mktemp("threads-run"))
+def run_dir(tiny_run):
+    return tiny_run()
 
 
 def subparser(name):

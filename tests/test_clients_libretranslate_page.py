@@ -30,8 +30,7 @@ from urllib.parse import urlencode
 
 import pytest
 from clients_helpers import ENGLISH, FRENCH, expected, make_runs
-from test_serve_browser import live_server
-from test_visualize_browser import browser  # noqa: F401 (the shared Chromium fixture)
+from serve_helpers import live_server
 
 from transformer.serve.app import create_app
 from transformer.serve.libretranslate import LibreTranslateOptions
@@ -51,8 +50,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::transformer.translate.warning.T
 
 
 @pytest.fixture(scope="module")
-def translators(tmp_path_factory) -> dict[tuple[str, str], Translator]:
-    runs = make_runs(tmp_path_factory.mktemp("page-runs"), PAIRS)
+def translators(tmp_path_factory, tiny_run) -> dict[tuple[str, str], Translator]:
+    root = tmp_path_factory.mktemp("page-runs")
+    runs = make_runs(tiny_run(root / "base"), root, PAIRS)
     return {pair: Translator.from_run_dir(path) for pair, path in runs.items()}
 
 
@@ -182,10 +182,10 @@ def test_text_already_in_the_target_language(browser, server, page_origin):  # n
 
 
 @pytest.mark.slow
-def test_the_real_libretranslate_page_in_front_of_the_server(tmp_path):
+def test_the_real_libretranslate_page_in_front_of_the_server(tmp_path, tiny_run):
     """benchmarks/libretranslate_frontend.py: the libretranslate package's own page (its virtual
     environment made when missing), driven in Chromium against ``transformer serve``."""
-    runs = make_runs(tmp_path / "runs", PAIRS)
+    runs = make_runs(tiny_run(tmp_path / "runs" / "base"), tmp_path / "runs", PAIRS)
     report = tmp_path / "report.json"
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "libretranslate_frontend.py"),
                            *map(str, runs.values()), "--json", str(report)],

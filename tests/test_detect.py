@@ -17,9 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from test_serve import make_run_dir
-
-from transformer.cli import build_parser, main
+from transformer.cli import build_parser
 from transformer.translate import cli as translate_cli
 from transformer.translate.detect import (
     SHORT_WORDS, UNDETERMINED, Detection, LanguageDetector, count_words, known_languages,
@@ -170,15 +168,8 @@ def test_concurrent_calls_give_the_serial_answers(everything):
 
 # --------------------------------------------------------------------------------------------- the commands
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    return make_run_dir(tmp_path_factory.mktemp("detect-run"))  # data.src_lang fr
-
-
-def run(capsys, *args) -> tuple[int, str, str]:
-    capsys.readouterr()
-    status = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return status, out, err
+def run_dir(tiny_run):
+    return tiny_run()  # data.src_lang fr
 
 
 MIXED = [
@@ -197,41 +188,41 @@ def mixed(tmp_path) -> Path:
     return path
 
 
-def test_src_lang_auto_warns_once_per_line_in_another_language(run_dir, mixed, capsys):
-    status, out, err = run(capsys, "translate", run_dir, "--input", mixed, "--src-lang", "auto", *FAST)
+def test_src_lang_auto_warns_once_per_line_in_another_language(run_dir, mixed, cli):
+    status, out, err = cli("translate", run_dir, "--input", mixed, "--src-lang", "auto", *FAST)
     assert status == 0 and len(out.splitlines()) == len(MIXED)
     warnings = [line for line in err.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 2, err  # the German line (two sentences: one warning) and the English line
     assert f"{mixed}: line 2: detected as de (confidence 1.00), not fr" in warnings[0]
     assert "translated as fr all the same" in warnings[0]
     assert "line 5: detected as en" in warnings[1]
-    status, out_lines, err = run(capsys, "translate", run_dir, "--input", mixed, "--src-lang", "auto",
+    status, out_lines, err = cli("translate", run_dir, "--input", mixed, "--src-lang", "auto",
                                  "--segment", "lines", *FAST)
     assert status == 0 and err.count("warning:") == 2
 
 
-def test_src_lang_auto_json_and_splitting(run_dir, mixed, capsys):
-    status, out, _ = run(capsys, "translate", run_dir, "--input", mixed, "--src-lang", "auto", "--json", *FAST)
+def test_src_lang_auto_json_and_splitting(run_dir, mixed, cli):
+    status, out, _ = cli("translate", run_dir, "--input", mixed, "--src-lang", "auto", "--json", *FAST)
     records = [json.loads(line) for line in out.splitlines()]
     detected = [r["detected_language"] for r in records]
     assert [d["language"] for d in detected] == ["fr", "de", detected[2]["language"], "und", "en"]
     assert detected[1]["confidence"] > 0.99 and detected[3]["confidence"] == 0.0
     # the German line is cut by the German rules: "am 3. Mai" ends no sentence
     assert len(records[1]["sentences"]) == 2
-    status, out, err = run(capsys, "translate", run_dir, "--input", mixed, "--json", *FAST)
+    status, out, err = cli("translate", run_dir, "--input", mixed, "--json", *FAST)
     plain = [json.loads(line) for line in out.splitlines()]
     assert all("detected_language" not in r for r in plain) and "detected as" not in err
     assert len(plain[1]["sentences"]) == 3  # the run's French rules cut after "3."
-    status, out, _ = run(capsys, "translate", run_dir, "--input", mixed, "--json", "--segment", "lines",
+    status, out, _ = cli("translate", run_dir, "--input", mixed, "--json", "--segment", "lines",
                          "--src-lang", "auto", *FAST)
     assert [json.loads(line)["detected_language"]["language"] for line in out.splitlines()][1] == "de"
 
 
-def test_without_auto_the_output_is_unchanged(run_dir, mixed, capsys):
+def test_without_auto_the_output_is_unchanged(run_dir, mixed, cli):
     """--src-lang auto changes the splitting of the German line only; without it nothing is detected."""
-    _, default, err = run(capsys, "translate", run_dir, "--input", mixed, *FAST)
-    _, french, _ = run(capsys, "translate", run_dir, "--input", mixed, "--src-lang", "fr", *FAST)
-    _, auto, _ = run(capsys, "translate", run_dir, "--input", mixed, "--src-lang", "auto", *FAST)
+    _, default, err = cli("translate", run_dir, "--input", mixed, *FAST)
+    _, french, _ = cli("translate", run_dir, "--input", mixed, "--src-lang", "fr", *FAST)
+    _, auto, _ = cli("translate", run_dir, "--input", mixed, "--src-lang", "auto", *FAST)
     assert default == french and "warning" not in err
     assert [a == b for a, b in zip(default.splitlines(), auto.splitlines())] == [True, False, True, True, True]
 
@@ -241,30 +232,30 @@ def test_resume_records_auto(run_dir, mixed, tmp_path):
     assert translate_cli._settings(args)["src_lang"] == "auto"
 
 
-def test_src_lang_auto_for_html_documents(run_dir, capsys):
+def test_src_lang_auto_for_html_documents(run_dir, cli):
     german = "<p>Wir treffen uns <b>morgen</b> in Berlin und gehen dann zusammen essen.</p>"
     french = "<p>Il pleut depuis ce matin et nous restons à la maison.</p>"
-    status, out, err = run(capsys, "translate", run_dir, "--format", "html", "--src-lang", "auto", german, french,
+    status, out, err = cli("translate", run_dir, "--format", "html", "--src-lang", "auto", german, french,
                            *FAST)
     assert status == 0 and len(out.splitlines()) == 2
     assert err.count("detected as") == 1 and "text: document 1: detected as de" in err
     # the German page is cut into sentences by the German rules: "am 3. Mai" ends no sentence
     page = "<p>Wir treffen uns am 3. Mai in Berlin und gehen dann essen.</p>"
-    outputs = {lang: run(capsys, "translate", run_dir, "--format", "html", "--src-lang", lang, page, *FAST)[1]
+    outputs = {lang: cli("translate", run_dir, "--format", "html", "--src-lang", lang, page, *FAST)[1]
                for lang in ("auto", "de", "fr")}
     assert outputs["auto"] == outputs["de"] != outputs["fr"]
 
 
-def test_detect_command(tmp_path, capsys):
-    status, out, _ = run(capsys, "detect", EXAMPLES["de"], EXAMPLES["es"], "", "1234")
+def test_detect_command(tmp_path, cli):
+    status, out, _ = cli("detect", EXAMPLES["de"], EXAMPLES["es"], "", "1234")
     rows = [line.split("\t") for line in out.splitlines()]
     assert status == 0 and [r[0] for r in rows] == ["de", "es", "und", "und"]
     assert float(rows[0][1]) > 0.9 and rows[2][1] == "0.0000"
     path = tmp_path / "in.txt"
     path.write_text(f"{EXAMPLES['fr']}\n{EXAMPLES['en']}\n", encoding="utf-8")
-    status, out, _ = run(capsys, "detect", "--input", path, "--languages", "en,de", "--json")
+    status, out, _ = cli("detect", "--input", path, "--languages", "en,de", "--json")
     records = [json.loads(line) for line in out.splitlines()]
     assert status == 0 and [r["index"] for r in records] == [0, 1] and records[1]["source"] == EXAMPLES["en"]
     assert records[0]["language"] in {"en", "de"} and [a["language"] for a in records[1]["alternatives"]] == ["de"]
-    status, _, err = run(capsys, "detect", "--languages", "en,klingon", "Hello")
+    status, _, err = cli("detect", "--languages", "en,klingon", "Hello")
     assert status == 2 and "transformer detect: error: language detection does not know klingon" in err

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import io
 import re
-import sys
 import zipfile
 
 import pytest
 
 from office_helpers import docx_bytes, paragraph, run
-from test_serve import make_run_dir
 
-from transformer.cli import main
 
 FAST = ["--greedy", "--max-len-b", "2", "--no-progress"]
 
@@ -34,35 +31,28 @@ echo "le code reste"
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    return make_run_dir(tmp_path_factory.mktemp("files-run"))
+def run_dir(tiny_run):
+    return tiny_run()
 
 
-def translate(capsys, *args) -> tuple[int, str, str]:
-    capsys.readouterr()
-    status = main(["translate", *[str(a) for a in args]])
-    out, err = capsys.readouterr()
-    return status, out, err
-
-
-def test_srt_file_keeps_numbers_and_timings(run_dir, tmp_path, capsys):
+def test_srt_file_keeps_numbers_and_timings(run_dir, tmp_path, cli):
     source, output = tmp_path / "film.srt", tmp_path / "film.en.srt"
     source.write_text(SRT)
-    status, out, err = translate(capsys, run_dir, "--input", source, "--output", output, *FAST)
+    status, out, err = cli("translate", run_dir, "--input", source, "--output", output, *FAST)
     assert status == 0, err
     assert out == "" and "translated" in err and f"{source}" in err
     result = output.read_text()
     for kept in ["1\n00:00:01,000 --> 00:00:03,500\n<i>", "</i>\n\n2\n00:00:04,000 --> 00:00:05,000\n"]:
         assert kept in result
     assert result != SRT  # translated
-    status, out, err = translate(capsys, run_dir, "--input", source, *FAST)  # a text format: standard output
+    status, out, err = cli("translate", run_dir, "--input", source, *FAST)  # a text format: standard output
     assert status == 0 and out == result
 
 
-def test_markdown_file_keeps_code_and_urls(run_dir, tmp_path, capsys):
+def test_markdown_file_keeps_code_and_urls(run_dir, tmp_path, cli):
     source, output = tmp_path / "README.md", tmp_path / "README.en.md"
     source.write_text(MARKDOWN)
-    status, _, err = translate(capsys, run_dir, "--input", source, "--output", output, *FAST)
+    status, _, err = cli("translate", run_dir, "--input", source, "--output", output, *FAST)
     assert status == 0, err
     result = output.read_text()
     assert result.startswith("# ") and "](https://example.com/x_y)" in result and "`dort`" in result
@@ -70,22 +60,21 @@ def test_markdown_file_keeps_code_and_urls(run_dir, tmp_path, capsys):
     assert result != MARKDOWN
 
 
-def test_docx_file_is_written_whole_and_atomically(run_dir, tmp_path, capsys, monkeypatch):
+def test_docx_file_is_written_whole_and_atomically(run_dir, tmp_path, cli):
     source, output = tmp_path / "rapport.docx", tmp_path / "rapport.en.docx"
     source.write_bytes(docx_bytes(paragraph(run("Il pleut fort."), run("Nous restons.", "<w:b/>"))))
-    status, _, err = translate(capsys, run_dir, "--input", source, "--output", output, *FAST)
+    status, _, err = cli("translate", run_dir, "--input", source, "--output", output, *FAST)
     assert status == 0, err
     with zipfile.ZipFile(io.BytesIO(output.read_bytes())) as archive:
         document = archive.read("word/document.xml").decode()
         assert archive.read("word/media/image1.png") == zipfile.ZipFile(source).read("word/media/image1.png")
     assert "<w:b/>" in document and "Il pleut fort." not in document
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no work file left behind
-    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
-    status, _, err = translate(capsys, run_dir, "--input", source, *FAST)
+    status, _, err = cli("translate", run_dir, "--input", source, *FAST, terminal=True)
     assert status == 2 and "a .docx file is a binary file: give --output FILE" in err and err.count("\n") == 1
 
 
-def test_refusals_come_before_the_model_and_name_the_problem(run_dir, tmp_path, capsys):
+def test_refusals_come_before_the_model_and_name_the_problem(run_dir, tmp_path, cli):
     source = tmp_path / "film.srt"
     source.write_text(SRT)
     (tmp_path / "exists.srt").write_text("keep me")
@@ -99,28 +88,27 @@ def test_refusals_come_before_the_model_and_name_the_problem(run_dir, tmp_path, 
         (["--format", "srt", "Bonjour."], "--format srt translates a file"),
     ]
     for args, message in cases:
-        status, _, err = translate(capsys, tmp_path / "no-such-run", *args, *FAST)  # no model is needed to refuse
+        status, _, err = cli("translate", tmp_path / "no-such-run", *args, *FAST)  # no model is needed to refuse
         assert status == 2 and message in err and err.count("\n") == 1, (args, err)
     assert (tmp_path / "exists.srt").read_text() == "keep me"
 
 
-def test_text_and_explicit_html_keep_their_paths(run_dir, tmp_path, capsys):
+def test_text_and_explicit_html_keep_their_paths(run_dir, tmp_path, cli):
     text = tmp_path / "notes.txt"
     text.write_text("Il pleut.\n\nLe chat dort.\n")
-    _, by_name, _ = translate(capsys, run_dir, "--input", text, *FAST)
-    _, as_text, _ = translate(capsys, run_dir, "--input", text, "--format", "text", *FAST)
+    _, by_name, _ = cli("translate", run_dir, "--input", text, *FAST)
+    _, as_text, _ = cli("translate", run_dir, "--input", text, "--format", "text", *FAST)
     assert by_name == as_text and by_name.count("\n") == 3
     page = tmp_path / "page.html"
     page.write_text('<html lang="fr"><body><p>Il pleut.</p></body></html>')
-    status, as_file, err = translate(capsys, run_dir, "--input", page, *FAST)  # the file format: lang set
+    status, as_file, err = cli("translate", run_dir, "--input", page, *FAST)  # the file format: lang set
     assert status == 0, err
     assert as_file.startswith('<html lang="en">')
-    status, explicit, _ = translate(capsys, run_dir, "--input", page, "--format", "html", *FAST)  # as before
+    status, explicit, _ = cli("translate", run_dir, "--input", page, "--format", "html", *FAST)  # as before
     assert status == 0 and explicit.startswith('<html lang="fr">')
 
 
-def test_standard_input_with_a_format(run_dir, capsys, monkeypatch):
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(SRT.encode())))
-    status, out, err = translate(capsys, run_dir, "--format", "srt", *FAST)
+def test_standard_input_with_a_format(run_dir, cli):
+    status, out, err = cli("translate", run_dir, "--format", "srt", *FAST, input=SRT)
     assert status == 0, err
     assert out.startswith("1\n00:00:01,000 --> 00:00:03,500\n") and "standard input" in err

@@ -17,7 +17,6 @@ import re
 import pytest
 from cli_helpers import run_cli
 from fastapi.testclient import TestClient
-from test_serve import make_run_dir
 
 from transformer.errors import UserError
 from transformer.serve.app import create_app
@@ -28,8 +27,8 @@ ERROR_ID = re.compile(r"[0-9a-f]{12}")
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    return make_run_dir(tmp_path_factory.mktemp("internal-errors-run"))
+def run_dir(tiny_run):
+    return tiny_run()
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from test_serve import make_run_dir
-
 from transformer.cli import main
 from transformer.config import preset
 from transformer.corpus.builtin import generate_pairs
@@ -39,21 +37,13 @@ FAST = ["--greedy", "--max-len-b", "2", "--no-progress"]  # outputs of source le
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    return make_run_dir(tmp_path_factory.mktemp("text-run"))
+def run_dir(tiny_run):
+    return tiny_run()
 
 
 @pytest.fixture(scope="module")
 def translator(run_dir):
     return Translator.from_run_dir(run_dir, decoding=DecodeConfig(strategy="greedy", max_len_b=2))
-
-
-def translate(capsys, *args) -> tuple[int, str, str]:
-    """``transformer ARGS`` in this process: (exit status, stdout, stderr)."""
-    capsys.readouterr()
-    status = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 # --------------------------------------------------------------------------------------------- defects
@@ -82,7 +72,7 @@ def spm_run(tmp_path_factory):
     return directory
 
 
-def test_empty_lines_through_a_sentencepiece_model_stay_empty(spm_run, tmp_path, capsys):
+def test_empty_lines_through_a_sentencepiece_model_stay_empty(spm_run, tmp_path, cli):
     """encode("") is [</s>] with Marian's tokenizer: that is no text, and translates to ""."""
     translator = Translator.from_run_dir(spm_run, decoding=DecodeConfig(strategy="greedy"))
     assert translator.vocab.src.encode("") == [translator.vocab.src.eos_id]
@@ -92,7 +82,7 @@ def test_empty_lines_through_a_sentencepiece_model_stay_empty(spm_run, tmp_path,
     assert translator.translate_text("\n  \nje suis étudiant.\n\n") .startswith("\n  \n")
     source = tmp_path / "blank.txt"
     source.write_text("je suis étudiant\n\n   \nnous mangeons\n", encoding="utf-8")
-    status, stdout, _ = translate(capsys, "translate", spm_run, "--input", source, "--segment", "lines", *FAST)
+    status, stdout, _ = cli("translate", spm_run, "--input", source, "--segment", "lines", *FAST)
     assert status == 0
     lines = stdout.split("\n")
     assert len(lines) == 5 and lines[1] == "" and lines[2] == "" and lines[4] == ""
@@ -127,28 +117,28 @@ def test_translate_takes_any_iterable_of_str_but_not_a_str(translator):
         translator.translate(x for x in ["a", 3])
 
 
-def test_a_byte_order_mark_is_dropped_by_translate_and_evaluate(run_dir, tmp_path, capsys):
+def test_a_byte_order_mark_is_dropped_by_translate_and_evaluate(run_dir, tmp_path, cli):
     lines = [f for f, _ in generate_pairs(6, seed=3)]
     plain, bom = tmp_path / "plain.fr", tmp_path / "bom.fr"
     plain.write_text("\n".join(lines) + "\n", encoding="utf-8")
     bom.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
     assert read_lines(str(bom)) == read_lines(str(plain)) == lines
-    outputs = [translate(capsys, "translate", run_dir, "--input", f, *FAST, "--segment", mode)[1]
+    outputs = [cli("translate", run_dir, "--input", f, *FAST, "--segment", mode)[1]
                for mode in ("lines", "sentences") for f in (plain, bom)]
     assert outputs[0] == outputs[1] and outputs[2] == outputs[3]
     # evaluate: the hypotheses as their own references score 100, with a BOM on either file too.
     hyps = tmp_path / "hyps.en"
-    status, out, _ = translate(capsys, "evaluate", run_dir, "--src", plain, "--ref", plain, "--greedy",
+    status, out, _ = cli("evaluate", run_dir, "--src", plain, "--ref", plain, "--greedy",
                                "--max-len-b", "2", "--output", hyps)
     assert status == 0
     bom_ref = tmp_path / "bom.en"
     bom_ref.write_bytes(b"\xef\xbb\xbf" + hyps.read_bytes())
-    status, out, _ = translate(capsys, "evaluate", run_dir, "--src", bom, "--ref", bom_ref, "--greedy",
+    status, out, _ = cli("evaluate", run_dir, "--src", bom, "--ref", bom_ref, "--greedy",
                                "--max-len-b", "2", "--json")
     assert status == 0 and json.loads(out.strip().splitlines()[-1])["bleu"] == pytest.approx(100.0)
 
 
-def test_gzip_input_is_read_by_its_magic_bytes(run_dir, tmp_path, capsys):
+def test_gzip_input_is_read_by_its_magic_bytes(run_dir, tmp_path, cli):
     lines = [f for f, _ in generate_pairs(6, seed=4)]
     plain = tmp_path / "test.fr"
     plain.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -156,21 +146,21 @@ def test_gzip_input_is_read_by_its_magic_bytes(run_dir, tmp_path, capsys):
     packed.write_bytes(gzip.compress(b"\xef\xbb\xbf" + plain.read_bytes()))
     unnamed.write_bytes(packed.read_bytes())
     assert read_lines(str(packed)) == read_lines(str(unnamed)) == lines
-    status, expected, _ = translate(capsys, "translate", run_dir, "--input", plain, *FAST)
+    status, expected, _ = cli("translate", run_dir, "--input", plain, *FAST)
     for f in (packed, unnamed):
-        status, out, err = translate(capsys, "translate", run_dir, "--input", f, *FAST)
+        status, out, err = cli("translate", run_dir, "--input", f, *FAST)
         assert status == 0 and out == expected and "invalid UTF-8" not in err
     hyps = tmp_path / "hyps.en"
-    translate(capsys, "evaluate", run_dir, "--src", plain, "--ref", plain, "--greedy", "--max-len-b", "2",
+    cli("evaluate", run_dir, "--src", plain, "--ref", plain, "--greedy", "--max-len-b", "2",
               "--output", hyps)
     ref = tmp_path / "ref.en.gz"
     ref.write_bytes(gzip.compress(hyps.read_bytes()))
-    status, out, _ = translate(capsys, "evaluate", run_dir, "--src", packed, "--ref", ref, "--greedy",
+    status, out, _ = cli("evaluate", run_dir, "--src", packed, "--ref", ref, "--greedy",
                                "--max-len-b", "2", "--json")
     assert status == 0 and json.loads(out.strip().splitlines()[-1])["bleu"] == pytest.approx(100.0)
 
 
-def test_bad_input_is_named_and_the_other_lines_translated(run_dir, translator, tmp_path, capsys):
+def test_bad_input_is_named_and_the_other_lines_translated(run_dir, translator, tmp_path, cli):
     good = ["je suis étudiant.", "nous mangeons du fromage.", "le chat dort."]
     huge = "le chat noir dort sur la table. " * (10_500_000 // 32)  # a 10 MB line
     junk = bytes(b for b in random.Random(0).randbytes(3000) if b not in b"\r\n")
@@ -184,7 +174,7 @@ def test_bad_input_is_named_and_the_other_lines_translated(run_dir, translator, 
         good[1].encode() + b"\r",               # 6: CRLF
         good[2].encode(),                       # 7: no final line break
     ]))
-    status, out, err = translate(capsys, "translate", run_dir, "--input", source, *FAST)
+    status, out, err = cli("translate", run_dir, "--input", source, *FAST)
     assert status == 0
     assert "line 2: invalid UTF-8" in err and "line 5: invalid UTF-8" in err
     assert "line 3: 2 NUL bytes removed" in err and "line 5" in err
@@ -206,28 +196,28 @@ def test_bad_input_is_named_and_the_other_lines_translated(run_dir, translator, 
     assert re.sub(r"\s", "", "".join(sentence[a:b] for a, b in spans)) == re.sub(r"\s", "", sentence)
 
 
-def test_binary_input_warnings_are_counted_after_ten(run_dir, tmp_path, capsys):
+def test_binary_input_warnings_are_counted_after_ten(run_dir, tmp_path, cli):
     rng = random.Random(1)
     junk = b"\n".join(bytes(b for b in rng.randbytes(40) if b != 10) + b"\xff" for _ in range(15))
     source = tmp_path / "image.bin"
     source.write_bytes(junk)
-    status, out, err = translate(capsys, "translate", run_dir, "--input", source, *FAST)
+    status, out, err = cli("translate", run_dir, "--input", source, *FAST)
     assert status == 0 and out.count("\n") == junk.count(b"\n") + (not junk.endswith(b"\n"))
     assert err.count("invalid UTF-8 (") == 10 and "further warnings like this (invalid UTF-8 replaced)" in err
     assert re.search(r"warning: \d+ warnings in all: invalid UTF-8 replaced \(first lines: 1, ", err)
 
 
-def test_utf16_input_is_refused_with_a_one_line_error(run_dir, tmp_path, capsys):
+def test_utf16_input_is_refused_with_a_one_line_error(run_dir, tmp_path, cli):
     source = tmp_path / "utf16.txt"
     source.write_bytes("je suis étudiant.\n".encode("utf-16"))
-    status, out, err = translate(capsys, "translate", run_dir, "--input", source, *FAST)
+    status, out, err = cli("translate", run_dir, "--input", source, *FAST)
     assert status == 2 and "UTF-16 byte-order mark" in err and "iconv" in err and err.count("\n") == 1
 
 
-def test_crlf_in_crlf_out(run_dir, translator, tmp_path, capsys):
+def test_crlf_in_crlf_out(run_dir, translator, tmp_path, cli):
     source = tmp_path / "crlf.txt"
     source.write_bytes(b"Il pleut. Nous restons.\r\n\r\n  Le chat dort.  \r\nfin\n")
-    status, out, _ = translate(capsys, "translate", run_dir, "--input", source, *FAST)
+    status, out, _ = cli("translate", run_dir, "--input", source, *FAST)
     expected = translator.translate_text("Il pleut. Nous restons.\r\n\r\n  Le chat dort.  \r\nfin\n")
     assert status == 0 and out == expected
     assert out.count("\r\n") == 3 and out.endswith("\n") and not out.endswith("\r\n")
@@ -274,13 +264,13 @@ def test_every_sentence_of_the_paragraph_corpus_reaches_the_model_once(translato
 
 
 @pytest.mark.parametrize("lang", ["fr", "de"])
-def test_paragraph_files_keep_their_structure_and_every_sentence(run_dir, tmp_path, capsys, lang):
+def test_paragraph_files_keep_their_structure_and_every_sentence(run_dir, tmp_path, lang, cli):
     """The corpus as a file of paragraphs (one a line, blank lines between) through the command:
     the same lines, blank where the input is blank, and one non-empty translation per sentence."""
     text = "\n\n".join(" ".join(sentences) for sentences in gold(lang)) + "\n"
     source = tmp_path / f"paragraphs.{lang}"
     source.write_text(text, encoding="utf-8")
-    status, out, err = translate(capsys, "translate", run_dir, "--input", source, "--src-lang", lang, "--json", *FAST)
+    status, out, err = cli("translate", run_dir, "--input", source, "--src-lang", lang, "--json", *FAST)
     assert status == 0, err
     records = [json.loads(line) for line in out.splitlines()]
     assert len(records) == text.count("\n")
@@ -297,29 +287,29 @@ def test_paragraph_files_keep_their_structure_and_every_sentence(run_dir, tmp_pa
     assert abs(segments - sum(len(s) for s in gold(lang))) <= 2  # the segmenter's known residue
 
 
-def test_segment_lines_keeps_one_segment_per_line(run_dir, translator, tmp_path, capsys):
+def test_segment_lines_keeps_one_segment_per_line(run_dir, translator, tmp_path, cli):
     lines = ["Il pleut. Nous restons à la maison.", "", "  le chat dort.  "]
     source = tmp_path / "two-sentences.txt"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    status, by_sentence, _ = translate(capsys, "translate", run_dir, "--input", source, *FAST)
+    status, by_sentence, _ = cli("translate", run_dir, "--input", source, *FAST)
     assert status == 0 and by_sentence == translator.translate_text("\n".join(lines) + "\n")
-    status, by_line, _ = translate(capsys, "translate", run_dir, "--input", source, "--segment", "lines", *FAST)
+    status, by_line, _ = cli("translate", run_dir, "--input", source, "--segment", "lines", *FAST)
     assert status == 0 and by_line == "".join(t + "\n" for t in translator.translate(lines))
     assert by_line != by_sentence
     assert by_sentence.split("\n")[2].startswith("  ") and by_sentence.split("\n")[2].endswith("  ")
     # As arguments, each argument a text (line breaks inside it kept).
-    status, out, _ = translate(capsys, "translate", run_dir, "Il pleut.\nNous restons.", "le chat dort.", *FAST)
+    status, out, _ = cli("translate", run_dir, "Il pleut.\nNous restons.", "le chat dort.", *FAST)
     assert out == translator.translate_text("Il pleut.\nNous restons.") + "\n" + translator.translate_text(
         "le chat dort.") + "\n"
 
 
-def test_n_best_and_json_per_line(run_dir, tmp_path, capsys):
-    status, out, _ = translate(capsys, "translate", run_dir, "Il pleut. Nous restons.", "", "--beam", "2",
+def test_n_best_and_json_per_line(run_dir, tmp_path, cli):
+    status, out, _ = cli("translate", run_dir, "Il pleut. Nous restons.", "", "--beam", "2",
                                "--n-best", "2", "--max-len-b", "2")
     rows = [line.split(" ||| ") for line in out.splitlines()]
     assert status == 0 and [r[0] for r in rows] == ["0", "0"]  # the empty line has no hypothesis
     assert float(rows[0][2]) >= float(rows[1][2])
-    status, out, _ = translate(capsys, "translate", run_dir, "Il pleut. Nous restons.", "--json", *FAST)
+    status, out, _ = cli("translate", run_dir, "Il pleut. Nous restons.", "--json", *FAST)
     record = json.loads(out)
     assert record["translation"] == record["translations"][0]["text"] and len(record["sentences"]) == 2
     assert record["translations"][0]["score"] == pytest.approx(
@@ -337,7 +327,7 @@ def test_evaluate_says_it_scores_line_by_line(capsys):
 
 
 # --------------------------------------------------------------------------------------------- refusals
-def test_output_that_is_the_input_or_exists_is_refused(run_dir, tmp_path, capsys):
+def test_output_that_is_the_input_or_exists_is_refused(run_dir, tmp_path, cli):
     source = tmp_path / "in.txt"
     source.write_text("je suis étudiant.\n", encoding="utf-8")
     cases = [
@@ -353,27 +343,27 @@ def test_output_that_is_the_input_or_exists_is_refused(run_dir, tmp_path, capsys
     ]
     (tmp_path / "exists.txt").write_text("keep me\n")
     for args, message in cases:
-        status, out, err = translate(capsys, "translate", run_dir, *args, *FAST)
+        status, out, err = cli("translate", run_dir, *args, *FAST)
         assert status == 2 and message in err and err.count("\n") == 1, (args, err)
     assert (tmp_path / "exists.txt").read_text() == "keep me\n" and source.read_text() == "je suis étudiant.\n"
-    status, _, err = translate(capsys, "translate", run_dir, "--input", source, "--output", tmp_path / "exists.txt",
+    status, _, err = cli("translate", run_dir, "--input", source, "--output", tmp_path / "exists.txt",
                                "--overwrite", *FAST)
     assert status == 0 and (tmp_path / "exists.txt").read_text() != "keep me\n"
     assert not (tmp_path / "exists.txt.resume").exists()  # removed when the run completes
-    status, _, err = translate(capsys, "translate", tmp_path / "no-run", "--input", source, "--output",
+    status, _, err = cli("translate", tmp_path / "no-run", "--input", source, "--output",
                                tmp_path / "never.txt", *FAST)
     assert status == 2 and "run directory not found" in err
     assert not (tmp_path / "never.txt").exists() and not (tmp_path / "never.txt.resume").exists()
 
 
-def test_format_html(run_dir, tmp_path, capsys):
+def test_format_html(run_dir, tmp_path, cli):
     try:
         import transformer.translate.html  # noqa: F401
     except ImportError:
-        status, _, err = translate(capsys, "translate", run_dir, "--format", "html", "<p>Il pleut.</p>", *FAST)
+        status, _, err = cli("translate", run_dir, "--format", "html", "<p>Il pleut.</p>", *FAST)
         assert status == 2 and "--format html needs transformer.translate.html" in err
         return
     page = "<html><body><p>Il pleut. <b>Nous</b> restons.</p><script>var x = 1;</script></body></html>"
-    status, out, err = translate(capsys, "translate", run_dir, "--format", "html", page, *FAST)
+    status, out, err = cli("translate", run_dir, "--format", "html", page, *FAST)
     assert status == 0, err
     assert "<script>var x = 1;</script>" in out and "<b>" in out and "</b>" in out
