@@ -5,7 +5,10 @@ best finished hypotheses. A step extends every open beam by one token, takes the
 ``2K`` best extensions, moves those among the first ``K`` that end with ``</s>`` to the finished
 hypotheses, and keeps the ``K`` best others open. The beams of all open sentences go through the
 decoder together, one row each, and the rows (their cache and memory) follow the beams with one
-reorder per step.
+reorder per step. Which ``2K`` extensions a step takes is one object's choice
+(``step_candidates``): the best by score (``BestExtensions``) or, for sentences with lexical
+constraints (a glossary's terms), the constraints' banks in turn
+(:class:`~transformer.decoding.constraints.ConstraintSet`); the loop is the same for both.
 
 What a step records is written in place into tensors of a fixed size (``_History``): each open
 beam's token and parent, each finished hypothesis' score. A sentence's ``n_best`` are chosen
@@ -36,7 +39,7 @@ from transformer.decoding.common import (
     score_dtype,
 )
 from transformer.decoding.cancel import check_cancelled
-from transformer.decoding.constraints import ConstraintSet, Constraints, check_constraints, unmet_constraints
+from transformer.decoding.constraints import ConstraintSet, Constraints, check_constraints
 from transformer.decoding.steps import Steps, decoder_steps
 from transformer.model import Transformer
 from transformer.errors import UserError
@@ -98,16 +101,13 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
     if not isinstance(sync_every, int) or sync_every < 1:
         raise UserError(f"sync_every must be an integer >= 1, got {sync_every!r}")
     K, device, B = beam_size, src.device, src.shape[0]
-    if constraints is not None:
-        constraints = check_constraints(constraints, B, eos_id=eos_id)
-    bound = ConstraintSet(constraints, device) if constraints is not None and any(constraints) else None
+    candidates = step_candidates(model, constraints, B, 2 * K, eos_id=eos_id, device=device)
     memory = model.encode(src, src_mask) if memory is None else memory  # (B, S, E)
     max_len = output_limits(model, src_mask, max_len_a, max_len_b)  # (B,)
     T = int(max_len.max())
-    steps = decoder_steps(model, memory, src_mask, steps=T, rows=B * K, static=static_cache)
-    rows = _Rows(model, steps, B, bos_id=bos_id, device=device)
+    rows = _Rows(model, decoder_steps(model, memory, src_mask, steps=T, rows=B * K, static=static_cache), B,
+                 bos_id=bos_id, device=device)
     rank = torch.arange(2 * K, device=device)
-    keep_best = stopping == "exact" and _early_stop  # the exact rule reads each sentence's n-best every step
     for t in range(T):
         check_cancelled()  # a server stops a search nobody waits for any more
         logits = rows.logits()  # (N, V)
@@ -116,16 +116,11 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
                 raise UserError(f"beam_size ({K}) must be smaller than the vocabulary ({logits.shape[-1]})")
             dtype = score_dtype(logits)
             lp = length_penalty_factor(torch.arange(T + 1, device=device), length_penalty, alpha).to(dtype)  # (T+1,)
-            sentences = _Sentences.start(max_len, lp, n_best, dtype=dtype, keep_best=keep_best,
-                                         constrained=bound is not None)
-            history = _History(B, T, K, dtype=dtype, device=device, constrained=bound is not None)
+            sentences = _Sentences.start(max_len, lp, n_best, dtype=dtype, stopping=stopping, early_stop=_early_stop,
+                                         constrained=candidates.constrained is not None)
+            history = _History(B, T, K, dtype=dtype, device=device, constrained=candidates.constrained is not None)
         n = sentences.input_index.numel()
-        if bound is None:
-            scores, tokens, parents = _best_extensions(model, logits, sentences.scores, 2 * K)  # (n, 2K)
-            shortfall = None
-        else:  # in bank round-robin order, with each candidate's constraint state
-            scores, tokens, parents, states, shortfall = bound.extensions(model, logits, sentences.scores, 2 * K,
-                                                                          eos_id)
+        scores, tokens, parents, shortfall = candidates.extensions(logits, sentences.scores)  # (n, 2K) each, in order
         slots = parents - (torch.arange(n, device=device) * (logits.shape[0] // n)).unsqueeze(1)  # parent's beam
         ends = tokens == eos_id
         at_limit = t + 1 >= sentences.max_len  # (n,)
@@ -148,62 +143,68 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, *, bos_id: in
         sentences.scores = scores.gather(1, order)
         parents, next_tokens = parents.gather(1, order).flatten(), tokens.gather(1, order).flatten()  # (N,)
         history.follow(sentences.input_index, t, next_tokens.view(n, K), slots.gather(1, order))
-        if bound is not None:
-            picked = (order + (torch.arange(n, device=device) * ends.shape[1]).unsqueeze(1)).flatten()
-            bound.follow(states.select(picked))
-        done = at_limit
-        if stopping == "k_finished" or bound is not None:
-            sentences.n_finished = sentences.n_finished + finishing.sum(dim=1)
-        if stopping == "k_finished":
-            done = done | (sentences.n_finished >= K)
-        elif _early_stop:
-            done = done | sentences.cannot_improve()
-        if bound is not None:  # a constrained sentence also stops once K hypotheses meeting its constraints finished
-            done = done | (bound.constrained & (sentences.n_finished >= K))
-        sentences.closed = sentences.closed | done if sync_every > 1 else done
+        candidates.follow(order)
+        sentences.close(at_limit, finishing, K, candidates.constrained, accumulate=sync_every > 1)
         kept = None
         if ((t + 1) % sync_every == 0 or t + 1 == T) and bool(sentences.closed.any()):  # the check: a host sync
             kept = (~sentences.closed).nonzero().squeeze(1)
             if kept.numel() == 0:
                 break
             sentences = sentences.rows(kept)
-            if bound is not None:
-                bound.rows(kept, K)
+            candidates.rows(kept, K)
             parents, next_tokens = parents.view(n, K)[kept].flatten(), next_tokens.view(n, K)[kept].flatten()
         rows.follow(parents, next_tokens, t, kept)
-    found = history.best(n_best, eos_id)
-    if bound is not None:
-        for hyps, wanted in zip(found, constraints):
-            for h in hyps:
-                h.unmet = unmet_constraints(h.tokens, wanted)
-    return found
+    return candidates.mark_unmet(history.best(n_best, eos_id))
 
 
-def _best_extensions(model: Transformer, logits: Tensor, beam_scores: Tensor,
-                     count: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Each sentence's ``count`` best one-token extensions of its beams, best first.
+def step_candidates(model: Transformer, constraints: Constraints | None, B: int, count: int, *, eos_id: int,
+                    device: torch.device) -> BestExtensions | ConstraintSet:
+    """How the search chooses a step's candidates: the glossary's banks where a sentence of the
+    ``B`` has constraints (checked), else the plain ``count`` best extensions."""
+    if constraints is not None:
+        constraints = check_constraints(constraints, B, eos_id=eos_id)
+    if constraints is None or not any(constraints):
+        return BestExtensions(model, count)
+    return ConstraintSet(constraints, device, model=model, count=count, eos_id=eos_id)
 
-    Args:
-        model: the model; its ``best_tokens``, where it has one (the CPU engine's: log-softmax
-            and top-k of a row in one compiled pass), picks each row's best tokens.
-        logits: ``(N, V)``, the next token's logits of the ``N = n * k`` beams.
-        beam_scores: ``(n, k)``, the beams' log-probabilities.
-        count: extensions per sentence (fewer where ``k * V`` is smaller).
 
-    Returns:
-        ``(scores, tokens, parents)``, each ``(n, count)``: the extended beams' log-probabilities,
-        the tokens they add, and the row (of ``N``) of the beam each one extends.
-    """
-    n, k = beam_scores.shape
-    # A sentence's best extensions are among the `count` best tokens of each of its beams, so only
-    # those are added to the beams' scores: (n, k * w) candidates instead of (n, k * V).
-    w = min(count, logits.shape[-1])
-    token_scores, token_ids = best_tokens(model, logits, w)  # (N, w)
-    candidates = (beam_scores.unsqueeze(2) + token_scores.view(n, k, w)).view(n, k * w)
-    scores, best = candidates.topk(min(count, k * w), dim=1)  # (n, count), best first
-    tokens = token_ids.view(n, k * w).gather(1, best)
-    parents = best // w + (torch.arange(n, device=logits.device) * k).unsqueeze(1)
-    return scores, tokens, parents
+class BestExtensions:
+    """A step's candidates without constraints: each sentence's ``count`` best one-token extensions
+    of its beams, best first (the paper's beam search). What the loop calls;
+    :class:`~transformer.decoding.constraints.ConstraintSet` answers the same calls with constraints."""
+
+    constrained = None  # (n,) bool: the sentences with constraints; None: no sentence has any
+
+    def __init__(self, model: Transformer, count: int) -> None:
+        self.model, self.count = model, count  # the model's ``best_tokens``, where it has one, picks a row's best
+
+    def extensions(self, logits: Tensor, beam_scores: Tensor) -> tuple[Tensor, Tensor, Tensor, None]:
+        """Each sentence's candidates from the beams' logits ``(N, V)`` and log-probabilities
+        ``(n, k)``: ``(scores, tokens, parents, shortfall)``, each ``(n, count)`` (fewer where
+        ``k * V`` is smaller) in the order the search takes them: the extended beams'
+        log-probabilities, the tokens they add, the row (of ``N``) each extends, and the constraint
+        tokens each still lacks (None: no constraints)."""
+        n, k = beam_scores.shape
+        # A sentence's best extensions are among the `count` best tokens of each of its beams, so only
+        # those are added to the beams' scores: (n, k * w) candidates instead of (n, k * V).
+        w = min(self.count, logits.shape[-1])
+        token_scores, token_ids = best_tokens(self.model, logits, w)  # (N, w)
+        candidates = (beam_scores.unsqueeze(2) + token_scores.view(n, k, w)).view(n, k * w)
+        scores, best = candidates.topk(min(self.count, k * w), dim=1)  # (n, count), best first
+        tokens = token_ids.view(n, k * w).gather(1, best)
+        parents = best // w + (torch.arange(n, device=logits.device) * k).unsqueeze(1)
+        return scores, tokens, parents, None
+
+    def follow(self, order: Tensor) -> None:
+        """The open beams after the step, ``order (n, K)``: positions among each sentence's candidates
+        (a beam here is its tokens, which the search keeps)."""
+
+    def rows(self, index: Tensor, beams: int) -> None:
+        """Keep the sentences ``index`` (of the current ones, each with ``beams`` rows)."""
+
+    def mark_unmet(self, found: list[list[Hypothesis]]) -> list[list[Hypothesis]]:
+        """The finished search's hypotheses, each with the constraints it misses (here none)."""
+        return found
 
 
 EMPTY = 1 << 30  # the shortfall of an empty place among the finished: after every hypothesis
@@ -289,7 +290,8 @@ class _History:
 @dataclass
 class _Sentences:
     """The sentences still in the batch: their limits, their beams' scores, how many hypotheses
-    they finished and (for the exact stopping rule) the scores of their ``n_best`` best."""
+    they finished and (for the exact stopping rule) the scores of their ``n_best`` best; when each
+    stops (``close``)."""
 
     input_index: Tensor  # (n,) each sentence's index in the input batch
     max_len: Tensor  # (n,) its output limit
@@ -299,18 +301,21 @@ class _Sentences:
     closed: Tensor  # (n,) done, leaving the batch at the next check
     best_score: Tensor | None  # (n, n_best) its best finished hypotheses' scores, in rank order; None: not kept
     best_shortfall: Tensor | None  # (n, n_best) their missing constraint tokens (with constraints)
+    k_finished: bool  # the stopping rule: "k_finished" (else "exact", with best_score kept where it stops early)
 
     @classmethod
-    def start(cls, max_len: Tensor, lp: Tensor, n_best: int, *, dtype: torch.dtype, keep_best: bool,
+    def start(cls, max_len: Tensor, lp: Tensor, n_best: int, *, dtype: torch.dtype, stopping: str, early_stop: bool,
               constrained: bool) -> _Sentences:
         """All sentences, each with one open beam (``<s>``, log-probability 0) and nothing finished."""
         B, device = max_len.shape[0], max_len.device
+        keep_best = stopping == "exact" and early_stop  # the exact rule reads each sentence's n-best every step
         return cls(input_index=torch.arange(B, device=device), max_len=max_len, lp_max=lp[max_len],
                    scores=torch.zeros(B, 1, dtype=dtype, device=device),
                    n_finished=torch.zeros(B, dtype=torch.long, device=device),
                    closed=torch.zeros(B, dtype=torch.bool, device=device),
                    best_score=torch.full((B, n_best), -math.inf, dtype=dtype, device=device) if keep_best else None,
-                   best_shortfall=torch.full((B, n_best), EMPTY, device=device) if keep_best and constrained else None)
+                   best_shortfall=torch.full((B, n_best), EMPTY, device=device) if keep_best and constrained else None,
+                   k_finished=stopping == "k_finished")
 
     def finish(self, score: Tensor, shortfall: Tensor | None) -> None:
         """Rank a step's finished hypotheses ``score (n, K)`` (``-inf``: not finished; ``shortfall``:
@@ -336,11 +341,30 @@ class _Sentences:
         assert self.best_score is not None
         return self.best_score[:, -1] >= self.scores.max(dim=1).values / self.lp_max
 
+    def close(self, at_limit: Tensor, finishing: Tensor, K: int, constrained: Tensor | None, *,
+              accumulate: bool) -> None:
+        """Close the sentences a step ended: those at their length limit ``at_limit (n,)``, those
+        the stopping rule stops (``K`` finished, or nothing left to improve), and those with
+        constraints (``constrained (n,)``, None: none has any) once ``K`` hypotheses that meet them
+        finished; ``finishing (n, K)``: the step's finished hypotheses. ``accumulate``: a sentence
+        closed earlier stays closed (it leaves at the next check)."""
+        done = at_limit
+        if self.k_finished or constrained is not None:
+            self.n_finished = self.n_finished + finishing.sum(dim=1)
+        if self.k_finished:
+            done = done | (self.n_finished >= K)
+        elif self.best_score is not None:
+            done = done | self.cannot_improve()
+        if constrained is not None:
+            done = done | (constrained & (self.n_finished >= K))
+        self.closed = self.closed | done if accumulate else done
+
     def rows(self, index: Tensor) -> _Sentences:
         """The sentences ``index``."""
         pick = (lambda x: None if x is None else x[index])
         return _Sentences(self.input_index[index], self.max_len[index], self.lp_max[index], self.scores[index],
-                          self.n_finished[index], self.closed[index], pick(self.best_score), pick(self.best_shortfall))
+                          self.n_finished[index], self.closed[index], pick(self.best_score), pick(self.best_shortfall),
+                          self.k_finished)
 
 
 class _Rows:

@@ -49,7 +49,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from transformer.decoding.common import best_tokens
+from transformer.decoding.common import Hypothesis, best_tokens
 from transformer.errors import UserError
 
 @dataclass(frozen=True)
@@ -118,14 +118,20 @@ class RowStates:
 
 
 class ConstraintSet:
-    """The constraints of the sentences still in a batch, and the progress of their beams.
+    """The constraints of the sentences still in a batch, and the progress of their beams: beam
+    search's choice of a step's ``count`` (2K) candidates with constraints, answering the calls of
+    ``transformer.decoding.beam.BestExtensions``, which chooses them without.
 
-    Built from per-sentence lists of token-id sequences; ``extensions`` replaces the
-    unconstrained search's choice of a step's candidates, ``follow`` keeps the rows' states in
-    step with the beams.
+    Built from each sentence's constraints (``check_constraints``), the model (its ``best_tokens``)
+    and the id of ``</s>``; ``extensions`` gives a step's candidates in bank round-robin order,
+    ``follow`` keeps the rows' states in step with the beams the search keeps, ``mark_unmet`` names
+    the constraints each finished hypothesis misses.
     """
 
-    def __init__(self, constraints: list[list[Constraint]], device: torch.device) -> None:
+    def __init__(self, constraints: list[list[Constraint]], device: torch.device, *, model, count: int,
+                 eos_id: int) -> None:
+        self.given, self.model, self.count, self.eos_id = constraints, model, count, eos_id
+        self._candidates: tuple[RowStates, int] | None = None  # the last step's candidates' states, per sentence
         n = len(constraints)
         M = max((len(c) for c in constraints), default=0)
         L = max((len(t.tokens) for c in constraints for t in c), default=1)
@@ -166,24 +172,20 @@ class ConstraintSet:
         rows = (index.unsqueeze(1) * beams + torch.arange(beams, device=index.device)).flatten()
         self.states = self.states.select(rows)
 
-    def extensions(self, model, logits: Tensor, beam_scores: Tensor, count: int,
-                   eos_id: int) -> tuple[Tensor, Tensor, Tensor, RowStates, Tensor]:
+    def extensions(self, logits: Tensor, beam_scores: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Each sentence's ``count`` best one-token extensions of its beams, in bank round-robin
-        order (module doc).
+        order (module doc); their constraint states are kept for ``follow``.
 
         Args:
-            model: the model (its ``best_tokens`` where it has one).
             logits: ``(N, V)``, the beams' next-token logits.
             beam_scores: ``(n, k)``, the beams' log-probabilities.
-            count: candidates kept per sentence.
-            eos_id: the id of ``</s>``.
 
         Returns:
-            ``(scores, tokens, parents, states, shortfall)``, each ``(n, count)`` (``states`` per
-            candidate): the extended beams' log-probabilities (``-inf`` for a place no candidate
-            filled), their tokens, the row each extends, their constraint states, and the
-            constraint tokens each still lacks.
+            ``(scores, tokens, parents, shortfall)``, each ``(n, count)``: the extended beams'
+            log-probabilities (``-inf`` for a place no candidate filled), their tokens, the row each
+            extends, and the constraint tokens each still lacks.
         """
+        model, count, eos_id = self.model, self.count, self.eos_id
         n, k = beam_scores.shape
         N, V = logits.shape
         device = logits.device
@@ -214,11 +216,24 @@ class ConstraintSet:
         picked = RowStates(states.met.reshape(N * P, -1)[flat], states.cur.reshape(-1)[flat],
                            states.j.reshape(-1)[flat], states.after.reshape(-1)[flat])
         shortfall = self.total.unsqueeze(1) - bank.gather(1, chosen)
-        return scores.gather(1, chosen), ids.gather(1, chosen), parents, picked, shortfall
+        self._candidates = (picked, chosen.shape[1])
+        return scores.gather(1, chosen), ids.gather(1, chosen), parents, shortfall
 
-    def follow(self, states: RowStates) -> None:
-        """The new rows' states (one per open beam, sentence by sentence)."""
-        self.states = states
+    def follow(self, order: Tensor) -> None:
+        """The new rows' states: the candidates ``order (n, K)`` (positions among each sentence's
+        candidates of the last ``extensions``) are the open beams, sentence by sentence."""
+        assert self._candidates is not None
+        states, per_sentence = self._candidates
+        picked = (order + (torch.arange(order.shape[0], device=order.device) * per_sentence).unsqueeze(1)).flatten()
+        self.states = states.select(picked)
+
+    def mark_unmet(self, found: list[list[Hypothesis]]) -> list[list[Hypothesis]]:
+        """Set each finished hypothesis' ``unmet``: the constraints of its sentence (in input order,
+        as ``found``) it does not hold."""
+        for hyps, wanted in zip(found, self.given):
+            for h in hyps:
+                h.unmet = unmet_constraints(h.tokens, wanted)
+        return found
 
     def _banned(self, V: int, device: torch.device) -> Tensor:
         """``(sets, V)``: which tokens each ``not_after`` set holds (row 0: none)."""
