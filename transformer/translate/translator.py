@@ -61,6 +61,7 @@ from transformer.translate.warning import TermWarning, TranslationWarning, Trunc
 
 if TYPE_CHECKING:
     from transformer.translate.calibration import Calibration
+    from transformer.translate.forced import ForcedScore
     from transformer.translate.glossary import Glossary, Term
 
 GlossaryLike = "Glossary | Mapping[str, str] | Iterable[tuple[str, str]]"
@@ -353,6 +354,43 @@ class Translator:
 
     def detokenize(self, hypothesis: Hypothesis) -> str:
         return self.vocab.tgt.decode(hypothesis.tokens)
+
+    def score_translations(self, sources: Sequence[str],
+                           targets: Sequence[str | Sequence[int]]) -> list[ForcedScore | None]:
+        """How probable the model finds each given translation of its source (forced decoding:
+        :mod:`transformer.translate.forced`), in the units of its own hypotheses' scores:
+        ``ForcedScore.score`` of a hypothesis's tokens is that hypothesis's ``score``, and
+        ``mean_log_prob`` compares translations of any length. One batched teacher-forced pass;
+        None for a source with no token the model can read (empty, whitespace only).
+
+        ``targets``: texts (tokenized as the model's target side), or token ids without
+        ``<s>``/``</s>`` (a hypothesis's ``tokens``)."""
+        from transformer.decoding.common import length_penalty_factor
+        from transformer.translate.forced import ForcedScore, forced_log_probs
+
+        if isinstance(sources, (str, bytes)) or isinstance(targets, (str, bytes)):
+            raise TypeError("score_translations() takes lists of sources and targets; wrap a single pair in lists")
+        sources, targets = list(sources), list(targets)
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources for {len(targets)} targets")
+        src_ids = self.encode_sources(sources)
+        texts = [i for i, t in enumerate(targets) if isinstance(t, str)]
+        tgt_ids = [list(t) if not isinstance(t, str) else [] for t in targets]
+        eos = self.vocab.tgt.eos_id
+        for i, ids in zip(texts, self.vocab.tgt.encode_batch([targets[i] for i in texts])):
+            tgt_ids[i] = ids[:-1] if ids and ids[-1] == eos else ids  # as the decoder writes it: </s> scored once
+        framing = {self.vocab.src.bos_id, self.vocab.src.eos_id, self.vocab.src.pad_id}
+        todo = [i for i, ids in enumerate(src_ids) if any(t not in framing for t in ids)]
+        found = forced_log_probs(self.model, [src_ids[i] for i in todo], [tgt_ids[i] for i in todo],
+                                 src_pad_id=self.vocab.src.pad_id, bos_id=self.vocab.tgt.bos_id, eos_id=eos,
+                                 device=self.device)
+        beam = self.decoding.strategy == "beam"
+        out: list[ForcedScore | None] = [None] * len(sources)
+        for i, (log_prob, steps, complete) in zip(todo, found):
+            lp = float(length_penalty_factor(torch.tensor([steps]), self.decoding.length_penalty,
+                                             self.decoding.alpha)[0]) if beam else 1.0
+            out[i] = ForcedScore(log_prob, steps, log_prob / lp, complete)
+        return out
 
     # ------------------------------------------------------------------------------------------
     def _length_sorted_batches(self, todo: list[int], src_ids: list[list[int]]) -> list[list[int]]:
