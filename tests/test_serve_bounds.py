@@ -106,6 +106,31 @@ def test_uploads_in_flight_share_a_budget_and_parse_on_their_own_threads(transla
     assert threads and all(name.startswith("transformer-serve-files") for name in threads), threads
 
 
+def test_an_upload_beyond_the_budget_is_refused_before_its_body_is_read(translator):
+    import asyncio
+
+    app = create_app(translator, ServeLimits(max_uploads=1), src_lang="fr", tgt_lang="en")
+    reads, sent = [], []
+
+    async def receive():
+        reads.append(1)
+        return {"type": "http.request", "body": b"--x--\r\n", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/translate_file", "raw_path": b"/translate_file", "root_path": "", "query_string": b"",
+             "headers": [(b"host", b"t"), (b"content-length", b"7"),
+                         (b"content-type", b"multipart/form-data; boundary=x")],
+             "client": ("127.0.0.1", 4000), "server": ("127.0.0.1", 80)}
+    with app.state.uploads.reserve(10):  # one upload in flight: the budget's count is full
+        asyncio.run(app(scope, receive, send))
+    assert sent[0]["status"] == 503 and (b"retry-after", b"5") in sent[0]["headers"], sent
+    assert "uploads" in json.loads(sent[1]["body"])["error"]
+    assert reads == []  # refused unread: the budget bounds the bodies held, not only the files parsed
+
+
 def test_uploads_beyond_the_count_are_refused(translator, monkeypatch):
     from transformer.serve import libretranslate
 

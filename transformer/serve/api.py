@@ -9,6 +9,7 @@ matching it against the app's routes (:class:`ApiRoutes`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from fastapi import APIRouter, Request
@@ -59,11 +60,15 @@ class Api:
         return APIRouter(route_class=Route)
 
 
-def takes_files(max_body_bytes: int):
+def takes_files(max_body_bytes: int, reserve: Callable[[int], AbstractContextManager] | None = None):
     """Mark a route's endpoint as taking file uploads: its body may be ``max_body_bytes`` long, and
-    it is not checked for UTF-8 (a file is bytes, its form parts say their own encoding)."""
+    it is not checked for UTF-8 (a file is bytes, its form parts say their own encoding).
+    ``reserve(declared_bytes)``: entered before the body is read and held until the answer (the
+    uploads' budget, :meth:`~transformer.serve.uploads.Uploads.reserve`); what it raises is
+    answered by the route's API."""
     def mark(endpoint):
         endpoint.max_body_bytes = max_body_bytes
+        endpoint.reserve = reserve
         return endpoint
     return mark
 
@@ -95,3 +100,7 @@ class ApiRoutes:
     def max_body_bytes(self, scope: Scope) -> int | None:
         """The body limit of a route that takes files (:func:`takes_files`); None for the others."""
         return getattr(getattr(self.route(scope), "endpoint", None), "max_body_bytes", None)
+
+    def reservation(self, scope: Scope) -> Callable[[int], AbstractContextManager] | None:
+        """What a route that takes files holds while its body is read and answered (:func:`takes_files`)."""
+        return getattr(getattr(self.route(scope), "endpoint", None), "reserve", None)

@@ -249,12 +249,9 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
 
     @routes.post("/translate_file", include_in_schema=False,
                  dependencies=_on(options.files, "Files translation are disabled on this server."))
-    @takes_files(limits.max_file_bytes + _FORM_OVERHEAD)
+    # The upload's share of the budget is taken by the body guard, before the body is read.
+    @takes_files(limits.max_file_bytes + _FORM_OVERHEAD, reserve=uploads.reserve)
     async def post_translate_file(request: Request) -> JSONResponse:
-        with uploads.reserve(_declared_size(request, limits.max_file_bytes)):
-            return await _translate_file(request)
-
-    async def _translate_file(request: Request) -> JSONResponse:
         params, upload = await lt_params.file_form(request, limits)
         # Counted here, not by a dependency: a file's cost is known once its form is read, in its reservation.
         _access(options, request, params, cost=max(1, len(upload[1]) // max(1, limits.max_chars)))
@@ -356,15 +353,6 @@ def _check_file_name(name: str) -> None:
     if _BAD_NAME.search(name):
         raise BadRequest("Invalid request: the file name holds a control character or a path separator "
                          "(rename the file)")
-
-
-def _declared_size(request: Request, limit: int) -> int:
-    """The bytes an upload's body declares (``Content-Length``; the file limit when it declares none:
-    the body guard stops a chunked body there)."""
-    try:
-        return max(0, int(request.headers.get("content-length", "")))
-    except ValueError:
-        return limit
 
 
 def _file_language(models: ModelSet, document, target: str | None) -> str:

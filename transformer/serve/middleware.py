@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 from starlette.datastructures import MutableHeaders
@@ -78,7 +79,8 @@ class BodyGuard:
     """ASGI middleware: refuse a body over ``max_body_bytes`` with 413 (by Content-Length when sent,
     else while reading it) and a body that is not UTF-8 with 400; pass the body on otherwise.
     The errors have the shape of the request's API; a route that takes files has its own body
-    limit and no UTF-8 check (:func:`~transformer.serve.api.takes_files`)."""
+    limit and no UTF-8 check, and holds its reservation (the uploads' budget) from before its body
+    is read, which may refuse it unread (:func:`~transformer.serve.api.takes_files`)."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, apis: ApiRoutes) -> None:
         self.app = app
@@ -97,6 +99,24 @@ class BodyGuard:
         if length is not None and length.isdigit() and int(length) > limit:
             await too_large(scope, receive, send)
             return
+        reserve = self.apis.reservation(scope) if file_limit is not None else None
+        with ExitStack() as held:
+            if reserve is not None:  # an upload's share of the budget, taken before its body is read
+                try:
+                    held.enter_context(reserve(int(length) if length is not None and length.isdigit() else limit))
+                except Exception as exc:
+                    answer = self.apis.api(scope).answer(exc)
+                    if answer is None:
+                        raise
+                    await answer(scope, receive, send)
+                    return
+            await self._pass_body(scope, receive, send, limit, too_large, check_utf8=file_limit is None)
+
+    async def _pass_body(self, scope: Scope, receive: Receive, send: Send, limit: int, too_large: Response,
+                         check_utf8: bool) -> None:
+        """Read the body whole (413 past ``limit``; 400 if ``check_utf8`` and it is not UTF-8), then
+        run the app on it."""
+        error = self.apis.api(scope).error
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -113,7 +133,7 @@ class BodyGuard:
                 break
         body = b"".join(chunks)
         try:
-            if file_limit is None:
+            if check_utf8:
                 body.decode("utf-8")
         except UnicodeDecodeError as err:
             bad = body[err.start: err.start + 1].hex()
