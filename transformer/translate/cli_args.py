@@ -40,7 +40,7 @@ def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-len-b", type=int, default=50, help="output limit = source length + this (default: 50)")
     g.add_argument("--stopping", default="exact", choices=["exact", "k_finished"],
                    help="beam search: stop a sentence when no open beam can win (exact, default) or once "
-                   "beam-size hypotheses have finished (k_finished: faster, as fairseq and CTranslate2 do)")
+                   "--beam hypotheses have finished (k_finished: faster, as fairseq and CTranslate2 do)")
     g.add_argument("--sample", action="store_true", help="sample instead of searching")
     g.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
     g.add_argument("--top-k", type=int, default=0, help="sample from the k most likely tokens (0 = all)")
