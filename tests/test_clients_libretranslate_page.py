@@ -35,7 +35,7 @@ from serve_helpers import live_server
 from transformer.serve.app import create_app
 from transformer.serve.libretranslate import LibreTranslateOptions
 from transformer.serve.limits import ServeLimits
-from transformer.serve.suggestions import SuggestionStore
+from transformer.serve.libretranslate.suggestions import SuggestionStore
 from transformer.translate.alternatives import translate_alternatives
 from transformer.translate.files import translate_file
 from transformer.translate.html import translate_html

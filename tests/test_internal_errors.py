@@ -130,7 +130,7 @@ TRANSLATE = {"q": "Le chat dort.", "source": "fr", "target": "en"}
 
 
 @pytest.mark.parametrize("target, exception", [
-    ("transformer.serve.lt_params.alternatives", ValueError("planted")),  # inside the route's own except ladder
+    ("transformer.serve.libretranslate.params.alternatives", ValueError("planted")),  # inside a LibreTranslate route
     ("transformer.serve.service.segment_texts", ValueError("planted")),  # deep in the translation
     ("transformer.serve.service.segment_texts", KeyError("planted")),
 ], ids=["ladder-ValueError", "service-ValueError", "service-KeyError"])
@@ -145,7 +145,7 @@ def test_mistakes_in_a_libretranslate_request_are_still_400_in_its_shape(client,
     response = client.post("/translate", json={"source": "fr", "target": "en"})
     assert response.status_code == 400 and response.json() == {"error": "Invalid request: missing q parameter"}
     # a mistake the route's ladder does not name is answered 400 in LibreTranslate's shape too
-    monkeypatch.setattr("transformer.serve.lt_params.alternatives", planted(UserError("a planted mistake")))
+    monkeypatch.setattr("transformer.serve.libretranslate.params.alternatives", planted(UserError("a planted mistake")))
     response = client.post("/translate", json=TRANSLATE)
     assert response.status_code == 400 and response.json() == {"error": "a planted mistake"}
 
@@ -156,8 +156,8 @@ def upload(client, name: str, data: bytes):
 
 @pytest.mark.parametrize("target, exception", [
     ("transformer.serve.libretranslate.read_file", ValueError("planted")),
-    ("transformer.serve.files.FileSentences", ValueError("planted")),
-    ("transformer.serve.files.FileSentences", KeyError("planted")),
+    ("transformer.serve.libretranslate.files.FileSentences", ValueError("planted")),
+    ("transformer.serve.libretranslate.files.FileSentences", KeyError("planted")),
 ], ids=["read-ValueError", "translate-ValueError", "translate-KeyError"])
 def test_a_bug_behind_translate_file_is_a_500_in_libretranslates_shape(client, server_log, monkeypatch, target,
                                                                         exception):

@@ -1,4 +1,4 @@
-"""LibreTranslate's /spec and /frontend/settings documents (transformer/serve/lt_spec.py): the Swagger 2.0
+"""LibreTranslate's /spec and /frontend/settings documents (transformer/serve/libretranslate/spec.py): the Swagger 2.0
 document validated by openapi-spec-validator, the settings key for key LibreTranslate's."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from openapi_spec_validator import validate
 from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 from referencing.exceptions import Unresolvable
 
-from transformer.serve.lt_spec import frontend_settings, spec
+from transformer.serve.libretranslate.spec import frontend_settings, spec
 
 LANGUAGES = [{"code": "de", "name": "German", "targets": ["en"]},
              {"code": "en", "name": "English", "targets": []}]

@@ -20,10 +20,10 @@ from transformer.decoding import beam
 from transformer.errors import UserError
 from transformer.serve.access import AccessPolicy, KeyLimits, KeyRing
 from transformer.serve.app import create_app
-from transformer.serve.files import FileStore
+from transformer.serve.libretranslate.files import FileStore
 from transformer.serve.libretranslate import LibreTranslateOptions
 from transformer.serve.limits import ServeLimits
-from transformer.serve.suggestions import SuggestionStore, SuggestionStoreError
+from transformer.serve.libretranslate.suggestions import SuggestionStore, SuggestionStoreError
 from transformer.translate.translator import Translator
 
 TERMS = [{"source": "chat", "target": "cat"}, {"source": "étudiant", "target": "student"}]

@@ -19,7 +19,7 @@ from transformer.serve.access import AccessPolicy, KeyLimits, KeyRing
 from transformer.serve.app import create_app
 from transformer.serve.libretranslate import LibreTranslateOptions
 from transformer.serve.limits import ServeLimits
-from transformer.serve.suggestions import SuggestionStore
+from transformer.serve.libretranslate.suggestions import SuggestionStore
 from transformer.translate.files import translate_file
 from transformer.translate.translator import Translator
 

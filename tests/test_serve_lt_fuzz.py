@@ -27,7 +27,7 @@ from test_serve import make_run_dir
 from transformer.serve.app import create_app
 from transformer.serve.libretranslate import LibreTranslateOptions
 from transformer.serve.limits import ServeLimits
-from transformer.serve.suggestions import SuggestionStore
+from transformer.serve.libretranslate.suggestions import SuggestionStore
 from transformer.translate.translator import Translator
 
 # Damaged files are read with their bad bytes replaced, and say so: expected here.

@@ -1,4 +1,4 @@
-"""The suggestions file of LibreTranslate's /suggest (transformer/serve/suggestions.py): one JSON line
+"""The suggestions file of LibreTranslate's /suggest (transformer/serve/libretranslate/suggestions.py): one JSON line
 each, synced, whole under concurrent writers; refusals and write errors named."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from transformer.serve import suggestions as module
-from transformer.serve.suggestions import BadSuggestion, SuggestionStore, SuggestionStoreError
+from transformer.serve.libretranslate import suggestions as module
+from transformer.serve.libretranslate.suggestions import BadSuggestion, SuggestionStore, SuggestionStoreError
 
 
 def lines(path) -> list[dict]:

@@ -11,9 +11,11 @@
 * :mod:`transformer.serve.api`: :class:`~transformer.serve.api.Api`, one API of the server: a
   router whose routes answer errors in its shape, and whether it has CORS.
 * :mod:`transformer.serve.routes`: the routers of the native API and the page, over a service;
-  :mod:`transformer.serve.libretranslate`: the LibreTranslate API's, with its API keys and limits
-  (:mod:`transformer.serve.access`), suggestions (:mod:`transformer.serve.suggestions`) and
-  self-description (:mod:`transformer.serve.lt_spec`: ``/spec``, ``/frontend/settings``).
+  :mod:`transformer.serve.libretranslate`: the LibreTranslate API's (a sub-package: its routes,
+  its parameters read and checked, :mod:`~transformer.serve.libretranslate.params`; its uploads and
+  files, :mod:`~transformer.serve.libretranslate.files`), with its API keys and limits
+  (:mod:`transformer.serve.access`), suggestions (:mod:`transformer.serve.libretranslate.suggestions`) and
+  self-description (:mod:`transformer.serve.libretranslate.spec`: ``/spec``, ``/frontend/settings``).
 * :mod:`transformer.serve.app`: :func:`create_app`, the FastAPI application: a service, its routers,
   the middleware (:mod:`transformer.serve.middleware`) and the handlers of what no route answers.
 * :mod:`transformer.serve.page`: the web page at ``/`` (reuses the attention page of

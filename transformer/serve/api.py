@@ -64,7 +64,7 @@ def takes_files(max_body_bytes: int, reserve: Callable[[int], AbstractContextMan
     """Mark a route's endpoint as taking file uploads: its body may be ``max_body_bytes`` long, and
     it is not checked for UTF-8 (a file is bytes, its form parts say their own encoding).
     ``reserve(declared_bytes)``: entered before the body is read and held until the answer (the
-    uploads' budget, :meth:`~transformer.serve.uploads.Uploads.reserve`); what it raises is
+    uploads' budget, :meth:`~transformer.serve.libretranslate.uploads.Uploads.reserve`); what it raises is
     answered by the route's API."""
     def mark(endpoint):
         endpoint.max_body_bytes = max_body_bytes

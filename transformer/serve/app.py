@@ -66,12 +66,12 @@ from transformer.serve import libretranslate, routes
 from transformer.serve.api import Api, ApiRoutes
 from transformer.serve.disconnect import ClientGone
 from transformer.serve.limits import ServeLimits
-from transformer.serve.files import FileStore
+from transformer.serve.libretranslate.files import FileStore
 from transformer.serve.model_set import PIVOT, ModelSet
 from transformer.serve.middleware import BodyGuard, Cors, InternalErrors, SecurityHeaders
 from transformer.serve.schemas import request_models
 from transformer.serve.service import TranslationService
-from transformer.serve.uploads import Uploads
+from transformer.serve.libretranslate.uploads import Uploads
 from transformer.translate.translator import Translator
 
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 415: "unsupported_media_type"}

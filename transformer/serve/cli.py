@@ -36,7 +36,7 @@ def libretranslate_options(args: argparse.Namespace):
     a one-line UserError naming the option for a bad one."""
     from transformer.serve.access import AccessPolicy, KeyRing, KeysFileError
     from transformer.serve.libretranslate import LibreTranslateOptions
-    from transformer.serve.suggestions import SuggestionStore, SuggestionStoreError
+    from transformer.serve.libretranslate.suggestions import SuggestionStore, SuggestionStoreError
 
     if (args.require_api_key or args.require_api_key_origin) and not args.api_keys:
         raise UserError("--require-api-key and --require-api-key-origin need --api-keys FILE")

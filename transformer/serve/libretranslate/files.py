@@ -146,7 +146,7 @@ async def translate_upload(route, document: TranslatableFile, name: str, *, max_
         document: the file as :func:`~transformer.translate.files.read_file` read it; ``name`` its name.
         max_sentences: the most sentences the file may hold (:class:`Unprocessable` beyond).
         run: runs the parsing and writing off the event loop (``run(fn, *args)``; the server's
-            :meth:`~transformer.serve.uploads.Uploads.run`).
+            :meth:`~transformer.serve.libretranslate.uploads.Uploads.run`).
 
     Returns:
         The translated file's name (LibreTranslate's: the target's code after the stem) and bytes.

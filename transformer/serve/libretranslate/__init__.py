@@ -20,12 +20,12 @@ The server answers all of it that its clients call, over the server's models
 * ``GET /languages``: ``[{"code", "name", "targets"}]``: every language served, with the targets
   reachable from it (a language only translated into has none).
 * ``POST /translate_file`` (multipart ``file``, ``source``, ``target``) and ``GET
-  /download_file/<name>``: a document translated whole (:mod:`transformer.serve.files`).
+  /download_file/<name>``: a document translated whole (:mod:`transformer.serve.libretranslate.files`).
 * ``POST /suggest``: a suggested translation appended to the suggestions file, or 403 when off.
 * ``GET /frontend/settings`` and ``GET /spec``: what LibreTranslate's web page reads, and a
-  Swagger 2.0 description (:mod:`transformer.serve.lt_spec`).
+  Swagger 2.0 description (:mod:`transformer.serve.libretranslate.spec`).
 
-The parameters are read and checked by :mod:`transformer.serve.lt_params`. API keys and
+The parameters are read and checked by :mod:`transformer.serve.libretranslate.params`. API keys and
 request limits (:mod:`transformer.serve.access`) apply to ``/translate``,
 ``/detect``, ``/translate_file`` and ``/suggest``, as in LibreTranslate (and, with the same
 counters, to the native ``/v1/translate`` and ``/v1/attention``: :mod:`transformer.serve.routes`).
@@ -57,19 +57,19 @@ from fastapi.responses import JSONResponse, Response
 
 from transformer import __version__
 from transformer.errors import UserError
-from transformer.serve import lt_params, lt_spec
+from transformer.serve.libretranslate import params as lt_params, spec as lt_spec
 from transformer.serve.access import AccessDenied, KeyRing
 from transformer.serve.api import Api, takes_files
 from transformer.serve.batching import Overloaded, TimedOut
 from transformer.serve.disconnect import unless_client_goes
-from transformer.serve.files import FileStore, translate_upload
+from transformer.serve.libretranslate.files import FileStore, translate_upload
 from transformer.serve.documents import Unprocessable
-from transformer.serve.lt_params import BadRequest, TooLarge, read_parameters
+from transformer.serve.libretranslate.params import BadRequest, TooLarge, read_parameters
 from transformer.serve.middleware import plain_error_json
 from transformer.serve.service import _off_the_loop
 from transformer.serve.model_set import AUTO, UNKNOWN, ModelSet, NoRoute, language_name
-from transformer.serve.uploads import Uploads, UploadsBusy
-from transformer.serve.suggestions import SuggestionStore, SuggestionStoreError, SuggestionStoreFull
+from transformer.serve.libretranslate.uploads import Uploads, UploadsBusy
+from transformer.serve.libretranslate.suggestions import SuggestionStore, SuggestionStoreError, SuggestionStoreFull
 from transformer.translate.files import SUPPORTED_EXTENSIONS, FileFormatError, format_for, read_file
 from transformer.translate.html import html_sentences
 
