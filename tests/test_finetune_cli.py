@@ -93,7 +93,7 @@ def test_data_the_tokenizer_cannot_encode_is_refused_with_its_share(base, tmp_pa
 
 @pytest.mark.parametrize("setting, message", [
     ("model.n_heads=2", "model.n_heads=2 contradicts the initial model of train.init_from (n_heads=4)"),
-    ("--src=de", "data.src_lang/data.tgt_lang say de->en"),
+    ("--src-lang=de", "translates fr->en; use --src-lang fr --tgt-lang en"),
     ("train.freeze=attention", "train.freeze names unknown parts ['attention']"),
     ("data.mix=europarl:1", "data.mix names an unknown corpus 'europarl'"),
 ])
