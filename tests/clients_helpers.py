@@ -1,5 +1,6 @@
 """Tiny runs of several language pairs and a real ``transformer serve`` process over them, shared
-by the tests of LibreTranslate's clients (``tests/test_clients_*.py``).
+by the tests of LibreTranslate's clients (``tests/test_clients_*.py``) and of a server of several
+models (``tests/test_serve_models.py``, ``test_serve_browser_models.py``; their limits: ``LIMITS``).
 
 Each run has random weights of its own (so each pair translates differently) and records its
 languages; what a client gets from the server is compared with :func:`expected`, the Python API's
@@ -22,6 +23,7 @@ from serve_helpers import free_port, wait_until_up
 
 from transformer.model import Transformer
 from transformer.run.model import save_model
+from transformer.serve.limits import ServeLimits
 from transformer.translate.document import translate_document
 from transformer.translate.translator import Translator
 
@@ -30,6 +32,7 @@ FRENCH = "Le chat noir dort sur la table de la cuisine."
 GERMAN = "Die schwarze Katze schläft auf dem Küchentisch."
 ENGLISH = "The black cat is sleeping on the kitchen table."
 SAMPLES = {"fr": FRENCH, "de": GERMAN, "en": ENGLISH}
+LIMITS = ServeLimits(max_chars=300, max_texts=4, max_input_tokens=64, max_output_tokens=20, max_body_bytes=8192)
 
 
 def make_runs(base: Path, root: Path, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], Path]:

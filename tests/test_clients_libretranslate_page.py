@@ -84,7 +84,7 @@ def page_origin():
 
 
 @pytest.fixture(scope="module")
-def replay(browser, server, page_origin) -> dict:  # noqa: F811 (browser: the fixture imported above)
+def replay(browser, server, page_origin) -> dict:
     page = browser.new_page()
     try:
         page.goto(f"{page_origin}/libretranslate_replay.html?" + urlencode({"api": server, "q": FRENCH, "file": SRT}))
@@ -168,7 +168,7 @@ def test_routes_outside_libretranslates_api_are_refused_by_the_browser(replay):
     assert replay["health"] == {"networkError": True}
 
 
-def test_text_already_in_the_target_language(browser, server, page_origin):  # noqa: F811
+def test_text_already_in_the_target_language(browser, server, page_origin):
     """An English text with source auto into English comes back as it is, detected as English."""
     page = browser.new_page()
     try:

@@ -11,8 +11,8 @@ import warnings
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from epub_helpers import epub_bytes
 from office_helpers import docx_bytes, members, odt_bytes, paragraph, pptx_bytes, run, slide, zip_bytes
-from test_files_epub import epub_bytes
 
 from transformer.errors import UserError
 from transformer.translate.files import FileSentences, read_file, translate_units

@@ -9,8 +9,8 @@ import re
 
 import pytest
 
+from epub_helpers import CHAPTER_ONE, CONTAINER, NCX, opf
 from office_helpers import docx_bytes, members, odt_bytes, paragraph, run, zip_bytes
-from test_files_epub import CHAPTER_ONE, CONTAINER, NCX, opf
 
 from transformer.translate import files
 from transformer.translate.files import FileSentences, TooManySentences, Unit, package, read_file, translate_units
@@ -227,10 +227,8 @@ def test_xml_parts_and_pages_declaring_a_codec_that_is_not_a_text_encoding_are_r
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    from test_serve import make_run_dir
-
-    return make_run_dir(tmp_path_factory.mktemp("limits-run"))
+def run_dir(tiny_run):
+    return tiny_run()
 
 
 @pytest.mark.parametrize("head, what", [(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj", "a PDF document"),

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from memory_helpers import assert_counts_true
 
 from transformer.errors import UserError
 from transformer.memory import (Match, TMBusyError, TMError, TMFormatError, TranslationMemory, identity,
@@ -47,17 +48,6 @@ class Clock:
 def tm(tmp_path):
     with TranslationMemory(tmp_path / "memory.db", clock=Clock()) as memory:
         yield memory
-
-
-def assert_counts_true(tm: TranslationMemory) -> None:
-    """The counts kept by triggers equal the entries counted afresh."""
-    with sqlite3.connect(tm.path) as conn:
-        rows = conn.execute("SELECT source_lang, target_lang, status, count(*) FROM entries GROUP BY 1, 2, 3").fetchall()
-    expected: dict = {}
-    for source_lang, target_lang, status, count in rows:
-        expected.setdefault((source_lang, target_lang), {})[status] = count
-    assert tm.stats().counts == expected
-    assert tm.stats().total == sum(count for *_, count in rows)
 
 
 def filled(tm: TranslationMemory, status: str = "accepted") -> list:

@@ -18,8 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from test_memory import assert_counts_true
+from memory_helpers import assert_counts_true
 
 from transformer.cli import main
 from transformer.memory import STATUSES, TranslationMemory

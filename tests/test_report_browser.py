@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from report_helpers import HEADS, HOSTILE, SRC, TGT, make_hostile_run, make_run, snapshot_weights
-from test_visualize_browser import ARTIFACTS, browser  # noqa: F401 (browser: the shared Chromium fixture)
+from browser_helpers import ARTIFACTS
 
 from transformer.visualize.report import build_report
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
-from test_serve import assert_error, make_run_dir
+from serve_helpers import assert_error
 
 from transformer.serve.app import create_app
 from transformer.serve.limits import ServeLimits
@@ -27,8 +27,8 @@ TRANSLATION_KEYS = {"source", "translation", "score", "n_best", "sentences", "wa
 
 
 @pytest.fixture(scope="module")
-def translator(tmp_path_factory) -> Translator:
-    return Translator.from_run_dir(make_run_dir(tmp_path_factory.mktemp("serve-alternatives-run")))
+def translator(tiny_run) -> Translator:
+    return Translator.from_run_dir(tiny_run())
 
 
 @pytest.fixture(scope="module")

@@ -10,17 +10,10 @@ the test fails), like tests/test_visualize_browser.py.
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import httpx
 import pytest
-import uvicorn
-from test_serve import make_run_dir
-from test_visualize_browser import ARTIFACTS, browser  # noqa: F401 (browser: the shared Chromium fixture)
+from browser_helpers import ARTIFACTS
+from serve_helpers import live_server
 
 from transformer.serve.app import create_app
 from transformer.serve.limits import ServeLimits
@@ -30,30 +23,9 @@ from transformer.visualize.data import TokenAxis
 SENTENCE = "je suis étudiant"
 
 
-@contextmanager
-def live_server(app) -> Iterator[str]:
-    """``app`` served by uvicorn on a free port of 127.0.0.1, in a thread; yields its URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.05)
-    try:
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
-
-
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    translator = Translator.from_run_dir(make_run_dir(tmp_path_factory.mktemp("browser-run")))
+def server(tiny_run):
+    translator = Translator.from_run_dir(tiny_run())
     with live_server(create_app(translator, ServeLimits(), src_lang="fr", tgt_lang="en")) as url:
         yield url
 

@@ -17,9 +17,9 @@ import re
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from test_serve_browser import live_server
-from test_serve_models import FRENCH, GERMAN, LIMITS, runs, translators  # noqa: F401 (fixtures)
-from test_visualize_browser import ARTIFACTS, browser  # noqa: F401 (browser: the shared Chromium fixture)
+from browser_helpers import ARTIFACTS
+from clients_helpers import FRENCH, GERMAN, LIMITS
+from serve_helpers import live_server
 
 from transformer.serve.app import create_app
 from transformer.serve.page import index_html, page_csp
@@ -27,8 +27,8 @@ from transformer.visualize.csp import sha256_source
 
 
 @pytest.fixture(scope="module")
-def server(translators):  # noqa: F811
-    with live_server(create_app(list(translators.values()), LIMITS)) as url:
+def server(pair_translators):
+    with live_server(create_app(list(pair_translators.values()), LIMITS)) as url:
         yield url
 
 
@@ -39,7 +39,7 @@ def embedded_languages(page: str):
     return json.loads(found.group(1))
 
 
-def open_page(browser, server):  # noqa: F811
+def open_page(browser, server):
     page = browser.new_page(viewport={"width": 1280, "height": 1100})
     errors: list[str] = []
     sent: list[tuple[str, dict]] = []
@@ -73,8 +73,8 @@ def shows_the_attention_of(page, server: str, body: dict) -> None:
     assert page.is_visible("#attention-frame") and page.is_hidden("#attention-note")
 
 
-def test_the_page_embeds_every_pair(translators):  # noqa: F811
-    with TestClient(create_app(list(translators.values()), LIMITS)) as client:
+def test_the_page_embeds_every_pair(pair_translators):
+    with TestClient(create_app(list(pair_translators.values()), LIMITS)) as client:
         response = client.get("/")
         listed = client.get("/v1/models").json()["pairs"]
     data = embedded_languages(response.text)
@@ -104,7 +104,7 @@ def test_languages_from_run_configs_are_escaped():
     assert page.count("<script") == 5  # four data blocks and the page's code, nothing added
 
 
-def test_translate_through_english_and_directly(browser, server):  # noqa: F811
+def test_translate_through_english_and_directly(browser, server):
     page, errors, sent = open_page(browser, server)
     assert page.is_visible("#language-pickers")
     assert options(page, "#source-lang") == [["auto", "Detect language"], ["fr", "French"], ["en", "English"],
@@ -150,7 +150,7 @@ def test_translate_through_english_and_directly(browser, server):  # noqa: F811
     page.close()
 
 
-def test_detect_the_source_language(browser, server):  # noqa: F811
+def test_detect_the_source_language(browser, server):
     page, errors, sent = open_page(browser, server)
     translate(page, GERMAN, "auto", "en")
     page.wait_for_selector("#result[data-state=done][data-sentence='0']", timeout=60_000)

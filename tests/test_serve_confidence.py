@@ -18,9 +18,8 @@ import httpx
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from test_serve import assert_error, make_run_dir
-from test_serve_browser import live_server
-from test_visualize_browser import ARTIFACTS, browser  # noqa: F401 (browser: the shared Chromium fixture)
+from browser_helpers import ARTIFACTS
+from serve_helpers import assert_error, live_server
 
 from transformer.cli import main
 from transformer.run.layout import WEIGHTS_FILE
@@ -59,8 +58,8 @@ def calibrate(run_dir: Path, sentences: list[str], **decoding) -> Translator:
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
-    return make_run_dir(tmp_path_factory.mktemp("serve-confidence-run"))
+def run_dir(tiny_run) -> Path:
+    return tiny_run()
 
 
 @pytest.fixture(scope="module")
@@ -226,10 +225,10 @@ def test_the_page_asks_for_confidence_only_from_a_calibrated_model(client, uncal
 PARAGRAPHS = "Je suis étudiant. Le chat noir dort sur la table.\nIl pleut.\n\nNous mangeons du pain. Elle lit."
 
 
-def test_the_page_shows_confidences_and_marks_those_below_the_threshold(browser, tmp_path):  # noqa: F811
+def test_the_page_shows_confidences_and_marks_those_below_the_threshold(browser, tmp_path, tiny_run):
     sentences = [s.text for s in segment_text(PARAGRAPHS, "fr").segments]
     short = {"max_len_a": 0.0, "max_len_b": LENGTH}  # the server's default decoding here
-    translator = calibrate(make_run_dir(tmp_path / "run"), sentences, **short).with_decoding(**short)
+    translator = calibrate(tiny_run(tmp_path / "run"), sentences, **short).with_decoding(**short)
     values = sorted(round(hyps[0].confidence, 4) for hyps in translator.translate_n_best(sentences, confidence=True))
     assert len(set(values)) == len(values) == 5
     threshold = round((values[1] + values[2]) / 2, 4)  # two sentences below it, three above

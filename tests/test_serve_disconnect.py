@@ -18,8 +18,7 @@ import time
 import httpx
 import pytest
 import uvicorn
-from test_serve import make_run_dir
-from test_serve_process import free_port
+from serve_helpers import free_port
 
 from transformer.decoding import beam
 from transformer.serve.app import create_app
@@ -31,9 +30,9 @@ STEP_S = 0.05  # a decoder step, slowed: a search of ~60 steps takes 3 s
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tiny_run):
     """The app on a free port, its decoder steps counted (``steps``: their times) and slowed."""
-    translator = Translator.from_run_dir(make_run_dir(tmp_path_factory.mktemp("disconnect-run")))
+    translator = Translator.from_run_dir(tiny_run())
     steps: list[float] = []
     logits = beam._Rows.logits
 

@@ -17,7 +17,7 @@ import httpx
 import jsonschema
 import pytest
 from fastapi.testclient import TestClient
-from test_serve import SCHEMA, assert_error, make_run_dir
+from serve_helpers import SCHEMA, assert_error
 
 from transformer.cli import main
 from transformer.serve.app import create_app
@@ -34,8 +34,8 @@ PARAGRAPH = ("  Je suis étudiant. Le chat noir dort sur la table.\n\n"
 
 
 @pytest.fixture(scope="module")
-def translator(tmp_path_factory) -> Translator:
-    return Translator.from_run_dir(make_run_dir(tmp_path_factory.mktemp("documents-run")))
+def translator(tiny_run) -> Translator:
+    return Translator.from_run_dir(tiny_run())
 
 
 LIMITS = dict(max_chars=400, max_texts=4, max_sentences=8, max_input_tokens=40, max_output_tokens=20)

@@ -21,7 +21,6 @@ from schemathesis.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
-from test_serve import make_run_dir
 
 from transformer.serve.app import create_app
 from transformer.serve.limits import ServeLimits
@@ -35,8 +34,8 @@ OPERATIONS = [("POST", "/v1/translate"), ("POST", "/v1/attention"), ("GET", "/he
 
 
 @pytest.fixture(scope="module")
-def api_schema(tmp_path_factory):
-    translator = Translator.from_run_dir(make_run_dir(tmp_path_factory.mktemp("fuzz-run")))
+def api_schema(tiny_run):
+    translator = Translator.from_run_dir(tiny_run())
     limits = ServeLimits(max_chars=80, max_texts=3, max_input_tokens=32, max_output_tokens=6, max_beam_size=3,
                          max_body_bytes=2048, batch_wait_ms=0)
     return schemathesis.openapi.from_asgi("/openapi.json", create_app(translator, limits))

@@ -16,7 +16,7 @@ import warnings
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from test_serve import assert_error, make_run_dir
+from serve_helpers import assert_error
 
 from transformer.serve.app import create_app
 from transformer.serve.limits import ServeLimits
@@ -32,8 +32,8 @@ LIMITS = dict(max_chars=300, max_texts=4, max_output_tokens=20, max_body_bytes=4
 
 
 @pytest.fixture(scope="module")
-def translator(tmp_path_factory) -> Translator:
-    return Translator.from_run_dir(make_run_dir(tmp_path_factory.mktemp("serve-glossary-run")))
+def translator(tiny_run) -> Translator:
+    return Translator.from_run_dir(tiny_run())
 
 
 @pytest.fixture(scope="module")

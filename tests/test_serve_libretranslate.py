@@ -16,8 +16,7 @@ import urllib.error
 
 import pytest
 from fastapi.testclient import TestClient
-from test_serve import make_run_dir
-from test_serve_process import free_port, wait_until_up
+from serve_helpers import free_port, wait_until_up
 
 from transformer.serve.app import create_app
 from transformer.serve.limits import ServeLimits
@@ -30,8 +29,8 @@ LIMITS = dict(max_chars=300, max_texts=3, max_sentences=6, max_input_tokens=40, 
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    return make_run_dir(tmp_path_factory.mktemp("libretranslate-run"))
+def run_dir(tiny_run):
+    return tiny_run()
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ import json
 import pytest
 from cli_helpers import run_cli
 from fastapi.testclient import TestClient
-from test_serve import make_run_dir
 
 from transformer.serve.access import AccessPolicy, KeyLimits, KeyRing
 from transformer.serve.app import create_app
@@ -32,8 +31,8 @@ HTML = b'<!doctype html><html lang="fr"><body><p>Le <b>chat</b> noir dort.</p><p
 
 
 @pytest.fixture(scope="module")
-def translator(tmp_path_factory) -> Translator:
-    return Translator.from_run_dir(make_run_dir(tmp_path_factory.mktemp("lt-surface-run")))
+def translator(tiny_run) -> Translator:
+    return Translator.from_run_dir(tiny_run())
 
 
 def make_client(translator, **options) -> TestClient:

@@ -22,7 +22,6 @@ import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_serve import make_run_dir
 
 from transformer.serve.app import create_app
 from transformer.serve.libretranslate import LibreTranslateOptions
@@ -37,10 +36,10 @@ FUZZ = settings(max_examples=50, deadline=None, derandomize=True, database=None,
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory):
+def client(tmp_path_factory, tiny_run):
     directory = tmp_path_factory.mktemp("lt-fuzz")
     # Outputs of at most 6 tokens from a beam of 2: an example costs milliseconds of model time.
-    translator = Translator.from_run_dir(make_run_dir(directory / "run")).with_decoding(
+    translator = Translator.from_run_dir(tiny_run(directory / "run")).with_decoding(
         beam_size=2, max_len_a=0.0, max_len_b=6)
     limits = ServeLimits(max_chars=200, max_texts=3, max_sentences=8, max_input_tokens=32, max_output_tokens=6,
                          max_body_bytes=4096, max_file_bytes=8192, max_file_sentences=8, batch_wait_ms=0,

@@ -13,19 +13,15 @@ import sys
 import os
 
 import pytest
-from clients_helpers import ENGLISH, FRENCH, GERMAN
+from clients_helpers import ENGLISH, FRENCH, GERMAN, LIMITS
 from fastapi.testclient import TestClient
-from test_serve_process import free_port, wait_until_up
+from serve_helpers import free_port, wait_until_up
 
 from transformer.serve.app import create_app
-from transformer.serve.limits import ServeLimits
 from transformer.serve.model_set import ModelSet
 from transformer.serve.service import TranslationService
 from transformer.translate.document import translate_document
 from transformer.translate.translator import Translator
-
-LIMITS = ServeLimits(max_chars=300, max_texts=4, max_input_tokens=64, max_output_tokens=20, max_body_bytes=8192)
-
 
 @pytest.fixture(scope="module")
 def runs(pair_runs):

@@ -17,7 +17,7 @@ from urllib.parse import quote_from_bytes
 import jsonschema
 import pytest
 from fastapi.testclient import TestClient
-from test_serve import SCHEMA, assert_error, make_run_dir
+from serve_helpers import SCHEMA, assert_error
 
 from transformer.serve.app import create_app
 from transformer.serve.limits import ServeLimits
@@ -34,8 +34,8 @@ LONG = ("Le chat dort.\nIl pleut. Le chat noir, le chien blanc et la souris gris
 
 
 @pytest.fixture(scope="module")
-def translator(tmp_path_factory) -> Translator:
-    return Translator.from_run_dir(make_run_dir(tmp_path_factory.mktemp("pieces-run")))
+def translator(tiny_run) -> Translator:
+    return Translator.from_run_dir(tiny_run())
 
 
 @pytest.fixture(scope="module")

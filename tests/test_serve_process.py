@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,30 +16,11 @@ import time
 
 import httpx
 import pytest
-from test_serve import make_run_dir
+from serve_helpers import free_port, wait_until_up
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until_up(proc: subprocess.Popen, url: str, seconds: float = 90) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"the server exited with {proc.returncode}: {proc.stderr.read()}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            time.sleep(0.2)
-    pytest.fail(f"the server did not answer within {seconds} s")
-
-
-def test_sigterm_finishes_the_request_in_flight_and_exits_0(tmp_path):
-    run_dir = make_run_dir(tmp_path / "run")
+def test_sigterm_finishes_the_request_in_flight_and_exits_0(tmp_path, tiny_run):
+    run_dir = tiny_run(tmp_path / "run")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -101,8 +81,8 @@ sys.exit(main(sys.argv[1:]))
 
 
 @pytest.mark.parametrize("signum, status, name", [(signal.SIGTERM, 0, "SIGTERM"), (signal.SIGINT, 130, "SIGINT")])
-def test_a_parse_that_outlives_the_grace_does_not_keep_the_process(tmp_path, signum, status, name):
-    run_dir = make_run_dir(tmp_path / "run")
+def test_a_parse_that_outlives_the_grace_does_not_keep_the_process(tmp_path, signum, status, name, tiny_run):
+    run_dir = tiny_run(tmp_path / "run")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     mark = tmp_path / "parsing"

@@ -13,7 +13,7 @@ import sys
 
 import jsonschema
 import pytest
-from test_serve import SCHEMA, make_run_dir
+from serve_helpers import SCHEMA
 
 from transformer.serve.batching import Overloaded
 from transformer.serve.documents import InputPiece, Unprocessable, input_piece
@@ -29,8 +29,8 @@ LIMITS = ServeLimits(max_chars=600, max_texts=4, max_sentences=8, max_input_toke
 
 
 @pytest.fixture(scope="module")
-def translator(tmp_path_factory) -> Translator:
-    return Translator.from_run_dir(make_run_dir(tmp_path_factory.mktemp("service-run")))
+def translator(tiny_run) -> Translator:
+    return Translator.from_run_dir(tiny_run())
 
 
 @pytest.fixture

@@ -134,7 +134,7 @@ def test_security_headers_on_the_page_and_the_api(guarded):
 
 
 def test_the_page_runs_under_its_policy_in_chromium(guarded):
-    from test_visualize_browser import ARGS, CHROMIUM, require
+    from browser_helpers import ARGS, CHROMIUM, require
 
     try:
         from playwright.sync_api import sync_playwright

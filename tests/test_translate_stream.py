@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import run_cli
-from test_serve import make_run_dir
 
 from transformer.cli import main
 from transformer.corpus.builtin import generate_pairs
@@ -30,8 +29,8 @@ LINES = 2000
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    return make_run_dir(tmp_path_factory.mktemp("stream-run"))
+def run_dir(tiny_run):
+    return tiny_run()
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,11 @@ unless the environment variable CI is set: then the tests fail instead.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 import torch
+from browser_helpers import ARTIFACTS
 
 from transformer.config import preset
 from transformer.corpus.builtin import generate_pairs
@@ -20,34 +20,6 @@ from transformer.text import Vocabularies
 from transformer.translate.translator import Translator
 from transformer.visualize.data import TokenAxis, collect_attention
 from transformer.visualize.page import read_page_data, write_attention_page
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
-ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
-IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
-def require(ok: bool, reason: str) -> None:
-    """Skip with ``reason``, or fail when running in CI (which must run these tests)."""
-    if not ok:
-        if IN_CI:
-            pytest.fail(f"{reason}; CI is set, so the browser tests must run", pytrace=False)
-        pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        require(False, "playwright is not installed (pip install playwright)")
-    require(os.path.exists(CHROMIUM), f"{CHROMIUM} not found (apt-get install chromium)")
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield chromium
-        chromium.close()
-
 
 @pytest.fixture(scope="module")
 def translator():
