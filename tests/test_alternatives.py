@@ -2,7 +2,7 @@
 text, the beam's n-best deduplicated after detokenisation, the first always the translation.
 
 ``distinct`` and ``combine`` on hand-made lists; ``translate_alternatives`` on the small random
-model of test_serve.py, whose n-best holds duplicates after detokenisation (byte tokens of an
+model of the tiny_run fixture, whose n-best holds duplicates after detokenisation (byte tokens of an
 incomplete character all read as U+FFFD), checked against the translator's own n-best.
 """
 

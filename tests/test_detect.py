@@ -4,7 +4,7 @@
 The detector against real test sentences (Multi30k and Tatoeba, read from ../shared/data where
 they are; skipped elsewhere) and inline ones; its restriction to given languages, its refusals,
 text without a letter, per-sentence detection of a document mixing languages, concurrent calls.
-The commands run the random tiny model of ``tests/test_serve.py`` (source fr): what is checked is
+The commands run the random tiny model of the ``tiny_run`` fixture (source fr): what is checked is
 what detection adds (warnings, the JSON field, the splitting rules), not the translations.
 """
 

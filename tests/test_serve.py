@@ -3,7 +3,6 @@
 Covers translation and attention answers, dynamic batching (observable in the timing and in
 /health), the limits and bad input (each a 4xx JSON error naming the problem, the server
 serving on), timeouts and overload (503), the OpenAPI schema and the command's errors.
-``make_run_dir`` is shared with the other test_serve*.py files.
 """
 
 from __future__ import annotations
@@ -16,39 +15,20 @@ from pathlib import Path
 import httpx
 import jsonschema
 import pytest
-import torch
 from fastapi.testclient import TestClient
+from serve_helpers import SCHEMA, assert_error
 
-from transformer.run.model import save_model
 from transformer.cli import main
-from transformer.config import preset
-from transformer.corpus.builtin import generate_pairs
 from transformer.errors import UserError
-from transformer.model import Transformer
 from transformer.serve.app import create_app
 from transformer.translate.translator import run_languages as languages
 from transformer.serve.limits import ServeLimits
-from transformer.text import Vocabularies
 from transformer.translate.translator import Translator
-
-SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "transformer/visualize/schema.json").read_text())
-
-
-def make_run_dir(directory: Path) -> Path:
-    """A run directory with a random tiny model (learned positions: outputs stop at 64 tokens) and a BPE."""
-    pairs = generate_pairs(400, seed=1)
-    vocab = Vocabularies.train(pairs, vocab_size=400)
-    torch.manual_seed(0)
-    model = Transformer(preset("tiny", src_vocab_size=vocab.src.vocab_size, positional="learned", max_positions=64))
-    save_model(model, directory)
-    vocab.save(directory)
-    (directory / "run_config.json").write_text(json.dumps({"data": {"src_lang": "fr", "tgt_lang": "en"}}))
-    return directory
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
-    return make_run_dir(tmp_path_factory.mktemp("serve-run"))
+def run_dir(tiny_run) -> Path:
+    return tiny_run()  # a random tiny model: learned positions stop its outputs at 64 tokens
 
 
 @pytest.fixture(scope="module")
@@ -66,15 +46,6 @@ def client(translator):
 
 def post(client, path: str, body: dict) -> httpx.Response:
     return client.post(path, json=body)
-
-
-def assert_error(response: httpx.Response, status: int, error: str, *words: str) -> str:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert body["error"] == error and isinstance(body["details"], list)
-    for word in words:
-        assert word in body["message"], body["message"]
-    return body["message"]
 
 
 # ---------------------------------------------------------------------------------------------

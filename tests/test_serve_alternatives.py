@@ -1,7 +1,7 @@
 """``alternatives`` on the server: distinct translations besides the translation, on
 ``/v1/translate`` and on LibreTranslate's ``/translate`` (its shape: ``{"translatedText",
 "alternatives"}``), compared with the library (``translate_alternatives``) on the small random
-model of test_serve.py, whose n-best holds duplicates after detokenisation. Bad values are 422
+model of the tiny_run fixture, whose n-best holds duplicates after detokenisation. Bad values are 422
 (native) or 400 (LibreTranslate), and answers without alternatives are as before.
 """
 

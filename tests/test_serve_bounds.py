@@ -2,7 +2,7 @@
 whose requests all gave up is stopped at its next decoder step, a request's glossary work is
 bounded, uploads in flight share a budget, the download store and the suggestions file have caps.
 
-In-process (TestClient) against the small random model of test_serve.py.
+In-process (TestClient) against the small random model of the tiny_run fixture (conftest.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from fastapi.testclient import TestClient
-from test_serve import assert_error, make_run_dir
+from serve_helpers import assert_error
 
 from transformer.decoding import beam
 from transformer.errors import UserError
@@ -30,8 +30,8 @@ TERMS = [{"source": "chat", "target": "cat"}, {"source": "étudiant", "target": 
 
 
 @pytest.fixture(scope="module")
-def translator(tmp_path_factory) -> Translator:
-    return Translator.from_run_dir(make_run_dir(tmp_path_factory.mktemp("serve-bounds-run")))
+def translator(tiny_run) -> Translator:
+    return Translator.from_run_dir(tiny_run())
 
 
 # --------------------------------------------------------------------------------------------- cancellation

@@ -3,7 +3,7 @@ confidence of its best translation (and each text the lowest of its sentences') 
 run is calibrated; ``/v1/model`` says whether it is and the page's threshold; the web page shows
 the confidences and marks the sentences below ``--confidence-threshold``.
 
-In-process (TestClient) against the small random model of test_serve.py, with a calibration
+In-process (TestClient) against the small random model of the tiny_run fixture, with a calibration
 written for it here (no fitting), compared with the library
 (``translate_n_best(..., confidence=True)``, ``translate_document(..., confidence=True)``) on the
 same model; the page in headless Chromium as in test_serve_browser.py.

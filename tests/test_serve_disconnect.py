@@ -1,6 +1,6 @@
 """A client that closes its connection mid-request stops the work done for it.
 
-uvicorn serves the app of test_serve.py's tiny random model on 127.0.0.1 in this process (a
+uvicorn serves the app of the tiny_run fixture's random model on 127.0.0.1 in this process (a
 thread of its own), its decoder steps slowed to 50 ms so that a search takes seconds. A raw
 socket sends a request, waits until ``/health`` shows its model call running, and closes: the
 model call must stop (``cancelled_calls``, ``cancelled_requests``) within a few decoder steps

@@ -3,7 +3,7 @@ alignment, attention per sentence, limits counted in sentences and characters, a
 batcher putting the sentences of concurrent requests into the same model calls without letting a
 long request hold up the others.
 
-In-process (TestClient / httpx on the ASGI app) against the small random model of test_serve.py;
+In-process (TestClient / httpx on the ASGI app) against the small random model of the tiny_run fixture;
 the batcher's order is checked with a stand-in model function.
 """
 

@@ -2,7 +2,7 @@
 ``/v1/attention`` (a list of ``{"source", "target"}`` objects), on LibreTranslate's ``/translate``
 (the same list, in a JSON body: this server's extension) and in the web page's glossary box.
 
-In-process (TestClient) against the small random model of test_serve.py, compared with the
+In-process (TestClient) against the small random model of the tiny_run fixture, compared with the
 library (``translate_document(..., glossary=...)``) on the same model; the bad glossaries are 422
 (native) or 400 (LibreTranslate), and requests without one are answered as before. The page's
 box is checked in its HTML here and in headless Chromium in test_serve_browser.py.

@@ -2,7 +2,7 @@
 
 LibreTranslate's routes are not in ``/openapi.json`` (their contract is LibreTranslate's), so the
 schema fuzz of test_serve_fuzz.py does not reach them. Here Hypothesis sends, in-process, to the
-tiny random model of test_serve.py (decoding cut to a few tokens):
+tiny random model of the tiny_run fixture (decoding cut to a few tokens):
 
 * ``/translate_file``: multipart forms of arbitrary bytes, or a small real file of a supported
   format with some bytes changed, under arbitrary names, with arbitrary source and target codes,

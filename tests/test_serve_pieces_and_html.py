@@ -3,7 +3,7 @@ the input limit (translated in pieces, with a warning, as ``translate_document``
 pages on ``/v1/translate`` (``format: "html"``, as on the LibreTranslate route), and the issue's
 bad input (binary data, invalid UTF-8, NUL bytes, a 10 MB line, CRLF) on both APIs.
 
-In-process (TestClient) against the small random model of test_serve.py, compared with the
+In-process (TestClient) against the small random model of the tiny_run fixture, compared with the
 library (``transformer.translate``) on the same model.
 """
 

@@ -1,6 +1,6 @@
 """The translation service of ``transformer serve`` on its own, with no HTTP: the operations the
 routes call (texts and HTML pages translated in their structure, the attention of one sentence,
-the model's description, the queue's bounds), on the small random model of test_serve.py and
+the model's description, the queue's bounds), on the small random model of the tiny_run fixture and
 compared with the library (``transformer.translate``) on the same model; and ``input_piece``,
 where one model input lies in its text.
 """

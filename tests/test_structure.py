@@ -251,6 +251,29 @@ def test_each_run_file_name_is_written_once():
     assert spelled_elsewhere() == []
 
 
+def _is_test_module(name: str) -> bool:
+    return name.startswith("test_") or name.startswith("tests.test_")
+
+
+def importers_of_test_modules(tests: Path | None = None) -> dict[str, list[str]]:
+    """The files of ``tests/`` that import a test module (``test_x`` or ``tests.test_x``), with what
+    they import: a test module is run, not shared; what tests share lives in conftest.py (fixtures)
+    and the ``*_helpers.py`` modules."""
+    tests = tests or Path(__file__).resolve().parent
+    found = {}
+    for path in sorted(tests.rglob("*.py")):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names
+                                          if node.module == "tests"}
+        if imported := sorted(name for name in names if _is_test_module(name)):
+            found[path.relative_to(tests).as_posix()] = imported
+    return found
+
+
 def test_the_graph_sees_relative_and_function_level_imports(tmp_path):
     """The reader itself: a relative import and an import inside a function are both edges."""
     known = {"transformer.a": tmp_path / "a.py", "transformer.b": tmp_path / "b.py",
@@ -266,6 +289,20 @@ def test_the_graph_sees_relative_and_function_level_imports(tmp_path):
     assert cycles(folder_graph(graph)) == [["a", "b", "c"]]
 
 
+def test_no_test_module_imports_another():
+    assert importers_of_test_modules() == {}
+
+
+def test_the_test_import_reader_sees_each_spelling(tmp_path):
+    """The reader itself: plain, ``from``, package-qualified and function-level imports of a test module
+    count; a helper module, and a test function imported from a helper, do not."""
+    (tmp_path / "test_a.py").write_text("import test_b\nfrom tests import test_c\n", encoding="utf-8")
+    (tmp_path / "b_helpers.py").write_text("def f():\n    from tests.test_d import x\n", encoding="utf-8")
+    (tmp_path / "test_e.py").write_text("from b_helpers import test_like\nimport c_helpers\n", encoding="utf-8")
+    assert importers_of_test_modules(tmp_path) == {"b_helpers.py": ["tests.test_d"],
+                                                   "test_a.py": ["test_b", "tests.test_c"]}
+
+
 if __name__ == "__main__":  # the figures: python tests/test_structure.py
     graph = imports()
     folders = folder_graph(graph)
@@ -276,3 +313,5 @@ if __name__ == "__main__":  # the figures: python tests/test_structure.py
     pairs = sorted((a, b) for a, targets in folders.items() for b in targets if a < b and a in folders.get(b, ()))
     print("folders importing each other:", len(pairs), *pairs, sep="\n  ")
     print("run file names written out elsewhere:", len(spelled_elsewhere()), *spelled_elsewhere(), sep="\n  ")
+    print("test files importing a test module:", len(importers_of_test_modules()),
+          *(f"{path}: {', '.join(names)}" for path, names in importers_of_test_modules().items()), sep="\n  ")

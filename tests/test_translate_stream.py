@@ -2,7 +2,7 @@
 
 The output is written a chunk at a time, each chunk synced and recorded in ``OUTPUT.resume``; a
 run killed mid-way leaves complete lines, and ``--resume`` ends with the very bytes an
-uninterrupted run writes. The model is the random tiny one of ``tests/test_serve.py``.
+uninterrupted run writes. The model is the random tiny one of the ``tiny_run`` fixture.
 """
 
 from __future__ import annotations

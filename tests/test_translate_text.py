@@ -4,7 +4,7 @@ Each line is cut into sentences and put back (N lines in, N lines out), ``--segm
 keeps one segment per line; the paragraph corpus loses no sentence; and the defects found in
 review: empty lines through a SentencePiece (Marian) tokenizer, a UTF-8 byte-order mark, gzip
 input, the ``</s>`` a window cut off, generators, and bad input (binary data, invalid UTF-8,
-NUL bytes, a 10 MB line, CRLF). The model is the random tiny one of ``tests/test_serve.py``
+NUL bytes, a 10 MB line, CRLF). The model is the random tiny one of the ``tiny_run`` fixture
 (its translations are nonsense, never empty); streaming and ``--resume`` are in
 ``tests/test_translate_stream.py``.
 """
