@@ -36,7 +36,7 @@ import functools
 import re
 import unicodedata
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from rapidfuzz import fuzz
 
@@ -157,7 +157,7 @@ def check_suggestion(source: str, suggestion: str, source_lang: str, target_lang
         found = detections[0][0]
         return Refusal(Reason.WRONG_LANGUAGE, f"the suggestion is not in {target_lang} (detected: {found}; "
                        f"P({_base(target_lang)}) = {probability:.2f})", probability)
-    own, gap = _against_the_model(translator, source, suggestion)
+    own, gap = score_gaps(translator, [source], [suggestion])[0]
     if own is not None and comparable(own) == comparable(suggestion):
         return Refusal(Reason.MACHINE_TRANSLATION, "the suggestion is the machine's own translation", None)
     if gap is not None and gap > t.absurd_margin:
@@ -170,18 +170,24 @@ def score_gap(translator: Translator, source: str, suggestion: str) -> float | N
     """How much less probable per token the model finds ``suggestion`` than its own translation of
     ``source`` (natural log; negative when it prefers the suggestion): the ``absurd`` check's
     measure. None for a source with no token the model can read."""
-    return _against_the_model(translator, source, suggestion)[1]
+    return score_gaps(translator, [source], [suggestion])[0][1]
 
 
-def _against_the_model(translator: Translator, source: str, suggestion: str) -> tuple[str | None, float | None]:
-    """The model's translation of ``source`` and :func:`score_gap`: its translation and the
-    suggestion scored in one forced pass (so both count ``</s>`` alike, even a translation the
-    decoder cut at its length limit)."""
-    hyps = translator.translate_n_best([source])[0]
-    if not hyps:
-        return None, None
-    own, given = translator.score_translations([source, source], [hyps[0].tokens, suggestion])
-    return translator.detokenize(hyps[0]), own.mean_log_prob - given.mean_log_prob
+def score_gaps(translator: Translator, sources: Sequence[str],
+               suggestions: Sequence[str]) -> list[tuple[str | None, float | None]]:
+    """The model's translation of each source and :func:`score_gap`, for many pairs in batches:
+    the translations decoded together, then each translation and its suggestion scored in one
+    forced pass (so both count ``</s>`` alike, even a translation the decoder cut at its length
+    limit); ``(None, None)`` for a source with no token the model can read."""
+    hyps = translator.translate_n_best(list(sources))
+    todo = [i for i, found in enumerate(hyps) if found]
+    scores = translator.score_translations([sources[i] for i in todo for _ in (0, 1)],
+                                           [t for i in todo for t in (hyps[i][0].tokens, suggestions[i])])
+    out: list[tuple[str | None, float | None]] = [(None, None)] * len(sources)
+    for k, i in enumerate(todo):
+        own, given = scores[2 * k], scores[2 * k + 1]
+        out[i] = translator.detokenize(hyps[i][0]), own.mean_log_prob - given.mean_log_prob
+    return out
 
 
 def length_ratio(source: str, target: str, *, slack: int = LENGTH_SLACK) -> float:

@@ -1,0 +1,221 @@
+"""How many bad suggestions pass the checks of ``transformer.translate.suggestion_checks``, and how
+many good ones, for a French -> English run.
+
+Good suggestions are Tatoeba's references (``tatoeba/eng-fra.txt`` under ``--from``, read there,
+shuffled with ``--seed``): a French sentence and its English translation. Bad ones are planted,
+the same number, in turn of these kinds:
+
+- ``wrong language (fr)``: another French translation of the source's English (Tatoeba often has
+  several; else the French of another pair): a person who answered in the source's language;
+- ``wrong language (de)``: Multi30k's German translation of a Multi30k French test sentence;
+- ``copy of source``: the source itself, as it is, in lower case, or without its last character;
+- ``random string``: letters and spaces as long as the reference, or a key held down ("aaaaaa");
+- ``truncation``: the reference cut after a third to two thirds of its words (references of 4
+  words or more);
+- ``other sentence``: the reference of another pair, as long within a fifth;
+- ``machine translation``: the model's own translation of the source;
+- ``repeated``: a good suggestion sent again while the first waits for review.
+
+Every suggestion goes through :func:`~transformer.translate.suggestion_checks.check_suggestion`
+with the default thresholds (the good first, in a fresh memory where each that passes is added as
+pending, then the bad), and the table prints how many of each kind pass, how many were refused by
+each check, and the ``absurd`` check's measure (the score gap: the model's own translation's mean
+log-probability per token minus the suggestion's) for the suggestions that reached it, with what
+other margins would let pass: what ``ABSURD_MARGIN`` is calibrated from.
+
+    python benchmarks/suggestion_checks.py runs/fr-en --from ../shared/data
+    python benchmarks/suggestion_checks.py runs/fr-en --limit 20 --out checks.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import resource
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+KINDS = ("wrong language (fr)", "wrong language (de)", "copy of source", "random string", "truncation",
+         "other sentence", "machine translation", "repeated")
+MARGINS = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0)
+
+
+def read_tatoeba(path: Path) -> list[tuple[str, str]]:
+    """``(french, english)`` pairs."""
+    pairs = []
+    with open(path, encoding="utf-8") as file:
+        for line in file:
+            columns = line.rstrip("\n").split("\t")
+            if len(columns) >= 2 and columns[0].strip() and columns[1].strip():
+                pairs.append((columns[1], columns[0]))
+    return pairs
+
+
+def read_lines(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as file:
+        return [line.rstrip("\n") for line in file]
+
+
+def plant(pairs: list[tuple[str, str]], multi30k: tuple[list[str], list[str]], n: int,
+          rng: random.Random) -> tuple[list[tuple[str, str]], list[tuple[str, str, str]]]:
+    """``n`` good ``(source, suggestion)`` pairs and ``n`` bad ``(kind, source, suggestion)`` ones
+    (``machine translation`` and ``repeated`` with an empty suggestion, filled in later)."""
+    order = list(range(len(pairs)))
+    rng.shuffle(order)
+    good = [pairs[i] for i in order[:n]]
+    rest = [pairs[i] for i in order[n:]]
+    by_english: dict[str, list[str]] = defaultdict(list)
+    for fr, en in pairs:
+        by_english[en].append(fr)
+    by_length: dict[int, list[str]] = defaultdict(list)
+    for _, en in rest:
+        by_length[len(en)].append(en)
+    bad = []
+    it = iter(rest)
+    for k in range(n):
+        kind = KINDS[k % len(KINDS)]
+        fr, en = next(it)
+        if kind == "wrong language (fr)":
+            others = [f for f in by_english[en] if f != fr]
+            suggestion = rng.choice(others) if others else rng.choice(rest)[0]
+        elif kind == "wrong language (de)":
+            j = rng.randrange(len(multi30k[0]))
+            fr, suggestion = multi30k[0][j], multi30k[1][j]
+        elif kind == "copy of source":
+            suggestion = rng.choice([fr, fr.lower(), fr[:-1]])
+        elif kind == "random string":
+            suggestion = rng.choice(["".join(rng.choice("abcdefghijklmnopqrstuvwxyz     ") for _ in en),
+                                     rng.choice("asdfjkl") * len(en)])
+        elif kind == "truncation":
+            while len(en.split()) < 4:
+                fr, en = next(it)
+            words = en.split()
+            suggestion = " ".join(words[: max(1, round(len(words) * rng.uniform(1 / 3, 2 / 3)))])
+        elif kind == "other sentence":
+            near = [e for d in range(-len(en) // 5, len(en) // 5 + 1) for e in by_length.get(len(en) + d, ())
+                    if e != en]
+            suggestion = rng.choice(near) if near else rng.choice(rest)[1]
+        else:  # machine translation, repeated: made once the model and the good ones are known
+            suggestion = ""
+        bad.append((kind, fr, suggestion))
+    return good, bad
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", type=Path, help="a trained French -> English run directory")
+    parser.add_argument("--from", dest="data", type=Path, default=ROOT.parent / "shared" / "data",
+                        help="the folder holding tatoeba/ and multi30k/ (default: ../shared/data)")
+    parser.add_argument("--limit", type=int, default=500, help="good suggestions, and as many bad (default 500)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, help="write the figures as JSON here too")
+    args = parser.parse_args()
+    if args.limit < len(KINDS):
+        sys.exit(f"--limit must be at least {len(KINDS)} (one bad suggestion of each kind)")
+    tatoeba = args.data / "tatoeba" / "eng-fra.txt"
+    multi30k = args.data / "multi30k"
+    for path in (tatoeba, multi30k / "test_2016_flickr.fr.gz", multi30k / "test_2016_flickr.de.gz"):
+        if not path.is_file():
+            sys.exit(f"{path} not found: --from names the folder holding tatoeba/ and multi30k/")
+
+    from transformer.memory import TranslationMemory
+    from transformer.translate.suggestion_checks import Thresholds, check_suggestion, score_gaps
+    from transformer.translate.translator import load_translator
+
+    translator = load_translator(args.run_dir)
+    if (translator.src_lang, translator.tgt_lang) != ("fr", "en"):
+        sys.exit(f"{args.run_dir} translates {translator.src_lang} -> {translator.tgt_lang}; this benchmark needs fr -> en")
+    rng = random.Random(args.seed)
+    good, bad = plant(read_tatoeba(tatoeba), (read_lines(multi30k / "test_2016_flickr.fr.gz"),
+                                              read_lines(multi30k / "test_2016_flickr.de.gz")), args.limit, rng)
+    mt = [i for i, (kind, _, _) in enumerate(bad) if kind == "machine translation"]
+    for i, text in zip(mt, translator.translate([bad[i][1] for i in mt])):
+        bad[i] = (bad[i][0], bad[i][1], text)
+    for i, (kind, _, _) in enumerate(bad):
+        if kind == "repeated":
+            bad[i] = (kind, *good[rng.randrange(len(good))])
+    thresholds = Thresholds()
+    items = [("good", s, t) for s, t in good] + bad
+    verdicts = []
+    start_cpu, start = time.process_time(), time.perf_counter()
+    with tempfile.TemporaryDirectory() as folder, TranslationMemory(os.path.join(folder, "memory.db")) as memory:
+        for kind, source, suggestion in items:
+            refusal = check_suggestion(source, suggestion, "fr", "en", translator=translator, memory=memory,
+                                       thresholds=thresholds)
+            verdicts.append(refusal)
+            if refusal is None and kind == "good":
+                memory.add(source, suggestion, "fr", "en", origin="suggestion")
+    cpu, wall = time.process_time() - start_cpu, time.perf_counter() - start
+    # the absurd check's measure for every suggestion that reached the model (the cheap checks passed)
+    reached = [i for i, r in enumerate(verdicts) if r is None or r.reason.value in ("absurd", "machine_translation")]
+    gaps = dict(zip(reached, (g for _, g in score_gaps(translator, [items[i][1] for i in reached],
+                                                         [items[i][2] for i in reached]))))
+
+    rows, refusals = {}, defaultdict(Counter)
+    for (kind, _, _), refusal in zip(items, verdicts):
+        row = rows.setdefault(kind, {"n": 0, "passed": 0})
+        row["n"] += 1
+        row["passed"] += refusal is None
+        refusals["good" if kind == "good" else "bad"][refusal.reason.value if refusal else "passed"] += 1
+    bad_n = sum(r["n"] for k, r in rows.items() if k != "good")
+    bad_passed = sum(r["passed"] for k, r in rows.items() if k != "good")
+    print(f"{args.run_dir}: {len(good)} good suggestions (Tatoeba references), {bad_n} bad; "
+          f"checks {1000 * cpu / len(items):.1f} ms CPU a suggestion ({wall:.0f} s wall, load {os.getloadavg()[0]:.1f})")
+    print(f"\n{'suggestions':24} {'n':>5} {'passed':>7} {'share':>7}")
+    for kind in ("good", *KINDS):
+        if kind in rows:
+            r = rows[kind]
+            print(f"{kind:24} {r['n']:>5} {r['passed']:>7} {r['passed'] / r['n']:>7.1%}")
+    print(f"{'bad, all kinds':24} {bad_n:>5} {bad_passed:>7} {bad_passed / bad_n:>7.1%}")
+    reasons = ["implausible_length", "copy_of_source", "near_duplicate_pending", "wrong_language",
+               "machine_translation", "absurd", "passed"]
+    print(f"\n{'refused by':24} {'good':>6} {'bad':>6}")
+    for reason in reasons:
+        print(f"{reason:24} {refusals['good'][reason]:>6} {refusals['bad'][reason]:>6}")
+    groups: dict[str, list[float]] = defaultdict(list)
+    for i in reached:
+        if gaps[i] is not None and items[i][0] not in ("machine translation", "repeated"):
+            groups[items[i][0]].append(gaps[i])
+    print(f"\nscore gap of the suggestions that reached the model (nats per token; refused above "
+          f"{thresholds.absurd_margin:g})")
+    print(f"{'suggestions':24} {'n':>5} {'p5':>6} {'p50':>6} {'p95':>6}")
+    for kind in ("good", *KINDS):
+        if groups.get(kind):
+            p5, p50, p95 = np.percentile(groups[kind], [5, 50, 95])
+            print(f"{kind:24} {len(groups[kind]):>5} {p5:>6.2f} {p50:>6.2f} {p95:>6.2f}")
+    def passes(i: int, margin: float) -> bool:
+        """Whether suggestion ``i`` passes every check with the absurd check's margin at ``margin``
+        (the absurd check is the last: a suggestion it refused, or none did, passed all the others)."""
+        reached_it = verdicts[i] is None or verdicts[i].reason.value == "absurd"
+        return reached_it and (gaps.get(i) is None or gaps[i] <= margin)
+
+    sweep = []
+    print(f"\n{'absurd margin':>13} {'good pass':>10} {'bad pass':>9}  (every check, the absurd one at that margin)")
+    for margin in MARGINS:
+        good_pass = sum(passes(i, margin) for i, item in enumerate(items) if item[0] == "good") / len(good)
+        bad_pass = sum(passes(i, margin) for i, item in enumerate(items) if item[0] != "good") / bad_n
+        sweep.append({"margin": margin, "good_passed": good_pass, "bad_passed": bad_pass})
+        print(f"{margin:>13g} {good_pass:>10.1%} {bad_pass:>9.1%}")
+    if args.out:
+        args.out.write_text(json.dumps({
+            "run_dir": str(args.run_dir), "good": len(good), "bad": bad_n, "seed": args.seed,
+            "thresholds": vars(thresholds), "kinds": rows, "refusals": {k: dict(v) for k, v in refusals.items()},
+            "score_gaps": {k: v for k, v in groups.items()}, "margin_sweep": sweep,
+            "cpu_ms_per_suggestion": 1000 * cpu / len(items), "wall_s": wall,
+            "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "load_average": os.getloadavg()[0]}, indent=1) + "\n")
+        print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
