@@ -25,10 +25,11 @@ def _data_cache(tmp_path_factory):
 def tiny_run(tmp_path_factory):
     """Builds run directories of a random tiny model: ``tiny_run(directory=None, *, pairs=400,
     learned_positions=True, languages=("fr", "en"), seed=0)`` writes one into ``directory`` (a new
-    folder of the session when none) and returns it. Its BPE is trained on ``pairs`` sentence pairs of
-    the built-in corpus (seed 1); the model's weights are drawn with ``seed``; learned positions stop
-    its outputs at 64 tokens (else the preset's sinusoids); ``languages`` go into run_config.json
-    (none: no run_config.json). Each call builds a fresh run: a test may change its files."""
+    folder of the session when none) and returns it. Its BPE is trained on ``pairs``: that many
+    sentence pairs of the built-in corpus (seed 1), or these pairs; the model's weights are drawn with
+    ``seed``; learned positions stop its outputs at 64 tokens (else the preset's sinusoids);
+    ``languages`` go into run_config.json (none: no run_config.json). Each call builds a fresh run: a
+    test may change its files."""
     import torch
 
     from transformer.config import preset
@@ -37,10 +38,12 @@ def tiny_run(tmp_path_factory):
     from transformer.run.model import save_model
     from transformer.text import Vocabularies
 
-    def make(directory: Path | None = None, *, pairs: int = 400, learned_positions: bool = True,
+    def make(directory: Path | None = None, *, pairs: int | list[tuple[str, str]] = 400, learned_positions: bool = True,
              languages: tuple[str, str] | None = ("fr", "en"), seed: int = 0) -> Path:
         directory = Path(directory) if directory is not None else tmp_path_factory.mktemp("tiny-run")
-        vocab = Vocabularies.train(generate_pairs(pairs, seed=1), vocab_size=400)
+        if isinstance(pairs, int):
+            pairs = generate_pairs(pairs, seed=1)
+        vocab = Vocabularies.train(pairs, vocab_size=400)
         positions = {"positional": "learned", "max_positions": 64} if learned_positions else {}
         torch.manual_seed(seed)
         save_model(Transformer(preset("tiny", src_vocab_size=vocab.src.vocab_size, **positions)), directory)

@@ -215,26 +215,17 @@ def test_a_corrupt_calibration_file_is_one_clear_error(tmp_path, change, message
 
 # ------------------------------------------------------------------------------------------------ the command
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
+def trained_run(tmp_path_factory, cli):
     """A tiny run trained for two steps, with 60 validation sentences."""
-    from transformer.cli import main
-
-    threads = torch.get_num_threads()
     run_dir = tmp_path_factory.mktemp("calibrate") / "run"
-    assert main(["train", "--run-dir", str(run_dir), "--quiet", *TRAIN, "data.builtin_valid=60"]) == 0
-    torch.set_num_threads(threads)
+    assert cli("train", "--run-dir", run_dir, "--quiet", *TRAIN, "data.builtin_valid=60").returncode == 0
     return run_dir
 
 
-def _calibrate(run_dir, *options, capsys):
-    from transformer.cli import main
-
-    rc = main(["calibrate", str(run_dir), "--no-progress", "--threads", "1", *options])
-    out, err = capsys.readouterr()
-    return rc, out, err
+QUIET = ("--no-progress", "--threads", "1")  # the options of each calibrate command here
 
 
-def test_calibrate_fits_writes_and_reports(tiny_run, tmp_path, capsys, monkeypatch):
+def test_calibrate_fits_writes_and_reports(trained_run, tmp_path, monkeypatch, cli):
     """The two-step model translates into blanks, which chrF scores 0 whatever the reference: here
     every other sentence is scored 100 instead, so that both sides of chrF 50 are there to fit."""
     from transformer.translate import calibrate
@@ -249,15 +240,15 @@ def test_calibrate_fits_writes_and_reports(tiny_run, tmp_path, capsys, monkeypat
     sources = [f"le chat numéro {i} dort ." for i in range(60)]
     (tmp_path / "src.txt").write_text("\n".join(sources) + "\n", encoding="utf-8")
     (tmp_path / "ref.txt").write_text("".join(f"reference {i}\n" for i in range(60)), encoding="utf-8")
-    rc, out, err = _calibrate(tiny_run, "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt"),
-                              "--json", capsys=capsys)
+    rc, out, err = cli("calibrate", trained_run, *QUIET, "--src", tmp_path / "src.txt", "--ref", tmp_path / "ref.txt",
+                       "--json")
     assert rc == 0, err
     assert scored == [[f"reference {i}" for i in range(60)]]
     assert "fitted on 60 sentences" in out and "ECE" in out and "Spearman" in out
     summary = json.loads(out.strip().splitlines()[-1])
-    calibration = Calibration.load(tiny_run)
+    calibration = Calibration.load(trained_run)
     assert calibration.to_json() == summary
-    assert calibration.model_sha256 == file_sha256(tiny_run / WEIGHTS_FILE)
+    assert calibration.model_sha256 == file_sha256(trained_run / WEIGHTS_FILE)
     assert calibration.features == DEFAULT_FEATURES
     assert calibration.figures["sentences"] == 60 and calibration.figures["adequate_share"] == 0.5
     assert 0 <= calibration.figures["ece"] <= 1
@@ -268,12 +259,12 @@ def test_sentence_chrf():
     assert scores[0] == pytest.approx(100.0) and scores[1] < 30
 
 
-def test_calibrate_reads_the_runs_validation_set(tiny_run, capsys):
+def test_calibrate_reads_the_runs_validation_set(trained_run, cli):
     """The untrained model's translations of the validation set all miss chrF 50: too one-sided to
     fit, which the error says, counting the sentences it read."""
-    rc, _, err = _calibrate(tiny_run, capsys=capsys)
+    rc, _, err = cli("calibrate", trained_run, *QUIET)
     assert rc == 2 and "of 60 translations of the run's validation set (builtin fr-en)" in err
-    rc, _, err = _calibrate(tiny_run, "--sentences", "55", capsys=capsys)
+    rc, _, err = cli("calibrate", trained_run, *QUIET, "--sentences", "55")
     assert rc == 2 and "of 55 translations" in err
 
 
@@ -285,20 +276,20 @@ def test_calibrate_reads_the_runs_validation_set(tiny_run, capsys):
     (["--sentences", "0"], "--sentences must be >= 1"),
     (["--n-best", "2"], "--n-best is for translate"),
 ])
-def test_calibrate_refuses_bad_input_in_one_line(tiny_run, tmp_path, capsys, options, message):
+def test_calibrate_refuses_bad_input_in_one_line(trained_run, tmp_path, options, message, cli):
     (tmp_path / "src.txt").write_text("le chat dort .\n" * 60, encoding="utf-8")
     (tmp_path / "short.txt").write_text("le chat dort .\n" * 10, encoding="utf-8")
     argv = [o.format(src=tmp_path / "src.txt", short=tmp_path / "short.txt") for o in options]
-    rc, _, err = _calibrate(tiny_run, *argv, capsys=capsys)
+    rc, _, err = cli("calibrate", trained_run, *QUIET, *argv)
     assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_calibrate_needs_a_run_configuration_or_files(tiny_run, tmp_path, capsys):
+def test_calibrate_needs_a_run_configuration_or_files(trained_run, tmp_path, cli):
     bare = tmp_path / "bare"
     bare.mkdir()
     for name in (WEIGHTS_FILE, "config.json", "tokenizer.json"):
-        (bare / name).write_bytes((tiny_run / name).read_bytes())
-    rc, _, err = _calibrate(bare, capsys=capsys)
+        (bare / name).write_bytes((trained_run / name).read_bytes())
+    rc, _, err = cli("calibrate", bare, *QUIET)
     assert rc == 2 and "has no run_config.json" in err
-    rc, _, err = _calibrate(tmp_path / "missing", capsys=capsys)
+    rc, _, err = cli("calibrate", tmp_path / "missing", *QUIET)
     assert rc == 2 and "not a trained run directory" in err
