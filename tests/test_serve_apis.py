@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from fastapi import FastAPI  # noqa: E402
+from fastapi import APIRouter, FastAPI  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
@@ -96,3 +96,14 @@ def test_an_unknown_path_answers_natively_under_the_native_paths_else_in_libretr
     answer = client.get("/nothing")
     assert answer.status_code == 404 and answer.json() == {"error": "Not Found"}
     assert ORIGIN not in answer.headers
+
+
+def test_a_route_on_no_apis_router_is_refused_when_the_app_is_built():
+    plain = APIRouter()
+
+    @plain.get("/v1/plain")
+    async def nowhere() -> dict:
+        return {}
+
+    with pytest.raises(TypeError, match="/v1/plain is on no API's router"):
+        serve_apis(FastAPI(), [NATIVE.router(), plain], max_body_bytes=1000)

@@ -80,6 +80,9 @@ class ApiRoutes:
     def __init__(self, routers: Iterable[APIRouter], unknown: Callable[[str], Api]) -> None:
         self.routes: list[BaseRoute] = [route for router in routers for route in router.routes]
         self.unknown = unknown
+        for route in self.routes:  # a route on a plain router would have no error shape: refused at start
+            if not isinstance(getattr(route, "api", None), Api):
+                raise TypeError(f"the route {getattr(route, 'path', route)} is on no API's router (Api.router())")
 
     def route(self, scope: Scope) -> BaseRoute | None:
         """The route a request goes to: the first its path and method match, else its path (a 405)."""
