@@ -49,6 +49,7 @@ A path no route takes is answered in the native shape under ``/v1/``, ``/health`
 ``/openapi.json``, in LibreTranslate's elsewhere (most likely a LibreTranslate client's).
 """
 
+import asyncio
 import json
 import logging
 import uuid
@@ -69,6 +70,7 @@ from transformer.serve.limits import ServeLimits
 from transformer.serve.libretranslate.files import FileStore
 from transformer.serve.model_set import PIVOT, ModelSet
 from transformer.serve.middleware import BodyGuard, Cors, InternalErrors, SecurityHeaders
+from transformer.serve.reload import ModelVersion, ReloadOptions, Reloader, admin_router, model_version
 from transformer.serve.schemas import request_models
 from transformer.serve.service import TranslationService
 from transformer.serve.libretranslate.uploads import Uploads
@@ -81,7 +83,8 @@ log = logging.getLogger("uvicorn.error")
 
 def create_app(translator: Translator | Sequence[Translator], limits: ServeLimits | None = None, *,
                src_lang: str | None = None, tgt_lang: str | None = None, pivot: str | None = PIVOT,
-               libretranslate_options: libretranslate.LibreTranslateOptions | None = None) -> FastAPI:
+               libretranslate_options: libretranslate.LibreTranslateOptions | None = None,
+               reload: ReloadOptions | None = None) -> FastAPI:
     """The API and web page for one model or several (each loaded once, shared by every request).
 
     Args:
@@ -94,6 +97,10 @@ def create_app(translator: Translator | Sequence[Translator], limits: ServeLimit
         pivot: the language pairs without a model of their own are translated through (None: none).
         libretranslate_options: API keys and limits, suggestions, files, the web page's defaults
             of the LibreTranslate API (default: no keys, no limits, no suggestions, files on).
+        reload: the run directory of each model, how to load one, and the admin key: each model's
+            version is named in answers, and the models can be reloaded without a restart
+            (:mod:`transformer.serve.reload`: ``app.state.reloader``, ``POST /admin/reload``; None:
+            neither).
 
     Returns:
         The app; ``app.state.models`` is its :class:`~transformer.serve.model_set.ModelSet`,
@@ -109,13 +116,26 @@ def create_app(translator: Translator | Sequence[Translator], limits: ServeLimit
     models = ModelSet(services, pivot=pivot)
     service = models.primary
     limits = service.limits
+    reloader = None
+    if reload is not None:
+        for one, run_dir in zip(services, reload.run_dirs, strict=True):
+            one.version = model_version(run_dir)
+
+        def service_for(t: Translator, version: ModelVersion) -> TranslationService:  # a reloaded model's
+            return TranslationService(t, limits, src_lang=t.src_lang, tgt_lang=t.tgt_lang, version=version)
+
+        reloader = Reloader(models, reload.run_dirs, reload.load, service_for)
 
     store = FileStore(limits.file_ttl_s, max_files=limits.max_stored_files, max_bytes=limits.max_stored_bytes)
     uploads = Uploads(limits.max_uploads, limits.max_upload_bytes)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        if reloader is not None:
+            reloader.loop = asyncio.get_running_loop()  # where a signal's reload runs
         yield
+        if reloader is not None:
+            await reloader.close()
         await models.close()
         store.close()
         uploads.close()
@@ -131,16 +151,19 @@ def create_app(translator: Translator | Sequence[Translator], limits: ServeLimit
     app.state.service = service
     app.state.batcher = service.batcher
     app.state.limits = limits
+    app.state.reloader = reloader
     requests = request_models(limits, service.default.beam_size)  # the limits written into the schema
     libretranslate_options = libretranslate_options or libretranslate.LibreTranslateOptions()
     keys = libretranslate_options.keys  # one access policy for both APIs
     serve_apis(app, [routes.router(models, requests, keys),
                      libretranslate.router(models, libretranslate_options, store, uploads),
-                     routes.page_router(models)], max_body_bytes=limits.max_body_bytes)
+                     routes.page_router(models),
+                     *([admin_router(reloader, reload.admin_key)] if reloader is not None else [])],
+               max_body_bytes=limits.max_body_bytes)
     return app
 
 
-_NATIVE = ("/v1/", "/health", "/openapi.json")  # FastAPI's /openapi.json is the native API's too
+_NATIVE = ("/v1/", "/health", "/openapi.json", "/admin/")  # FastAPI's /openapi.json is the native API's too
 _UNKNOWN = Api("unknown", libretranslate.LIBRETRANSLATE.error)  # no CORS for a path no route takes
 
 

@@ -11,8 +11,9 @@ connections, closes idle and stalled ones, lets the requests in flight finish (a
 --shutdown-grace seconds), prints what it finished and dropped, and the process exits 0; Ctrl-C
 (SIGINT) stops it the same way, then exits 130 as an interrupted command. Either way, a worker
 thread still busy half a second after the grace (a file being parsed) does not keep the process
-alive: it ends at once with its status. The command's parser
-is in ``cli_args.py``.
+alive: it ends at once with its status. SIGHUP reloads every model from its run directory
+without a restart (:mod:`transformer.serve.reload`; ``POST /admin/reload`` with ``--admin-key``
+does it over HTTP). The command's parser is in ``cli_args.py``.
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from transformer.serve.app import create_app
+    from transformer.serve.reload import ReloadOptions, read_admin_key
     from transformer.translate.translator import load_translator
 
     from transformer.serve.protocol import ConnectionStats, GuardedServer, bind_sockets, uvicorn_config
@@ -135,6 +137,7 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UserError(f"--beam must be in 1..{limits.max_beam_size} (--max-beam-size), got {args.beam}")
     _check_forwarded_allow_ips(args.forwarded_allow_ips)
     lt_options = libretranslate_options(args)
+    admin_key = read_admin_key(args.admin_key, args.admin_key_file)
     _raise_open_files_limit(connection_limits.max_connections)
     try:  # bind before loading the model: a busy port is one line, at once
         sockets = bind_sockets(args.host, args.port)
@@ -147,16 +150,19 @@ def run_serve(args: argparse.Namespace) -> int:
     interrupted = False
     try:
         run_dirs = [Path(d) for d in args.run_dirs]
-        translators = []
-        for run_dir in run_dirs:  # each model loaded once
-            translator = load_translator(run_dir, precision=precision, device=args.device)
-            translators.append(translator.with_decoding(beam_size=args.beam))
+
+        def load(run_dir: Path):  # at start, and again on a reload
+            return load_translator(run_dir, precision=precision, device=args.device).with_decoding(beam_size=args.beam)
+
+        translators = [load(run_dir) for run_dir in run_dirs]  # each model loaded once
+        reload = ReloadOptions(run_dirs, load, admin_key)
         if len(translators) == 1:
             translator = translators[0]
             app = create_app(translator, limits, src_lang=translator.src_lang, tgt_lang=translator.tgt_lang,
-                             pivot=pivot, libretranslate_options=lt_options)
+                             pivot=pivot, libretranslate_options=lt_options, reload=reload)
         else:
-            app = create_app(translators, limits, pivot=pivot, libretranslate_options=lt_options)
+            app = create_app(translators, limits, pivot=pivot, libretranslate_options=lt_options,
+                             reload=reload)
         stats = ConnectionStats()
         served = ", ".join(f"{d} ({t.src_lang or '?'} -> {t.tgt_lang or '?'})" for d, t in zip(run_dirs, translators))
         through = [f"{p.source} -> {p.target}" for p in _pivot_pairs(app)]
@@ -173,6 +179,9 @@ def run_serve(args: argparse.Namespace) -> int:
         # was installed before it: with this one the process ends with status 0 instead of dying by it.
         stopped: list[int] = []
         previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum))
+        reloader = app.state.reloader
+        hangup = signal.signal(signal.SIGHUP, lambda signum, frame: reloader.reload_soon()) \
+            if hasattr(signal, "SIGHUP") else None
         try:
             server.run(sockets=sockets)
         except KeyboardInterrupt:  # SIGINT, raised again by uvicorn after its graceful shutdown
@@ -182,6 +191,8 @@ def run_serve(args: argparse.Namespace) -> int:
             raise
         finally:
             signal.signal(signal.SIGTERM, previous)
+            if hangup is not None:
+                signal.signal(signal.SIGHUP, hangup)
     finally:
         for sock in sockets:
             sock.close()

@@ -151,5 +151,14 @@ def register_serve_command(subparsers: argparse._SubParsersAction) -> argparse.A
     lt.add_argument("--frontend-timeout", type=int, default=500, metavar="MS",
                     help="milliseconds LibreTranslate's web page waits after typing before it translates "
                     "(default: 500)")
+    admin = p.add_argument_group("reloading", "a newer run swapped in without a restart: SIGHUP reloads every model "
+                                 "from its RUN_DIR; POST /admin/reload (X-Admin-Key header) reloads one pair or "
+                                 "every one, from its RUN_DIR or another run of its pair; requests in flight finish "
+                                 "on the model they started on, and a run that fails to load leaves the old model "
+                                 "serving (see docs/serving.md)")
+    admin.add_argument("--admin-key", metavar="KEY", help="the key of POST /admin/reload (at least 16 characters; "
+                       "visible to other users of this machine in the process list: prefer --admin-key-file); "
+                       "without either, the route answers 403")
+    admin.add_argument("--admin-key-file", metavar="FILE", help="a file holding the admin key on one line")
     p.set_defaults(handler="transformer.serve.cli:run_serve")
     return p

@@ -346,6 +346,24 @@ class ModelSet:
     def health(self) -> dict[str, Any]:
         return {f"{s.src_lang or UNKNOWN}-{s.tgt_lang or UNKNOWN}": s.health() for s in self.services}
 
+    def versions(self) -> dict[str, str]:
+        """Each pair's model version (:class:`~transformer.serve.reload.ModelVersion`'s label), where known."""
+        return {f"{s.src_lang or UNKNOWN}-{s.tgt_lang or UNKNOWN}": s.version.label for s in self.services
+                if s.version is not None}
+
+    def swap(self, service: TranslationService) -> TranslationService:
+        """Serve ``service`` for its language pair instead of the service that serves it now, and
+        return that one (a reload: :mod:`transformer.serve.reload`). A route taken before keeps the
+        old service; one taken after gets the new. :class:`UserError` for a pair not served."""
+        pair = (service.src_lang, service.tgt_lang)
+        old = self.pairs.get(pair)
+        if old is None:
+            raise UserError(f"this server serves no {pair[0] or UNKNOWN} -> {pair[1] or UNKNOWN} model: "
+                            f"{self.served()}")
+        self.services[self.services.index(old)] = service
+        self.pairs[pair] = service
+        return old
+
     async def close(self) -> None:
         for service in self.services:
             await service.close()

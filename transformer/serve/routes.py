@@ -190,7 +190,6 @@ def router(models: ModelSet, requests: RequestModels, keys: KeyRing | None = Non
     ``keys``: the API keys and request limits (default: none)."""
     router = NATIVE.router()
     keys = keys or KeyRing()
-    service = models.primary
 
     # Fields left unset (alternatives not asked for) stay out of the answer.
     @router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_unset=True,
@@ -200,15 +199,24 @@ def router(models: ModelSet, requests: RequestModels, keys: KeyRing | None = Non
     async def translate(body: guarded(keys, requests.translate), request: Request) -> TranslateResponse:
         start = time.perf_counter()
         texts = [body.text] if isinstance(body.text, str) else list(body.text)
-        settings_for = _settings_for(body)
+        settings_for, taken = _settings_for(body), []
+
+        def settings_noted(route: Route) -> DecodingSettings:  # the routes taken: their models' versions
+            taken.append(route)
+            return settings_for(route)
+
         translations, info, detected, _ = await unless_client_goes(request, models.translate(
-            texts, body.source, body.target, settings_for, html=body.format == "html",
+            texts, body.source, body.target, settings_noted, html=body.format == "html",
             alternatives=body.alternatives))
         for result, found in zip(translations, detected or ()):
             result["detected_language"] = {"language": found.language, "confidence": round(found.confidence, 4)}
         shown = models.primary if detected is not None else models.route(body.source, body.target).last
+        versions = list(dict.fromkeys(s.version.label for r in taken for s in r.steps if s.version is not None))
+        if not taken and shown.version is not None:  # every text was already in the target language
+            versions = [shown.version.label]
+        extra = {"model_version": ", ".join(versions)} if versions else {}
         return TranslateResponse(translations=translations, decoding=shown.decoding(settings_for(Route(
-            None, None, (shown,)))), timing=_timing(start, info))
+            None, None, (shown,)))), timing=_timing(start, info), **extra)
 
     # The document of transformer/visualize/schema.json for one sentence of a text, where it is in
     # the text in the X-Sentence-* and X-Piece-* headers.
@@ -239,13 +247,15 @@ def router(models: ModelSet, requests: RequestModels, keys: KeyRing | None = Non
     @router.get("/health", response_model=Health, response_model_exclude_unset=True,
                 summary="Liveness and the batchers' queues and counters")
     async def health() -> Health:
+        service = models.primary  # read on each request: a reload replaces it
+        extra = {"versions": versions} if (versions := models.versions()) else {}
         if models.single:
-            return Health(status="ok", batching=service.health())
-        return Health(status="ok", batching=service.health(), models=models.health())
+            return Health(status="ok", batching=service.health(), **extra)
+        return Health(status="ok", batching=service.health(), models=models.health(), **extra)
 
     @router.get("/v1/model", response_model=ModelInfo, summary="The model being served (the first, of several)")
     async def model_info() -> ModelInfo:
-        return service.model_info()
+        return models.primary.model_info()
 
     @router.get("/v1/models", response_model=ModelList, summary="Every model served and every language pair")
     async def model_list() -> ModelList:

@@ -170,6 +170,10 @@ class TranslateResponse(BaseModel):
     translations: list[Translation] = Field(description="one per text, in request order")
     decoding: Decoding
     timing: Timing
+    model_version: str | None = Field(None, description="the version of the model that translated the texts "
+                                      "(GET /v1/model: version.label; several, comma-separated, when the texts "
+                                      "took several models); only where the server loaded its models from run "
+                                      "directories")
 
 
 class ConfidenceInfo(BaseModel):
@@ -183,6 +187,15 @@ class ConfidenceInfo(BaseModel):
                                "(null without a calibration)")
 
 
+class ModelVersionInfo(BaseModel):
+    """Which model is served: it changes when the model is reloaded (docs/serving.md, Reloading)."""
+
+    step: int | None = Field(description="the step of the run's newest checkpoint (null: the run keeps none)")
+    checkpoint: str = Field(description="the first 12 hex digits of the SHA-256 of the model.safetensors loaded")
+    label: str = Field(description="step-STEP.CHECKPOINT (CHECKPOINT alone without a step): what /v1/translate's "
+                       "model_version and /health name")
+
+
 class ModelInfo(BaseModel):
     src_lang: str | None
     tgt_lang: str | None
@@ -194,6 +207,8 @@ class ModelInfo(BaseModel):
     decoding: Decoding = Field(description="the defaults a request gets")
     limits: dict[str, int | float]
     confidence: ConfidenceInfo
+    version: ModelVersionInfo | None = Field(None, description="which model is served (null where the server "
+                                             "was not given run directories)")
 
 
 class Health(BaseModel):
@@ -202,6 +217,9 @@ class Health(BaseModel):
                                              "first model, when there are several)")
     models: dict[str, dict[str, int | float]] | None = Field(None, description="only with several models: each "
                                                              "one's batcher, by language pair ('fr-en')")
+    versions: dict[str, str] | None = Field(None, description="each pair's model version ('fr-en': "
+                                            "'step-40.3f9c2a1b7d0e'), where the server loaded its models from run "
+                                            "directories")
 
 
 class PairInfo(BaseModel):

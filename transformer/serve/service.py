@@ -104,6 +104,19 @@ class SentenceAttention:
     info: BatchInfo
 
 
+def _in_use(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Count the calls of a service's operation in progress (:meth:`TranslationService.busy`): a
+    service replaced by a reload is closed only once none is left."""
+    @functools.wraps(method)
+    async def counted(self: TranslationService, *args: Any, **kwargs: Any) -> Any:
+        self.active += 1
+        try:
+            return await method(self, *args, **kwargs)
+        finally:
+            self.active -= 1
+    return counted
+
+
 async def _off_the_loop(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` on a worker thread of anyio's pool (where FastAPI runs blocking code)."""
     return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
@@ -139,11 +152,16 @@ class TranslationService:
         limits: the bounds on a request's work (default :class:`ServeLimits`).
         src_lang, tgt_lang: the language pair reported to clients (None: the run does not say);
             the source language also picks the sentence splitter, the translator's own when None.
+        version: which model it is (:class:`~transformer.serve.reload.ModelVersion`: the run's step and
+            the weights' hash), named in answers; None where it was not loaded from a run directory.
     """
 
-    def __init__(self, translator: Translator, limits: ServeLimits | None = None, *, src_lang: str | None = None,
+    def __init__(self, translator: Translator, limits: ServeLimits | None = None, *, version: Any = None,
+                 src_lang: str | None = None,
                  tgt_lang: str | None = None) -> None:
         self.limits = limits = limits or ServeLimits()
+        self.version = version
+        self.active = 0  # operations in progress (_in_use)
         # Sampling would answer the same text differently each time: a sampling translator is served by search.
         self.translator = translator.with_decoding(strategy="beam", n_best=1, return_attention=False) \
             if translator.decoding.strategy == "sample" else translator
@@ -254,6 +272,7 @@ class TranslationService:
         self.batcher.check_capacity(len(planned.inputs))
         return documents, planned, warnings
 
+    @_in_use
     async def translate_texts(self, texts: list[str], settings: DecodingSettings | None = None, *,
                               names: list[str] | None = None,
                               alternatives: int = 0) -> tuple[list[dict[str, Any]], BatchInfo]:
@@ -292,6 +311,7 @@ class TranslationService:
         the same; the answer's ``n_best`` keeps the request's count)."""
         return replace(settings, n_best=settings.beam_size) if alternatives else settings
 
+    @_in_use
     async def translate_sentences(self, sentences: list[str], settings: DecodingSettings | None = None, *,
                                   busy_wait_s: float = 0.05) -> list[str]:
         """The best translation of each sentence, for the sentences of a whole file: no sentence
@@ -328,6 +348,7 @@ class TranslationService:
                     raise
                 await asyncio.sleep(busy_wait_s)
 
+    @_in_use
     async def translate_pages(self, pages: list[str], settings: DecodingSettings | None = None, *,
                               names: list[str] | None = None,
                               alternatives: int = 0) -> tuple[list[dict[str, Any]], BatchInfo]:
@@ -360,6 +381,7 @@ class TranslationService:
         return await _off_the_loop(rebuild), info
 
     # -- attention -----------------------------------------------------------------------------
+    @_in_use
     async def attention(self, text: str, settings: DecodingSettings | None = None, *, sentence: int = 0,
                         piece: int = 0) -> SentenceAttention:
         """The translation of one sentence of ``text`` and every attention weight of it.
@@ -415,11 +437,17 @@ class TranslationService:
         return ModelInfo(src_lang=self.src_lang, tgt_lang=self.tgt_lang, src_vocab_size=config.src_vocab_size,
                          tgt_vocab_size=config.tgt_vocab_size, shared_vocabulary=base.vocab.joint,
                          parameters=base.model.num_parameters(), config=config.to_dict(),
-                         decoding=self.decoding(self.default), limits=self.limits.to_dict(), confidence=confidence)
+                         decoding=self.decoding(self.default), limits=self.limits.to_dict(), confidence=confidence,
+                         version=self.version.to_dict() if self.version is not None else None)
 
     def health(self) -> dict[str, Any]:
         """The batcher's queue state and counters."""
         return self.batcher.health()
+
+    def busy(self) -> bool:
+        """Whether a request is using the service: an operation in progress, texts queued or in a model call."""
+        state = self.batcher.health()
+        return bool(self.active or state["queued_texts"] or state["running_texts"])
 
     async def close(self) -> None:
         """Stop the batcher's worker task and thread (requests still queued fail with
