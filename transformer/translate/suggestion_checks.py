@@ -3,25 +3,21 @@
 People send corrections ("this is how the sentence should be translated"), and with them junk:
 "aaaaaa", the source pasted back, the machine's own translation, a sentence of another language,
 half a sentence. :func:`check_suggestion` refuses those with a reason, cheap checks first and the
-model last, so that junk costs no decoding:
+model last, so that junk costs no decoding (in this order):
 
-=========================  ==================================================================
-reason                     refused when
-=========================  ==================================================================
-``implausible_length``     the suggestion is empty, or its length against the source's is
-                           outside ``[min_length_ratio, max_length_ratio]``
-``copy_of_source``         it is the source again (``copy_similarity`` alike, ignoring case,
-                           punctuation and spacing)
-``near_duplicate_pending`` a pending entry of the memory has the same source and a target
-                           ``duplicate_similarity`` alike (it is already waiting for review)
-``wrong_language``         the language detector gives the target language a probability
-                           below ``min_target_probability``
-``machine_translation``    it is the model's own translation (ignoring case, punctuation and
-                           spacing): nothing to learn from
-``absurd``                 the model finds it far less probable than its own translation: the
-                           mean log-probability per token (forced decoding) is more than
-                           ``absurd_margin`` below that of the model's translation
-=========================  ==================================================================
+- ``implausible_length``: the suggestion is empty, or its length against the source's is outside
+  ``[min_length_ratio, max_length_ratio]``;
+- ``copy_of_source``: it is the source again (``copy_similarity`` alike, ignoring case,
+  punctuation and spacing);
+- ``near_duplicate_pending``: a pending entry of the memory has the same source and a target
+  ``duplicate_similarity`` alike (it is already waiting for review);
+- ``wrong_language``: the language detector gives the target language a probability below
+  ``min_target_probability``;
+- ``machine_translation``: it is the model's own translation (ignoring case, punctuation and
+  spacing): nothing to learn from;
+- ``absurd``: the model finds it far less probable than its own translation: the mean
+  log-probability per token (forced decoding) is more than ``absurd_margin`` below that of the
+  model's translation.
 
 The thresholds are a :class:`Thresholds` (its defaults the constants below, each with what it was
 set on). ``benchmarks/suggestion_checks.py`` measures how many planted bad suggestions and real
@@ -116,6 +112,9 @@ class Thresholds:
 
 
 class Detector(Protocol):
+    """What the language check needs of a detector: ``LanguageDetector.detect``'s ranked
+    ``(language, probability)`` pairs."""
+
     def detect(self, text: str) -> list: ...
 
 
