@@ -67,6 +67,7 @@ from transformer.serve import libretranslate, routes
 from transformer.serve.api import Api, ApiRoutes
 from transformer.serve.disconnect import ClientGone
 from transformer.serve.limits import ServeLimits
+from transformer.serve.memory import ServerMemory
 from transformer.serve.libretranslate.files import FileStore
 from transformer.serve.model_set import PIVOT, ModelSet
 from transformer.serve.middleware import BodyGuard, Cors, InternalErrors, SecurityHeaders
@@ -84,7 +85,8 @@ log = logging.getLogger("uvicorn.error")
 def create_app(translator: Translator | Sequence[Translator], limits: ServeLimits | None = None, *,
                src_lang: str | None = None, tgt_lang: str | None = None, pivot: str | None = PIVOT,
                libretranslate_options: libretranslate.LibreTranslateOptions | None = None,
-               reload: ReloadOptions | None = None) -> FastAPI:
+               reload: ReloadOptions | None = None,
+               memory: ServerMemory | None = None) -> FastAPI:
     """The API and web page for one model or several (each loaded once, shared by every request).
 
     Args:
@@ -101,6 +103,8 @@ def create_app(translator: Translator | Sequence[Translator], limits: ServeLimit
             version is named in answers, and the models can be reloaded without a restart
             (:mod:`transformer.serve.reload`: ``app.state.reloader``, ``POST /admin/reload``; None:
             neither).
+        memory: the translation memory every model looks sentences up in, in its own pair, and
+            ``/suggest`` adds to (:mod:`transformer.serve.memory`; None: none). The caller closes it.
 
     Returns:
         The app; ``app.state.models`` is its :class:`~transformer.serve.model_set.ModelSet`,
@@ -108,11 +112,12 @@ def create_app(translator: Translator | Sequence[Translator], limits: ServeLimit
         its batcher); every batcher is closed when the app's lifespan ends.
     """
     if isinstance(translator, Translator):
-        services = [TranslationService(translator, limits, src_lang=src_lang, tgt_lang=tgt_lang)]
+        services = [TranslationService(translator, limits, src_lang=src_lang, tgt_lang=tgt_lang, memory=memory)]
     else:
         if src_lang is not None or tgt_lang is not None:
             raise UserError("src_lang and tgt_lang name one model's languages; several models report their own")
-        services = [TranslationService(t, limits, src_lang=t.src_lang, tgt_lang=t.tgt_lang) for t in translator]
+        services = [TranslationService(t, limits, src_lang=t.src_lang, tgt_lang=t.tgt_lang, memory=memory)
+                    for t in translator]
     models = ModelSet(services, pivot=pivot)
     service = models.primary
     limits = service.limits
@@ -122,7 +127,8 @@ def create_app(translator: Translator | Sequence[Translator], limits: ServeLimit
             one.version = model_version(run_dir)
 
         def service_for(t: Translator, version: ModelVersion) -> TranslationService:  # a reloaded model's
-            return TranslationService(t, limits, src_lang=t.src_lang, tgt_lang=t.tgt_lang, version=version)
+            return TranslationService(t, limits, src_lang=t.src_lang, tgt_lang=t.tgt_lang, version=version,
+                                      memory=memory)
 
         reloader = Reloader(models, reload.run_dirs, reload.load, service_for)
 

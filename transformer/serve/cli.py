@@ -71,6 +71,37 @@ def libretranslate_options(args: argparse.Namespace):
                                  frontend_timeout_ms=args.frontend_timeout)
 
 
+def server_memory(args: argparse.Namespace):
+    """The translation memory of ``--tm`` opened (None without it): a one-line UserError for a
+    missing or damaged one, or a --tm-* option without --tm."""
+    from transformer.memory import TMError, TranslationMemory
+    from transformer.serve.memory import SUGGESTIONS_PER_MINUTE, ServerMemory
+    from transformer.translate.tm import DEFAULT_THRESHOLD
+
+    if args.tm is None:
+        if args.tm_threshold is not None or args.tm_auto_accept or args.tm_suggest_limit is not None:
+            raise UserError("--tm-threshold, --tm-auto-accept and --tm-suggest-limit are for --tm PATH, a translation "
+                            "memory")
+        return None
+    if args.suggestions:
+        raise UserError("--suggestions and --tm both take /suggest's suggestions: give one (with --tm they become "
+                        "pending entries of the memory)")
+    if not Path(args.tm).exists():
+        raise UserError(f"no translation memory at {args.tm}: `transformer tm import FILE --tm {args.tm} --src-lang "
+                        "CODE --tgt-lang CODE` makes one")
+    threshold = DEFAULT_THRESHOLD if args.tm_threshold is None else args.tm_threshold
+    limit = SUGGESTIONS_PER_MINUTE if args.tm_suggest_limit is None else args.tm_suggest_limit
+    try:
+        opened = TranslationMemory(args.tm)
+    except TMError as err:
+        raise UserError(f"--tm: {err}") from None
+    try:
+        return ServerMemory(opened, threshold, auto_accept=args.tm_auto_accept, suggestions_per_minute=limit)
+    except UserError:
+        opened.close()
+        raise
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -138,12 +169,15 @@ def run_serve(args: argparse.Namespace) -> int:
     _check_forwarded_allow_ips(args.forwarded_allow_ips)
     lt_options = libretranslate_options(args)
     admin_key = read_admin_key(args.admin_key, args.admin_key_file)
+    memory = server_memory(args)
     _raise_open_files_limit(connection_limits.max_connections)
     try:  # bind before loading the model: a busy port is one line, at once
         sockets = bind_sockets(args.host, args.port)
     except OSError as err:
         message, status = _bind_error(err, args.host, args.port)
         print(f"transformer serve: error: {message}", file=sys.stderr, flush=True)
+        if memory is not None:
+            memory.close()
         return status
     port = sockets[0].getsockname()[1]
     host = f"[{args.host}]" if ":" in args.host else args.host
@@ -159,10 +193,10 @@ def run_serve(args: argparse.Namespace) -> int:
         if len(translators) == 1:
             translator = translators[0]
             app = create_app(translator, limits, src_lang=translator.src_lang, tgt_lang=translator.tgt_lang,
-                             pivot=pivot, libretranslate_options=lt_options, reload=reload)
+                             pivot=pivot, libretranslate_options=lt_options, reload=reload, memory=memory)
         else:
             app = create_app(translators, limits, pivot=pivot, libretranslate_options=lt_options,
-                             reload=reload)
+                             reload=reload, memory=memory)
         stats = ConnectionStats()
         served = ", ".join(f"{d} ({t.src_lang or '?'} -> {t.tgt_lang or '?'})" for d, t in zip(run_dirs, translators))
         through = [f"{p.source} -> {p.target}" for p in _pivot_pairs(app)]
@@ -198,6 +232,8 @@ def run_serve(args: argparse.Namespace) -> int:
             sock.close()
         if lt_options.suggestions is not None:
             lt_options.suggestions.close()
+        if memory is not None:
+            memory.close()
         if interrupted:  # as after SIGTERM, with the status of an interrupted command
             _exit_if_work_remains(130, note="transformer serve: interrupted")
     if stopped:

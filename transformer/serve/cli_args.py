@@ -143,6 +143,21 @@ def register_serve_command(subparsers: argparse._SubParsersAction) -> argparse.A
                     "then; 0: never (default)")
     lt.add_argument("--suggestions", metavar="FILE", help="POST /suggest appends the suggestions it takes to FILE "
                     "(JSON lines); without it, /suggest answers 403")
+    tm = p.add_argument_group("translation memory", "a memory of accepted translations looked up before the models "
+                              "translate, which /suggest fills (see docs/memory.md)")
+    tm.add_argument("--tm", metavar="PATH", help="a translation memory (`transformer tm import` makes one): a sentence "
+                    "with an accepted entry of its model's language pair, the same source once whitespace is "
+                    "normalised, is translated as that entry on every route (the native API marks it: memory; "
+                    "LibreTranslate's answers have a memory field), and the others get their fuzzy matches as "
+                    "memory_alternatives; POST /suggest checks each suggestion and keeps those that pass as pending "
+                    "entries (instead of --suggestions)")
+    tm.add_argument("--tm-threshold", type=float, default=None, metavar="SIMILARITY",
+                    help="the lowest similarity of a fuzzy match given as memory_alternatives, above 0 and at most 1 "
+                    "(default: 0.75)")
+    tm.add_argument("--tm-auto-accept", action="store_true", help="a suggestion that passes every check is accepted "
+                    "at once (translated as it from then on), not left pending for `transformer tm review`")
+    tm.add_argument("--tm-suggest-limit", type=int, default=None, metavar="N",
+                    help="suggestions per minute per API key (per address, without a key); default: 10")
     lt.add_argument("--disable-files-translation", action="store_true", help="no /translate_file and /download_file")
     lt.add_argument("--frontend-language-source", default="auto", metavar="CODE",
                     help="the source language LibreTranslate's web page starts with (default: auto)")

@@ -101,6 +101,7 @@
     $("sentence-picker").hidden = true;
     $("missing-terms").hidden = true;
     $("confidence-note").hidden = true;
+    $("memory-note").hidden = true;
     $("detected").hidden = true;
     $("pivot-note").hidden = true;
     $("pivot-note").open = false;
@@ -160,6 +161,24 @@
     $("confidence-note").hidden = !low.length;
   }
 
+  /* The sentences whose translation is an accepted entry of the server's translation memory (--tm),
+     underlined in the translation and named. */
+  function showMemory(sentences) {
+    const found = [];
+    sentences.forEach((s, i) => {
+      if (!s.memory) return;
+      found.push(i + 1);
+      document.querySelectorAll(`#translation .sentence[data-index="${i}"]`).forEach((el) => {
+        el.classList.add("from-memory");
+        el.title = `sentence ${i + 1}: from the translation memory (entry ${s.memory.id}); show its attention`;
+      });
+    });
+    const many = found.length > 1;
+    $("memory-note").textContent = found.length ? `Sentence${many ? "s" : ""} ${found.join(", ")} from the ` +
+      `translation memory (solid underline): ${many ? "translations" : "a translation"} a person accepted.` : "";
+    $("memory-note").hidden = !found.length;
+  }
+
   /* "Detected: French (97%)"; a text already in the target language is given back as it is. */
   function showDetected(found, target) {
     $("detected").textContent = `Detected: ${nameOf(found.language)} (${Math.round(found.confidence * 100)}%)` +
@@ -216,6 +235,7 @@
       renderSpans($("source-view"), text, t.sentences.map((s) => s.source_span));
       renderSpans($("translation"), t.translation, t.sentences.map((s) => s.target_span));
       if (CONFIDENCE) showConfidence(t.sentences);
+      showMemory(t.sentences);
       $("texts").hidden = false;
       const select = $("sentence-select");
       select.textContent = "";
@@ -225,6 +245,7 @@
         if (CONFIDENCE && typeof s.confidence === "number") {
           label += ` · confidence ${s.confidence}` + (doubtful(s) ? ": check this sentence" : "");
         }
+        if (s.memory) label += " · from the translation memory";
         select.append(new Option(label, String(i)));
       });
       $("sentence-picker").hidden = false;

@@ -97,6 +97,30 @@ class SentenceTranslation(BaseModel):
                                      "model is calibrated (GET /v1/model: confidence.calibrated): the probability, "
                                      "0 to 1, that the best translation is adequate (sentence chrF >= 50; "
                                      "docs/decoding.md, Confidence), 4 decimals; in pieces: the lowest of theirs")
+    memory: MemoryEntry | None = Field(None, description="only on a server with a translation memory (--tm), "
+                                       "for a sentence whose translation is an accepted entry of the memory "
+                                       "(the same source, whitespace normalised): which entry; its score is 0.0")
+    memory_alternatives: list[MemoryAlternative] = Field(default_factory=list, description="only on a server "
+                                                         "with a translation memory, for a sentence the model "
+                                                         "translated: the accepted entries whose sources are most "
+                                                         "like it (from --tm-threshold up), best first")
+
+
+class MemoryEntry(BaseModel):
+    """The translation memory's entry that gave a sentence its translation."""
+
+    id: int = Field(description="the entry's id (transformer tm list)")
+    similarity: float = Field(description="1.0: its source is the sentence")
+
+
+class MemoryAlternative(BaseModel):
+    """An accepted entry of the translation memory whose source is like a sentence's (a fuzzy match)."""
+
+    text: str = Field(description="the entry's target: a translation of a sentence like this one")
+    similarity: float = Field(description="how alike the entry's source and the sentence are, 0 to 1 "
+                              "(rapidfuzz's ratio of the normalised texts)")
+    id: int = Field(description="the entry's id")
+    source: str = Field(description="the entry's source")
 
 
 class TextWarning(BaseModel):

@@ -57,6 +57,7 @@ from transformer.serve.documents import (
     text_name,
 )
 from transformer.serve.limits import ServeLimits
+from transformer.serve.memory import NOTHING, Recalled, ServerMemory
 from transformer.serve.schemas import ConfidenceInfo, Decoding, ModelInfo
 from transformer.translate.calibration import attach_confidence
 from transformer.translate.glossary import Glossary, GlossaryError
@@ -122,6 +123,15 @@ async def _off_the_loop(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T
     return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
 
 
+def _noted(answers: list[dict[str, Any]], recalled: list[list[Recalled]]) -> list[dict[str, Any]]:
+    """Each text's sentences completed with what the memory holds for them (``memory`` where an
+    entry is the translation, ``memory_alternatives`` for fuzzy matches; nothing without)."""
+    for answer, found in zip(answers, recalled):
+        for sentence, one in zip(answer["sentences"], found):
+            sentence.update(one.notes())
+    return answers
+
+
 # BCP 47-like: a 2- or 3-letter language, then up to 3 subtags (script, region, variant): fr, pt-br, zh-hant.
 _LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(?:[-_][a-z0-9]{1,8}){0,3}")
 RESERVED_CODES = ("auto",)  # a request's source "auto" asks for detection: no run may be that language
@@ -154,11 +164,14 @@ class TranslationService:
             the source language also picks the sentence splitter, the translator's own when None.
         version: which model it is (:class:`~transformer.serve.reload.ModelVersion`: the run's step and
             the weights' hash), named in answers; None where it was not loaded from a run directory.
+        memory: the translation memory sentences are looked up in before the model translates
+            them (:mod:`transformer.serve.memory`; None: none).
     """
 
     def __init__(self, translator: Translator, limits: ServeLimits | None = None, *, version: Any = None,
                  src_lang: str | None = None,
-                 tgt_lang: str | None = None) -> None:
+                 tgt_lang: str | None = None, memory: ServerMemory | None = None) -> None:
+        self.memory = memory
         self.limits = limits = limits or ServeLimits()
         self.version = version
         self.active = 0  # operations in progress (_in_use)
@@ -298,12 +311,46 @@ class TranslationService:
         names = names or [text_name(i, len(texts)) for i in range(len(texts))]
         documents, planned, warnings = await self._segment(texts, names)
         await _off_the_loop(self._check_glossary, settings, planned.inputs)
-        results, info = await self.batcher.translate(self._searched(settings, alternatives), planned.inputs)
+        searched = self._searched(settings, alternatives)
+        results, info, recalled = await self._memory_first(
+            planned, lambda inputs: self.batcher.translate(searched, inputs))
         counts = [len(d.segments) for d in documents]
         translated, pieces = per_text(counts, planned.assemble(results)), per_text(counts, planned.spans)
-        return [assemble(document, t, p, w, settings.n_best, alternatives, glossary=bool(settings.glossary),
-                         confidence=settings.confidence, name=name)
-                for document, t, p, w, name in zip(documents, translated, pieces, warnings, names)], info
+        answers = [assemble(document, t, p, w, settings.n_best, alternatives, glossary=bool(settings.glossary),
+                            confidence=settings.confidence, name=name)
+                   for document, t, p, w, name in zip(documents, translated, pieces, warnings, names)]
+        return _noted(answers, per_text(counts, recalled)), info
+
+    async def _memory_first(self, planned: Plan, run: Callable[[list[str]], Any]
+                            ) -> tuple[list[ModelOutput], BatchInfo, list[Recalled]]:
+        """The output of each of ``planned``'s inputs, from the translation memory where it holds
+        an accepted translation of the sentence, from ``await run(inputs)`` (the batcher) for the
+        others, how the batcher served them, and what the memory holds for each sentence. Only a
+        sentence translated whole is looked up (a piece of one is not a sentence of the memory);
+        without a memory every input goes to ``run``."""
+        if self.memory is None:
+            results, info = await run(planned.inputs)
+            return results, info, [NOTHING] * len(planned.sentences)
+        whole = [j for j, spans in enumerate(planned.spans) if len(spans) == 1]
+        found = await _off_the_loop(self.memory.recall, [planned.sentences[j] for j in whole], self.src_lang,
+                                    self.tgt_lang)
+        recalled = [NOTHING] * len(planned.sentences)
+        for j, one in zip(whole, found):
+            recalled[j] = one
+        first = [0]  # each sentence's first input
+        for spans in planned.spans:
+            first.append(first[-1] + len(spans))
+        served = {first[j]: recalled[j].entry for j in whole if recalled[j].entry is not None}
+        todo = [i for i in range(len(planned.inputs)) if i not in served]
+        outputs: list[ModelOutput | None] = [None] * len(planned.inputs)
+        info = BatchInfo(queue_ms=0.0, compute_ms=0.0, batch_size=0, batch_requests=0, model_calls=0)
+        if todo:  # the model runs only for what the memory does not hold
+            results, info = await run([planned.inputs[i] for i in todo])
+            for i, result in zip(todo, results):
+                outputs[i] = result
+        for i, entry in served.items():  # an accepted translation: no model score, no confidence
+            outputs[i] = ModelOutput([(entry.target, 0.0, 0.0)])
+        return outputs, info, recalled
 
     @staticmethod
     def _searched(settings: DecodingSettings, alternatives: int) -> DecodingSettings:
@@ -330,7 +377,11 @@ class TranslationService:
         for start in range(0, len(todo), step):
             rows = todo[start:start + step]
             planned = await _off_the_loop(plan, [sentences[i] for i in rows], encode, self.input_limit)
-            results = await self._when_there_is_room(settings, planned.inputs, busy_wait_s)
+
+            async def run(inputs: list[str]) -> tuple[list[ModelOutput], None]:
+                return await self._when_there_is_room(settings, inputs, busy_wait_s), None
+
+            results, _, _ = await self._memory_first(planned, run)
             for i, translated in zip(rows, planned.assemble(results)):
                 out[i] = translated.hyps[0][0] if translated.hyps else sentences[i]
         return out
@@ -366,10 +417,13 @@ class TranslationService:
                                                        encode_batch=self.translator.vocab.src.encode_batch,
                                                        input_limit=self.input_limit, names=names)
         results, info = [], BatchInfo(queue_ms=0.0, compute_ms=0.0, batch_size=0, batch_requests=0, model_calls=0)
+        recalled = [NOTHING] * len(planned.sentences)
         if planned.inputs:  # a page may have no text to translate
             self.batcher.check_capacity(len(planned.inputs))
             await _off_the_loop(self._check_glossary, settings, planned.inputs)
-            results, info = await self.batcher.translate(self._searched(settings, alternatives), planned.inputs)
+            searched = self._searched(settings, alternatives)
+            results, info, recalled = await self._memory_first(
+                planned, lambda inputs: self.batcher.translate(searched, inputs))
         counts = [len(f) for f in found]
         translated, pieces = per_text(counts, planned.assemble(results)), per_text(counts, planned.spans)
 
@@ -378,7 +432,7 @@ class TranslationService:
                                   glossary=bool(settings.glossary), confidence=settings.confidence, name=name)
                     for page, f, t, p, w, name in zip(pages, found, translated, pieces, warnings, names)]
 
-        return await _off_the_loop(rebuild), info
+        return _noted(await _off_the_loop(rebuild), per_text(counts, recalled)), info
 
     # -- attention -----------------------------------------------------------------------------
     @_in_use

@@ -66,20 +66,10 @@ class MemoryTranslator:
         self.memory.close()
 
     def _lookup(self, text: str) -> Entry | None:
-        """The accepted entry of ``text``, its fuzzy matches kept; None for a text the memory cannot
-        hold (blank, too long, with a control character): the model translates it."""
-        if not text.strip():
-            return None
-        try:
-            entry = self.memory.lookup(text, self.source_lang, self.target_lang)
-            if entry is None and self.threshold is not None:
-                found = self.memory.search(text, self.source_lang, self.target_lang, min_similarity=self.threshold)
-                if found:
-                    self.matches[text] = found
-        except TMBusyError:  # the memory's fault, not the text's
-            raise
-        except TMError:
-            return None
+        """The accepted entry of ``text`` (:func:`recall`), its fuzzy matches kept."""
+        entry, found = recall(self.memory, text, self.source_lang, self.target_lang, self.threshold)
+        if found:
+            self.matches[text] = found
         return entry
 
     def translate_n_best(self, texts: Iterable[str], **options) -> list[list[Hypothesis]]:
@@ -110,16 +100,45 @@ class MemoryTranslator:
         (the entry's id and similarity 1.0) where the memory gave its translation, else
         ``memory_alternatives`` (its fuzzy matches: text, similarity, the entry's id and source)
         where it has some; {} otherwise."""
-        if (entry := self.found.get(text)) is not None:
-            return {"memory": {"id": entry.id, "similarity": 1.0}}
-        if found := self.matches.get(text):
-            return {"memory_alternatives": [{"text": m.entry.target, "similarity": round(m.similarity, 4),
-                                             "id": m.entry.id, "source": m.entry.source} for m in found]}
-        return {}
+        return memory_notes(self.found.get(text), self.matches.get(text, ()))
 
     def summary(self) -> str:
         return (f"{self.served} of {self.sentences} sentence{'s' * (self.sentences != 1)} from the translation "
                 f"memory {self.memory.path}")
+
+
+def recall(memory: TranslationMemory, text: str, source_lang: str, target_lang: str,
+           threshold: float | None) -> tuple[Entry | None, list[Match]]:
+    """The accepted entry of ``text`` in ``memory`` for the pair, and where there is none its fuzzy
+    matches from ``threshold`` up (None: no fuzzy search), best first. ``(None, [])`` for a text
+    the memory cannot hold (blank, too long, with a control character): the model translates it.
+
+    Raises:
+        TMBusyError: the memory is locked past its timeout (the memory's fault, not the text's).
+    """
+    if not text.strip():
+        return None, []
+    try:
+        entry = memory.lookup(text, source_lang, target_lang)
+        if entry is None and threshold is not None:
+            return None, memory.search(text, source_lang, target_lang, min_similarity=threshold)
+    except TMBusyError:
+        raise
+    except TMError:
+        return None, []
+    return entry, []
+
+
+def memory_notes(entry: Entry | None, matches: Iterable[Match] = ()) -> dict:
+    """What a JSON record says of a sentence's lookup: ``memory`` (the entry's id and similarity
+    1.0) where ``entry`` gave its translation, else ``memory_alternatives`` (the fuzzy ``matches``:
+    text, similarity, the entry's id and source) where there are some; {} otherwise."""
+    if entry is not None:
+        return {"memory": {"id": entry.id, "similarity": 1.0}}
+    if matches := list(matches):
+        return {"memory_alternatives": [{"text": m.entry.target, "similarity": round(m.similarity, 4),
+                                         "id": m.entry.id, "source": m.entry.source} for m in matches]}
+    return {}
 
 
 def memory_translator(translator, path: str, *, source_lang: str | None, threshold: float | None,

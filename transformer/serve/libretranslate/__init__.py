@@ -69,7 +69,9 @@ from transformer.serve.middleware import plain_error_json
 from transformer.serve.service import _off_the_loop
 from transformer.serve.model_set import AUTO, UNKNOWN, ModelSet, NoRoute, language_name
 from transformer.serve.libretranslate.uploads import Uploads, UploadsBusy
-from transformer.serve.libretranslate.suggestions import SuggestionStore, SuggestionStoreError, SuggestionStoreFull
+from transformer.serve.libretranslate.suggestions import (SuggestionStore, SuggestionStoreError, SuggestionStoreFull,
+                                                          check_fields)
+from transformer.serve.memory import SuggestionRefused, sender
 from transformer.translate.files import SUPPORTED_EXTENSIONS, FileFormatError, format_for, read_file
 from transformer.translate.html import html_sentences
 
@@ -148,6 +150,14 @@ def _texts(params: dict[str, Any]) -> int:
     return len(q) if isinstance(q, list) else 1
 
 
+def _remembered(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """A text's ``memory`` on a server with a translation memory: each sentence the memory has
+    something for, its index and its native ``memory`` or ``memory_alternatives`` field."""
+    return [{"sentence": j, **{k: v for k, v in sentence.items() if k in ("memory", "memory_alternatives")}}
+            for j, sentence in enumerate(result.get("sentences", ()))
+            if "memory" in sentence or "memory_alternatives" in sentence]
+
+
 def _client(request: Request) -> str | None:
     return request.client.host if request.client else None
 
@@ -189,6 +199,7 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
     options = options or LibreTranslateOptions()
     routes = LIBRETRANSLATE.router()
     limits = models.primary.limits
+    memory = models.primary.memory  # one memory for every model: each looks up and adds in its own pair
     store = FileStore(limits.file_ttl_s, max_files=limits.max_stored_files, max_bytes=limits.max_stored_bytes) \
         if store is None else store
     uploads = Uploads(limits.max_uploads, limits.max_upload_bytes) if uploads is None else uploads
@@ -223,6 +234,7 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
         todo = [i for i, t in enumerate(texts) if t.strip()]  # blank texts come back as they are
         names = [f"q[{i}]" if batch else "q" for i in todo]
         detected: list[Any] = [None] * len(texts)
+        remembered: list[list[dict[str, Any]]] = [[] for _ in texts]
         vias: set[str] = set()
         if todo:
             def settings_for(route):
@@ -235,6 +247,7 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
             for k, (i, result) in enumerate(zip(todo, results)):
                 out[i] = result["translation"]
                 others[i] = result.get("alternatives", [])
+                remembered[i] = _remembered(result)
                 if found is not None:
                     detected[i] = found[k]
             vias = {v for v in through if v is not None}
@@ -244,6 +257,8 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
         if auto:
             shown = [_detection(d) if d is not None else {"confidence": 0.0, "language": UNKNOWN} for d in detected]
             answer["detectedLanguage"] = shown if batch else shown[0]
+        if memory is not None:  # a field LibreTranslate's clients do not know, and ignore
+            answer["memory"] = remembered if batch else remembered[0]
         # LibreTranslate's answer has no field for it: a pivot language is said in a header.
         return JSONResponse(answer, headers={"X-Translated-Via": ",".join(sorted(vias))} if vias else None)
 
@@ -290,11 +305,29 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
                         headers={"Content-Disposition": _attachment(download_name)})
 
     @routes.post("/suggest", include_in_schema=False,
-                 dependencies=_on(options.suggestions is not None, "Suggestions are disabled on this server."))
-    async def post_suggest(params: dict[str, Any] = _parameters(options)) -> JSONResponse:
-        await _off_the_loop(options.suggestions.add, params.get("q"), params.get("s"), params.get("source"),
-                            params.get("target"))
-        return JSONResponse({"success": True})
+                 dependencies=_on(options.suggestions is not None or memory is not None,
+                                  "Suggestions are disabled on this server."))
+    async def post_suggest(request: Request, params: dict[str, Any] = _parameters(options)) -> JSONResponse:
+        if memory is None:
+            await _off_the_loop(options.suggestions.add, params.get("q"), params.get("s"), params.get("source"),
+                                params.get("target"))
+            return JSONResponse({"success": True})
+        q, s, source, target = (params.get(name) for name in ("q", "s", "source", "target"))
+        check_fields(q, s, source, target, max_chars=limits.max_chars)
+        if source.lower() == AUTO:  # as LibreTranslate's page sends it by default: the text's language
+            source = (await _off_the_loop(models.detect, [q], target))[0].language
+        route = models.route(source, target)
+        if route.via is not None:
+            raise BadRequest(f"Invalid request: suggestions are taken for the pairs a model translates; "
+                             f"{route.source} -> {route.target} is translated through {route.via}")
+        key = params.get("api_key")
+        who = sender(key if isinstance(key, str) else None, _client(request), options.keys)
+        memory.check_rate(who)
+        try:
+            entry = await _off_the_loop(memory.suggest, route.last, q, s, who=who)
+        except SuggestionRefused as refused:
+            return plain_error_json(400, f"Invalid request: {refused}", reason=refused.refusal.reason.value)
+        return JSONResponse({"success": True, "id": entry.id, "status": entry.status})
 
     @routes.get("/frontend/settings", include_in_schema=False)
     async def get_frontend_settings() -> JSONResponse:
@@ -303,7 +336,8 @@ def router(models: ModelSet, options: LibreTranslateOptions | None = None, store
     @routes.get("/spec", include_in_schema=False)
     async def get_spec(request: Request) -> JSONResponse:
         return JSONResponse(lt_spec.spec(languages(models), version=__version__, title="transformer (LibreTranslate API)",
-                                         files=options.files, suggestions=options.suggestions is not None,
+                                         files=options.files,
+                                         suggestions=options.suggestions is not None or memory is not None,
                                          max_alternatives=limits.max_alternatives))
 
     return routes
@@ -319,7 +353,8 @@ def frontend_settings(models: ModelSet, options: LibreTranslateOptions) -> dict[
     return lt_spec.frontend_settings(
         listed, char_limit=limit if policy_chars == -1 else min(limit, policy_chars),
         frontend_timeout_ms=options.frontend_timeout_ms, api_keys=options.keys.api_keys,
-        key_required=options.keys.key_required, suggestions=options.suggestions is not None,
+        key_required=options.keys.key_required,
+        suggestions=options.suggestions is not None or models.primary.memory is not None,
         file_formats=list(SUPPORTED_EXTENSIONS) if options.files else None,
         source=options.frontend_source if options.frontend_source in codes | {AUTO} else AUTO,
         target=target if target in codes else None)

@@ -53,6 +53,30 @@ def _timestamp(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
+def check_fields(q: Any, s: Any, source: Any, target: Any, *, max_chars: int) -> None:
+    """Raise :class:`BadSuggestion` for a missing, wrong-typed or oversized field of a suggestion,
+    in LibreTranslate's order (q, s, source, target); ``q`` and ``s`` hold at most ``max_chars``
+    characters."""
+    for name, value in (("q", q), ("s", s), ("source", source), ("target", target)):
+        if value is None or value == "":
+            raise BadSuggestion(f"Invalid request: missing {name} parameter")
+        if not isinstance(value, str):
+            raise BadSuggestion(f"Invalid request: {name} must be a string")
+    for name, value in (("q", q), ("s", s)):
+        if len(value) > max_chars:
+            raise BadSuggestion(f"Invalid request: {name} is {len(value)} characters long; at most "
+                                f"{max_chars} are taken")
+        if _CONTROL.search(value):
+            raise BadSuggestion(f"Invalid request: {name} holds a control character")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate, which a JSON body can carry
+            raise BadSuggestion(f"Invalid request: {name} is not valid Unicode text") from None
+    for name, value in (("source", source), ("target", target)):
+        if not (_LANGUAGE.fullmatch(value) or (name == "source" and value == "auto")):  # as LibreTranslate's page sends
+            raise BadSuggestion(f"Invalid request: {name} {value[:20]!r} is not a language code")
+
+
 class SuggestionStore:
     """Appends suggestions to a JSON Lines file (format in the module doc).
 
@@ -90,26 +114,9 @@ class SuggestionStore:
                                        f"{err.strerror or err}") from None
 
     def check(self, q: Any, s: Any, source: Any, target: Any) -> None:
-        """Raise :class:`BadSuggestion` for a missing, wrong-typed or oversized field, in
-        LibreTranslate's order (q, s, source, target)."""
-        for name, value in (("q", q), ("s", s), ("source", source), ("target", target)):
-            if value is None or value == "":
-                raise BadSuggestion(f"Invalid request: missing {name} parameter")
-            if not isinstance(value, str):
-                raise BadSuggestion(f"Invalid request: {name} must be a string")
-        for name, value in (("q", q), ("s", s)):
-            if len(value) > self.max_chars:
-                raise BadSuggestion(f"Invalid request: {name} is {len(value)} characters long; at most "
-                                    f"{self.max_chars} are taken")
-            if _CONTROL.search(value):
-                raise BadSuggestion(f"Invalid request: {name} holds a control character")
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:  # a lone surrogate, which a JSON body can carry
-                raise BadSuggestion(f"Invalid request: {name} is not valid Unicode text") from None
-        for name, value in (("source", source), ("target", target)):
-            if not (_LANGUAGE.fullmatch(value) or (name == "source" and value == "auto")):  # as LibreTranslate's page sends
-                raise BadSuggestion(f"Invalid request: {name} {value[:20]!r} is not a language code")
+        """Raise :class:`BadSuggestion` for a missing, wrong-typed or oversized field
+        (:func:`check_fields`, at most ``max_chars`` characters)."""
+        check_fields(q, s, source, target, max_chars=self.max_chars)
 
     def add(self, q: str, s: str, source: str, target: str) -> dict[str, str]:
         """Check a suggestion (:meth:`check`), append it as one line and sync it to disk.

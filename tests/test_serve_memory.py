@@ -1,0 +1,286 @@
+"""``transformer serve --tm PATH``: sentences with an accepted entry of their model's pair are
+translated as that entry on both APIs (and in files and HTML), marked as such, the others get
+their fuzzy matches; ``/suggest`` checks suggestions and keeps those that pass as pending entries,
+which once accepted are the translation."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from serve_helpers import live_server
+
+from transformer.cli import build_parser
+from transformer.errors import UserError
+from transformer.memory import TranslationMemory
+from transformer.serve.access import KeyLimits, KeyRing
+from transformer.serve.app import create_app
+from transformer.serve.cli import server_memory
+from transformer.serve.libretranslate import LibreTranslateOptions
+from transformer.serve.memory import ServerMemory, sender
+from transformer.translate.suggestion_checks import Thresholds
+from transformer.translate.translator import Translator
+
+SERVED = ("Le chat dort.", "The cat is asleep, says the memory.")
+FUZZY = ("Le petit chat dort dans la maison.", "The little cat sleeps in the house, says the memory.")
+NEAR_FUZZY = "Le petit chat dort dans la grande maison."
+PENDING = ("Je suis étudiant.", "PENDING")
+REJECTED = ("Nous allons manger.", "REJECTED")
+OTHER_PAIR = ("Le chien court.", "Der Hund läuft.")
+# A suggestion that passes the cheap checks: English, of a plausible length, not the source.
+SOURCE, SUGGESTION = "Les enfants jouent dans le jardin.", "The children are playing in the garden."
+# A random tiny model finds any real sentence far less probable than its own output: the absurd
+# check is the calibrated model's (tests/test_suggestion_checks.py), not what these tests are about.
+LENIENT = Thresholds(absurd_margin=1e9)
+
+
+@pytest.fixture
+def memory_path(tmp_path):
+    path = tmp_path / "memory.db"
+    with TranslationMemory(path) as store:
+        store.add(*SERVED, "fr", "en", origin="reviewer", status="accepted")
+        store.add(*FUZZY, "fr", "en", origin="reviewer", status="accepted")
+        store.add(*PENDING, "fr", "en", status="pending")
+        store.add(*REJECTED, "fr", "en", status="rejected")
+        store.add(*OTHER_PAIR, "fr", "de", status="accepted")
+    return path
+
+
+@pytest.fixture
+def ids(memory_path):
+    with TranslationMemory(memory_path) as store:
+        return {e.source: e.id for e in store.entries(status=None)}
+
+
+def client_of(translator, path, **options):
+    memory = ServerMemory(TranslationMemory(path), thresholds=options.pop("thresholds", LENIENT), **options)
+    app = create_app(translator, src_lang="fr", tgt_lang="en", memory=memory)
+    return TestClient(app), memory
+
+
+@pytest.fixture
+def served(pair_translators, memory_path):
+    client, memory = client_of(pair_translators["fr", "en"], memory_path)
+    with client:
+        yield client
+    memory.close()
+
+
+@pytest.fixture
+def model_calls(monkeypatch):
+    """The texts given to the model, call by call."""
+    calls: list[list[str]] = []
+    original = Translator.translate_n_best
+
+    def spy(self, texts, **options):
+        texts = list(texts)
+        calls.append(texts)
+        return original(self, texts, **options)
+
+    monkeypatch.setattr(Translator, "translate_n_best", spy)
+    return calls
+
+
+def native(client, text, **fields):
+    answer = client.post("/v1/translate", json={"text": text, **fields})
+    assert answer.status_code == 200, answer.text
+    return answer.json()["translations"][0]
+
+
+def test_an_accepted_entry_is_the_translation_on_the_native_api(served, ids, model_calls):
+    result = native(served, SERVED[0])
+    assert result["translation"] == SERVED[1]
+    assert result["sentences"][0]["memory"] == {"id": ids[SERVED[0]], "similarity": 1.0}
+    assert result["sentences"][0]["score"] == 0.0
+    assert model_calls == []  # the memory had every sentence: the model did not run
+
+
+def test_the_other_sentences_of_a_text_go_to_the_model(served, model_calls):
+    result = native(served, f"{SERVED[0]} {PENDING[0]}")
+    assert result["translation"].startswith(SERVED[1] + " ")
+    assert "memory" in result["sentences"][0] and "memory" not in result["sentences"][1]
+    assert [texts for texts in model_calls if PENDING[0] in texts] and \
+        not [texts for texts in model_calls if SERVED[0] in texts]
+
+
+@pytest.mark.parametrize("source, unused", [PENDING, REJECTED, (OTHER_PAIR[0], OTHER_PAIR[1])],
+                         ids=["pending", "rejected", "another pair"])
+def test_pending_rejected_and_other_pairs_entries_are_not_used(served, source, unused):
+    result = native(served, source)
+    assert unused not in result["translation"]
+    assert "memory" not in result["sentences"][0]
+
+
+def test_fuzzy_matches_come_back_as_alternatives(served, ids):
+    sentence = native(served, NEAR_FUZZY)["sentences"][0]
+    assert "memory" not in sentence
+    found = sentence["memory_alternatives"][0]
+    assert found["id"] == ids[FUZZY[0]] and found["text"] == FUZZY[1] and found["source"] == FUZZY[0]
+    assert 0.75 <= found["similarity"] < 1
+
+
+def test_html_pages_use_the_memory(served):
+    result = native(served, f"<p>{SERVED[0]}</p>", format="html")
+    assert result["translation"] == f"<p>{SERVED[1]}</p>"
+    assert result["sentences"][0]["memory"]["similarity"] == 1.0
+
+
+def test_libretranslate_answers_carry_a_memory_field(served, ids):
+    one = served.post("/translate", json={"q": SERVED[0], "source": "fr", "target": "en"}).json()
+    assert one["translatedText"] == SERVED[1]
+    assert one["memory"] == [{"sentence": 0, "memory": {"id": ids[SERVED[0]], "similarity": 1.0}}]
+    many = served.post("/translate", json={"q": [NEAR_FUZZY, "", SERVED[0]], "source": "fr", "target": "en"}).json()
+    assert many["translatedText"][2] == SERVED[1]
+    assert many["memory"][0][0]["memory_alternatives"][0]["id"] == ids[FUZZY[0]]
+    assert many["memory"][1] == []  # a blank text comes back as it is
+
+
+def test_translated_files_use_the_memory(served):
+    answer = served.post("/translate_file", data={"source": "fr", "target": "en"},
+                         files={"file": ("a.txt", f"{SERVED[0]}\n".encode(), "text/plain")})
+    assert answer.status_code == 200, answer.text
+    url = answer.json()["translatedFileUrl"]
+    assert served.get(url[url.index("/download_file"):]).text == f"{SERVED[1]}\n"
+
+
+def test_without_a_memory_answers_have_no_memory_fields(pair_translators):
+    with TestClient(create_app(pair_translators["fr", "en"], src_lang="fr", tgt_lang="en")) as client:
+        assert "memory" not in native(client, NEAR_FUZZY)["sentences"][0]
+        assert "memory_alternatives" not in native(client, NEAR_FUZZY)["sentences"][0]
+        assert "memory" not in client.post("/translate", json={"q": SERVED[0], "source": "fr", "target": "en"}).json()
+        assert client.post("/suggest", json={"q": SOURCE, "s": SUGGESTION, "source": "fr",
+                                             "target": "en"}).status_code == 403
+
+
+def suggest(client, q=SOURCE, s=SUGGESTION, **fields):
+    return client.post("/suggest", json={"q": q, "s": s, "source": "fr", "target": "en", **fields})
+
+
+@pytest.mark.parametrize("s, reason", [(SOURCE, "copy_of_source"), ("The", "implausible_length"),
+                                       (SUGGESTION * 4, "implausible_length"),
+                                       ("Die Kinder spielen im Garten.", "wrong_language")])
+def test_bad_suggestions_are_refused_with_their_reason(served, memory_path, s, reason):
+    answer = suggest(served, s=s)
+    assert answer.status_code == 400
+    assert answer.json()["reason"] == reason and answer.json()["error"].startswith("Invalid request: ")
+    with TranslationMemory(memory_path) as store:
+        assert not [e for e in store.entries(status=None) if e.source == SOURCE]  # nothing written
+
+
+def test_the_model_checks_wait_their_turn_on_the_batcher(served):
+    before = served.get("/health").json()["batching"]["requests"]
+    assert suggest(served).status_code == 200
+    # the model's own translation, then the forced-decoding scores: two calls through the batcher
+    assert served.get("/health").json()["batching"]["requests"] == before + 2
+
+
+def test_the_absurd_check_runs_on_the_model(pair_translators, memory_path):
+    client, memory = client_of(pair_translators["fr", "en"], memory_path, thresholds=Thresholds(absurd_margin=0.0))
+    with client:
+        answer = suggest(client)
+    memory.close()
+    assert answer.status_code == 400 and answer.json()["reason"] == "absurd"
+
+
+def test_a_suggestion_that_passes_is_pending_until_accepted_then_the_translation(served, memory_path):
+    answer = suggest(served)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["success"] is True and body["status"] == "pending"
+    with TranslationMemory(memory_path) as store:
+        entry = store.get(body["id"])
+        assert (entry.source, entry.target, entry.origin, entry.who) == (SOURCE, SUGGESTION, "suggestion",
+                                                                         "client:testclient")
+    assert native(served, SOURCE)["translation"] != SUGGESTION  # pending: not used
+    again = suggest(served)
+    assert again.status_code == 400 and again.json()["reason"] == "near_duplicate_pending"
+    with TranslationMemory(memory_path) as store:  # the reviewer's decision, from another process's connection
+        store.accept(body["id"])
+    result = native(served, SOURCE)
+    assert result["translation"] == SUGGESTION and result["sentences"][0]["memory"]["id"] == body["id"]
+
+
+def test_a_suggestion_from_auto_is_kept_in_the_detected_pair(served, memory_path):
+    answer = suggest(served, source="auto")  # as LibreTranslate's page sends it by default
+    assert answer.status_code == 200, answer.text
+    with TranslationMemory(memory_path) as store:
+        entry = store.get(answer.json()["id"])
+    assert (entry.source_lang, entry.target_lang) == ("fr", "en")
+
+
+def test_auto_accept_makes_a_suggestion_the_translation_at_once(pair_translators, memory_path):
+    client, memory = client_of(pair_translators["fr", "en"], memory_path, auto_accept=True)
+    with client:
+        assert suggest(client).json()["status"] == "accepted"
+        assert client.post("/translate", json={"q": SOURCE, "source": "fr",
+                                               "target": "en"}).json()["translatedText"] == SUGGESTION
+    memory.close()
+
+
+def test_suggestions_are_rate_limited_per_sender(pair_translators, memory_path):
+    client, memory = client_of(pair_translators["fr", "en"], memory_path, suggestions_per_minute=2)
+    with client:
+        codes = [suggest(client, s="x").status_code for _ in range(3)]  # refused by a check, counted all the same
+    memory.close()
+    assert codes == [400, 400, 429]
+
+
+def test_suggestions_need_a_served_pair(served):
+    assert suggest(served, target="de").status_code == 400
+    assert suggest(served, q="").json()["error"] == "Invalid request: missing q parameter"
+
+
+def test_the_sender_is_the_hashed_key_where_the_server_has_keys():
+    with_keys = KeyRing({"secret": KeyLimits()})
+    assert sender("secret", "1.2.3.4", with_keys).startswith("key:") and "secret" not in sender("secret", None,
+                                                                                                with_keys)
+    assert sender("secret", "1.2.3.4", KeyRing()) == "client:1.2.3.4"  # keys off: a key is no one's
+
+
+def test_the_page_settings_say_suggestions_are_on(served):
+    assert served.get("/frontend/settings").json()["suggestions"] is True
+
+
+def test_the_page_marks_the_sentences_from_the_memory(browser, pair_translators, memory_path):
+    app = create_app(pair_translators["fr", "en"], src_lang="fr", tgt_lang="en",
+                     memory=ServerMemory(TranslationMemory(memory_path)))
+    with live_server(app) as server:
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(server + "/")
+        page.wait_for_selector("body[data-ready=true]")
+        page.fill("#source", f"{PENDING[0]} {SERVED[0]}")
+        page.click("#translate")
+        page.wait_for_selector("#result[data-state=done]", timeout=60_000)
+        spans = page.locator("#translation .sentence")
+        assert spans.evaluate_all("els => els.map(e => e.classList.contains('from-memory'))") == [False, True]
+        assert spans.nth(1).inner_text() == SERVED[1]
+        assert page.inner_text("#memory-note").startswith("Sentence 2 from the translation memory")
+        assert "from the translation memory" in page.locator("#sentence-select option").nth(1).inner_text()
+        page.fill("#source", PENDING[0])  # a translation without one clears the note
+        page.click("#translate")
+        page.wait_for_selector("#result[data-state=done]", timeout=60_000)
+        assert page.is_hidden("#memory-note") and errors == []
+    app.state.service.memory.close()
+
+
+def serve_args(*argv):
+    return build_parser().parse_args(["serve", "runs/x", *argv])
+
+
+def test_the_command_line_refuses_what_cannot_work(tmp_path, memory_path):
+    with pytest.raises(UserError, match="are for --tm PATH"):
+        server_memory(serve_args("--tm-auto-accept"))
+    with pytest.raises(UserError, match="no translation memory at"):
+        server_memory(serve_args("--tm", str(tmp_path / "missing.db")))
+    with pytest.raises(UserError, match="give one"):
+        server_memory(serve_args("--tm", str(memory_path), "--suggestions", str(tmp_path / "s.jsonl")))
+    with pytest.raises(UserError, match="--tm-threshold"):
+        server_memory(serve_args("--tm", str(memory_path), "--tm-threshold", "0"))
+    (tmp_path / "junk.db").write_bytes(b"not a database" * 100)
+    with pytest.raises(UserError, match="not a translation memory"):
+        server_memory(serve_args("--tm", str(tmp_path / "junk.db")))
+    opened = server_memory(serve_args("--tm", str(memory_path), "--tm-auto-accept", "--tm-suggest-limit", "3"))
+    assert opened.auto_accept and opened.suggestions_per_minute == 3
+    opened.close()
