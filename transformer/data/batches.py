@@ -1,15 +1,11 @@
-"""The data pipeline from text files to padded batches.
+"""Token ids to padded batches (text files are read by :mod:`transformer.corpus.files`, pairs
+filtered by :mod:`transformer.data.filtering`).
 
-* Reading (strings): :func:`read_parallel`, :func:`read_tsv` and their :class:`CorpusError`
-  live in :mod:`transformer.corpus.files` and are re-exported here.
-* Filtering (token ids): :func:`filter_examples` drops empty, too long and badly
-  proportioned pairs and says how many of each; it lives in :mod:`transformer.data.filtering`
-  and is re-exported here.
-* Batching (paper 5.1: "Sentence pairs were batched together by approximate sequence
-  length. Each training batch contained a set of sentence pairs containing approximately
-  25000 source tokens and 25000 target tokens"): :class:`TokenBudgetBatches` groups
-  examples of similar length into batches under a token budget, deterministically for a
-  seed, resumable mid-epoch, sharded across DDP ranks; :func:`make_batch` pads one batch.
+Paper 5.1: "Sentence pairs were batched together by approximate sequence length. Each training
+batch contained a set of sentence pairs containing approximately 25000 source tokens and 25000
+target tokens": :class:`TokenBudgetBatches` groups examples of similar length into batches under
+a token budget, deterministically for a seed, resumable mid-epoch, sharded across DDP ranks;
+:func:`make_batch` pads one batch.
 
 An *example* is a pair ``(src_ids, tgt_ids)`` of token-id lists *without* BOS/EOS; the
 batch adds them for teacher forcing. Masks follow :mod:`transformer.model.masks`: bool, True = real
@@ -27,25 +23,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from transformer.corpus.files import CorpusError, ReadStats, read_parallel, read_tsv
-from transformer.data.filtering import Example, FilterStats, example_lengths, filter_examples, filter_lengths
+from transformer.data.filtering import Example, example_lengths
 from transformer.errors import UserError
 
-__all__ = [
-    "Example",
-    "CorpusError",
-    "ReadStats",
-    "read_parallel",
-    "read_tsv",
-    "FilterStats",
-    "example_lengths",
-    "filter_examples",
-    "filter_lengths",
-    "Batch",
-    "make_batch",
-    "drop_words",
-    "TokenBudgetBatches",
-]
+__all__ = ["Batch", "make_batch", "drop_words", "TokenBudgetBatches"]
 
 # --------------------------------------------------------------------------- one batch
 
@@ -104,7 +85,7 @@ def make_batch(examples: Sequence[Example], *, pad_id: int, bos_id: int, eos_id:
 
     Raises:
         ValueError: no examples, an empty source (its all-False mask row would make
-            attention undefined; drop such pairs with :func:`filter_examples`), or
+            attention undefined; drop such pairs with :func:`~transformer.data.filtering.filter_examples`), or
             ``pad_id`` inside a sequence (it would be masked as padding).
     """
     n = len(examples)

@@ -18,7 +18,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from transformer.data.batches import Batch, Example, TokenBudgetBatches
+from transformer.data.batches import Batch, TokenBudgetBatches
+from transformer.data.filtering import Example
 from transformer.data.indexed import ConcatPairs
 from transformer.errors import UserError
 

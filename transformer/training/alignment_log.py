@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from transformer.data import make_batch
-from transformer.data.batches import Example
+from transformer.data.filtering import Example
 from transformer.run.alignments import DECIMALS, append_alignments, truncate_alignments
 from transformer.run.layout import ALIGNMENTS_FILE
 from transformer.text import Vocabularies
