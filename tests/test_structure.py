@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "transformer"
 # from the bottom up.
 LAYERS: list[set[str]] = [
     # settings, the safe reading of a run's files and the user's errors: the standard library and PyTorch only
-    {"config", "config_dict", "errors", "run_files", "threads"},
+    {"config", "config_dict", "errors", "lazy", "run_files", "threads"},
     # text -> token ids, the corpora, and the model (the paper in plain PyTorch)
     {"text", "corpus", "model"},
     # batches, decoding algorithms, the CPU and CUDA engines that speed a model up, and the number

@@ -10,11 +10,11 @@ the command line's parser in ``transformer.cli``, does not load torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 # First, before torch loads: the moment from which the commands count the CPUs other processes leave free.
 from transformer import threads as _threads  # noqa: F401  (isort: skip)
+from transformer.lazy import lazy_exports
 
 if TYPE_CHECKING:  # what the names are, for type checkers and readers; imported on first use below
     from transformer.config import ModelConfig, preset
@@ -38,29 +38,5 @@ _EXPORTS = {
     "save_model": "transformer.run.model",
 }
 
-__all__ = [
-    "AttentionMaps",
-    "CheckpointError",
-    "DecoderCache",
-    "ModelConfig",
-    "Transformer",
-    "causal_mask",
-    "load_model",
-    "padding_mask",
-    "preset",
-    "save_model",
-]
-
-
-def __getattr__(name: str) -> Any:
-    """A public name, imported from its module on first use (and kept, so this runs once per name)."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -29,26 +29,16 @@ serve --help`` shows) load without torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from transformer.lazy import lazy_exports
 
 if TYPE_CHECKING:  # what the names are, for type checkers and readers; imported on first use below
     from transformer.cuda.batches import DeviceBatches, pad_batch
     from transformer.cuda.training import CudaTraining, accelerate_training
 
-_EXPORTS = {"CudaTraining": "training", "DeviceBatches": "batches", "accelerate_training": "training",
-            "pad_batch": "batches"}
+_EXPORTS = {"CudaTraining": ".training", "DeviceBatches": ".batches", "accelerate_training": ".training",
+            "pad_batch": ".batches"}
 
-__all__ = ["CudaTraining", "DeviceBatches", "accelerate_training", "pad_batch"]
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -19,11 +19,11 @@ The converters are imported when first used (PEP 562), so that the commands' par
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from transformer.errors import MissingExtraError
 from transformer.interop._common import INSTALL_HINT, InteropError
+from transformer.lazy import lazy_exports
 
 if TYPE_CHECKING:  # what the names are, for type checkers and readers; imported on first use below
     from transformer.interop.argos import export_argos
@@ -31,20 +31,9 @@ if TYPE_CHECKING:  # what the names are, for type checkers and readers; imported
     from transformer.interop.hf import export_hf, import_hf
     from transformer.interop.onnx import export_onnx
 
-_CONVERTERS = {"export_argos": "argos", "export_ctranslate2": "ctranslate2", "export_hf": "hf", "import_hf": "hf",
-               "export_onnx": "onnx"}
+_CONVERTERS = {"export_argos": ".argos", "export_ctranslate2": ".ctranslate2", "export_hf": ".hf", "import_hf": ".hf",
+               "export_onnx": ".onnx"}
 
 __all__ = ["INSTALL_HINT", "InteropError", "MissingExtraError", "export_argos", "export_ctranslate2", "export_hf",
            "export_onnx", "import_hf"]
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _CONVERTERS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_CONVERTERS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _CONVERTERS)

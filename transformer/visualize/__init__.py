@@ -14,25 +14,19 @@ Names are imported lazily, so registering the command does not import matplotlib
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from transformer.lazy import lazy_exports
 
 _EXPORTS = {
-    "KINDS": "data",
-    "AttentionData": "data",
-    "TokenAxis": "data",
-    "collect_attention": "data",
-    "attention_figure": "heatmaps",
-    "positional_encoding_figure": "heatmaps",
-    "save_attention_heatmaps": "heatmaps",
-    "write_attention_page": "page",
-    "write_demo_pages": "cli",
+    "KINDS": ".data",
+    "AttentionData": ".data",
+    "TokenAxis": ".data",
+    "collect_attention": ".data",
+    "attention_figure": ".heatmaps",
+    "positional_encoding_figure": ".heatmaps",
+    "save_attention_heatmaps": ".heatmaps",
+    "write_attention_page": ".page",
+    "write_demo_pages": ".cli",
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
