@@ -189,7 +189,7 @@ class TokenBudgetBatches:
     its own forms a batch by itself; those are counted in :attr:`n_oversize` and reported
     with a warning. The paper's "approximately 25000 source tokens and 25000 target
     tokens" corresponds to ``max_tokens`` of roughly 50000 (a little more, as padding is
-    counted; see :meth:`padding_fraction`).
+    counted).
 
     **Order**: with ``shuffle=True`` the order of the batches in epoch ``e`` is a permutation
     drawn from ``numpy.random.default_rng([seed, 1, e])`` (ties use ``[seed, 0, 0]``); with ``shuffle=False`` it is the
@@ -394,20 +394,6 @@ class TokenBudgetBatches:
         return sum(len(tgt) + 1 for _, tgt in examples)
 
     # ----------------------------------------------------------------- statistics
-
-    def padding_fraction(self) -> float:
-        """Fraction of pad positions over all batches (source tensor plus one target tensor).
-
-        Real tokens are ``src_len + tgt_len + 1`` per example; padded positions are the batch
-        cost ``n * (max src_len + max tgt_len + 1)`` of each batch. Computed over all
-        ``num_batches_total`` batches (the same in every epoch).
-        """
-        padded = real = 0
-        for idx in self._batches:
-            s, t = self._src_lens[idx], self._tgt_lens[idx] + 1
-            padded += len(idx) * (int(s.max()) + int(t.max()))
-            real += int(s.sum()) + int(t.sum())
-        return 1.0 - real / padded
 
     def batch_costs(self) -> list[int]:
         """Padded cost (as budgeted) of every batch, in batch-id order."""
