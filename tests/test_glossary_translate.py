@@ -8,15 +8,10 @@ import warnings
 from functools import partial
 
 import pytest
-import torch
-from cli_helpers import run_cli
 
 from transformer.corpus.builtin import generate_pairs as generate_written_pairs
 from transformer.decoding import DecodeConfig
 from transformer.model import Transformer
-from transformer.config import preset
-from transformer.run.model import save_model
-from transformer.text import Vocabularies
 from transformer.translate.document import translate_document, translate_lines
 from transformer.translate.glossary import Glossary, GlossaryError
 from transformer.translate.translator import Translator
@@ -28,14 +23,8 @@ TERMS = {"chat": "kitty cat", "pomme": "apple", "chien": "hound"}
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("run")
-    pairs = generate_pairs(400, seed=1)
-    vocab = Vocabularies.train(pairs, vocab_size=400)
-    torch.manual_seed(0)
-    save_model(Transformer(preset("tiny", src_vocab_size=vocab.src.vocab_size)), directory)
-    vocab.save(directory)
-    return directory
+def run_dir(tiny_run):
+    return tiny_run(pairs=generate_pairs(400, seed=1), learned_positions=False, languages=None)
 
 
 def translator(run_dir, **decoding) -> Translator:
@@ -145,10 +134,9 @@ def test_web_pages_take_a_glossary(run_dir):
 
 
 # --------------------------------------------------------------------------------------------- commands
-cli = run_cli  # the commands through transformer.cli.main in this process (tests/cli_helpers.py)
 
 
-def test_translate_places_the_terms_of_the_glossary(run_dir, tmp_path):
+def test_translate_places_the_terms_of_the_glossary(run_dir, tmp_path, cli):
     terms = tmp_path / "terms.tsv"
     terms.write_text("# our terms\nchat\tkitty cat\npomme\tapple\n", encoding="utf-8")
     done = cli("translate", run_dir, "le chat noir dort. il pleut.", "nous mangeons une pomme", "--glossary", terms,
@@ -160,7 +148,7 @@ def test_translate_places_the_terms_of_the_glossary(run_dir, tmp_path):
     assert lines.returncode == 0 and "kitty cat" in lines.stdout
 
 
-def test_a_bad_glossary_file_is_refused_naming_its_line(run_dir, tmp_path):
+def test_a_bad_glossary_file_is_refused_naming_its_line(run_dir, tmp_path, cli):
     terms = tmp_path / "terms.tsv"
     terms.write_text("chat\tkitty cat\npomme\tapple\tfruit\n", encoding="utf-8")
     done = cli("translate", run_dir, "le chat", "--glossary", terms)
@@ -169,7 +157,7 @@ def test_a_bad_glossary_file_is_refused_naming_its_line(run_dir, tmp_path):
     assert missing.returncode != 0 and "none.tsv" in missing.stderr and "Traceback" not in missing.stderr
 
 
-def test_a_term_that_cannot_be_placed_is_named_on_stderr_and_in_json(run_dir, tmp_path):
+def test_a_term_that_cannot_be_placed_is_named_on_stderr_and_in_json(run_dir, tmp_path, cli):
     terms = tmp_path / "terms.tsv"
     long = "the very small and quite black kitty cat of the old house"  # more tokens than the sentence
     terms.write_text(f"chat\t{long}\n", encoding="utf-8")
@@ -182,19 +170,19 @@ def test_a_term_that_cannot_be_placed_is_named_on_stderr_and_in_json(run_dir, tm
     assert record["sentences"][1]["missing_terms"] == [{"source": "chat", "target": long}]
 
 
-def test_greedy_with_a_glossary_is_refused_in_one_line(run_dir, tmp_path):
+def test_greedy_with_a_glossary_is_refused_in_one_line(run_dir, tmp_path, cli):
     terms = tmp_path / "terms.tsv"
     terms.write_text("chat\tkitty cat\n", encoding="utf-8")
     done = cli("translate", run_dir, "le chat noir dort", "--glossary", terms, "--greedy")
     assert done.returncode != 0 and "need beam search" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_scores_need_a_calibrated_run(run_dir):
+def test_scores_need_a_calibrated_run(run_dir, cli):
     done = cli("translate", run_dir, "il pleut", "--scores")
     assert done.returncode != 0 and "transformer calibrate" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_evaluate_takes_a_glossary(run_dir, tmp_path):
+def test_evaluate_takes_a_glossary(run_dir, tmp_path, cli):
     (tmp_path / "src").write_text("le chat noir dort\nil pleut\n", encoding="utf-8")
     (tmp_path / "ref").write_text("the black cat sleeps\nit rains\n", encoding="utf-8")
     terms = tmp_path / "terms.tsv"

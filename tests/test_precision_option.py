@@ -5,30 +5,21 @@ import pytest
 import torch
 
 from transformer.cli import build_parser, main
-from transformer.config import preset
 from transformer.errors import UserError
 from transformer.corpus.builtin import generate_pairs
 from transformer.cpu import ENV_SWITCH, build
-from transformer.model import RNNSeq2Seq, Transformer
+from transformer.model import RNNSeq2Seq
 from transformer.model.rnn_config import RNNConfig
 from transformer.inference_precision import PRECISIONS, check_precision, resolve_device
-from transformer import save_model
-from transformer.text import Vocabularies
 from transformer.translate.translator import Translator, load_translator
 
 kernels_built = pytest.mark.skipif(not build.available(), reason="the CPU kernels are unavailable (no C compiler)")
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
+def run_dir(tiny_run):
     """A tiny untrained Transformer with its tokenizer: enough to compare outputs."""
-    directory = tmp_path_factory.mktemp("run")
-    pairs = generate_pairs(200, seed=1)
-    vocab = Vocabularies.train(pairs, vocab_size=400)
-    torch.manual_seed(0)
-    save_model(Transformer(preset("tiny", src_vocab_size=vocab.src.vocab_size)), directory)
-    vocab.save(directory)
-    return directory
+    return tiny_run(pairs=200, learned_positions=False, languages=None)
 
 
 # ------------------------------------------------------------------------------------------ the resolver

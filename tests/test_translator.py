@@ -5,10 +5,8 @@ from functools import partial
 
 import pytest
 import torch
-from cli_helpers import run_cli
 
-from transformer.run.model import load_model, save_model
-from transformer.config import preset
+from transformer.run.model import load_model
 from transformer.corpus.builtin import generate_pairs as generate_written_pairs
 from transformer.cpu import ENV_SWITCH, build
 from transformer.cpu import decoding as cpu_decoding
@@ -23,20 +21,13 @@ kernels_built = pytest.mark.skipif(not build.available(), reason="the CPU kernel
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("run")
+def run_dir(tiny_run):
+    """The tiny run on the plain corpus, without run_config.json, and 20 of its pairs to evaluate."""
     pairs = generate_pairs(400, seed=1)
-    vocab = Vocabularies.train(pairs, vocab_size=400)
-    torch.manual_seed(0)
-    model = Transformer(preset("tiny", src_vocab_size=vocab.src.vocab_size, positional="learned", max_positions=64))
-    save_model(model, directory)
-    vocab.save(directory)
+    directory = tiny_run(pairs=pairs, languages=None)
     (directory / "pairs.fr").write_text("".join(f + "\n" for f, _ in pairs[:20]), encoding="utf-8")
     (directory / "pairs.en").write_text("".join(e + "\n" for _, e in pairs[:20]), encoding="utf-8")
     return directory
-
-
-cli = run_cli  # the commands through transformer.cli.main in this process (tests/cli_helpers.py)
 
 
 def test_translations_come_back_in_input_order_whatever_the_batching(run_dir, engine):
@@ -167,7 +158,7 @@ def test_a_seeded_sample_does_not_depend_on_the_other_sentences(run_dir, seed):
     assert [h.tokens for h in other.translate_n_best([sentence])[0]] != [h.tokens for h in alone]
 
 
-def test_translate_command_arguments_file_stdin_and_json(run_dir, tmp_path):
+def test_translate_command_arguments_file_stdin_and_json(run_dir, tmp_path, cli):
     by_args = cli("translate", str(run_dir), "je suis étudiant", "", "nous mangeons", "--greedy")
     assert by_args.returncode == 0, by_args.stderr
     lines = by_args.stdout.split("\n")
@@ -190,7 +181,7 @@ def test_translate_command_arguments_file_stdin_and_json(run_dir, tmp_path):
     assert sampled[0] == sampled[1]
 
 
-def test_evaluate_command_prints_signatures(run_dir, tmp_path):
+def test_evaluate_command_prints_signatures(run_dir, tmp_path, cli):
     """The scores printed are sacreBLEU's BLEU and chrF of the translations against the references,
     computed here again with sacrebleu. The model is untrained, so the references are made from its
     own translations (every other one kept as is, the others changed) for scores far from 0 and 100."""
@@ -285,7 +276,7 @@ def test_bf16_translator_decodes_with_a_bf16_copy(run_dir, engine):
 
 
 @kernels_built
-def test_translate_command_int8(run_dir):
+def test_translate_command_int8(run_dir, cli):
     """``translate --precision int8`` prints, line by line, what an int8 Translator gives: the same text and
     the same scores, which differ from float32's (the int8 weights are in use, not ignored)."""
     sentences = [f for f, _ in generate_pairs(6, seed=3)]
@@ -316,14 +307,14 @@ def test_translate_command_int8(run_dir):
         (["translate", "{run}", "x", "--beam", "0"], "beam_size"),
     ],
 )
-def test_bad_input_gives_a_clear_error(run_dir, tmp_path, args, message):
+def test_bad_input_gives_a_clear_error(run_dir, tmp_path, args, message, cli):
     args = [a.format(run=run_dir, missing=tmp_path / "missing") for a in args]
     result = cli(*args)
     assert result.returncode == 2, result.stdout
     assert message in result.stderr and "Traceback" not in result.stderr
 
 
-def test_run_directory_missing_its_tokenizer(run_dir, tmp_path):
+def test_run_directory_missing_its_tokenizer(run_dir, tmp_path, cli):
     import shutil
 
     broken = tmp_path / "broken"
@@ -350,7 +341,7 @@ def test_the_decoding_device_is_the_gpu_only_where_there_is_one(monkeypatch):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without a CUDA device")
-def test_translate_on_cuda_without_a_gpu_says_so(run_dir):
+def test_translate_on_cuda_without_a_gpu_says_so(run_dir, cli):
     done = cli("translate", str(run_dir), "--device", "cuda", input="bonjour\n")
     assert done.returncode == 2 and "no CUDA device" in done.stderr and "--device cpu" in done.stderr
     assert done.stdout == ""
