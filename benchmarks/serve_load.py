@@ -10,6 +10,12 @@ size; then it stops the server with SIGTERM and checks that it exits 0. An overl
 follows: a server with a short queue (--overload-queue) gets --overload-requests requests at
 once; the excess must be answered 503 quickly, the rest 200.
 
+With --reload-after SECONDS, each mode's server swaps its model in that many seconds into the
+load (docs/serving.md, Reloading): to --reload-run DIR through ``POST /admin/reload`` (the server
+gets a fresh admin key), or without --reload-run by SIGHUP (RUN_DIR loaded again). The result
+then counts the answers of each model version and the reload's answer; failed requests should
+stay 0.
+
 Only 127.0.0.1 is contacted, every run is bounded (clients <= 1024, seconds <= 600). Sentences
 come from --sentences (one per line, plain or gzip) or the built-in French corpus. The last line
 printed is a JSON summary.
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import gzip
 import json
 import os
@@ -26,8 +33,11 @@ import signal
 import socket
 import subprocess
 import sys
+import secrets
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -95,10 +105,14 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
 
 
-async def load(url: str, sentences: list[str], clients: int, seconds: float, beam_size: int) -> dict:
-    """``clients`` loops, each sending one sentence per request until ``seconds`` have passed."""
+async def load(url: str, sentences: list[str], clients: int, seconds: float, beam_size: int,
+               reload: tuple[float, Any] | None = None) -> dict:
+    """``clients`` loops, each sending one sentence per request until ``seconds`` have passed;
+    ``reload``: (after how many seconds, an async function) to call once in the middle of it."""
     latencies: list[float] = []
     failures: dict[str, int] = {}
+    versions: dict[str, int] = {}
+    reloaded: dict = {}
     counter = iter(range(10**9))
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
@@ -113,17 +127,40 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float, bea
                     r = await client.post("/v1/translate", json={"text": text, "beam_size": beam_size})
                     if r.status_code == 200:
                         latencies.append(time.perf_counter() - sent)
+                        version = r.json().get("model_version") or "?"
+                        versions[version] = versions.get(version, 0) + 1
                     else:
                         failures[str(r.status_code)] = failures.get(str(r.status_code), 0) + 1
                 except httpx.HTTPError as err:
                     failures[type(err).__name__] = failures.get(type(err).__name__, 0) + 1
 
-        await asyncio.gather(*(one_client() for _ in range(clients)))
+        async def reload_once() -> None:
+            await asyncio.sleep(reload[0])
+            reloaded.update(await reload[1]())
+            reloaded["at_s"] = round(time.perf_counter() - start, 1)
+
+        await asyncio.gather(*(one_client() for _ in range(clients)), *([reload_once()] if reload else []))
         elapsed = time.perf_counter() - start
-    return {"sentences": len(latencies), "seconds": round(elapsed, 1),
-            "sentences_per_s": round(len(latencies) / elapsed, 2),
-            "p50_ms": round(percentile(latencies, 50) * 1000, 1), "p99_ms": round(percentile(latencies, 99) * 1000, 1),
-            "failed": sum(failures.values()), "failures": failures}
+    result = {"sentences": len(latencies), "seconds": round(elapsed, 1),
+              "sentences_per_s": round(len(latencies) / elapsed, 2),
+              "p50_ms": round(percentile(latencies, 50) * 1000, 1), "p99_ms": round(percentile(latencies, 99) * 1000, 1),
+              "failed": sum(failures.values()), "failures": failures}
+    if reload:
+        result["versions"] = versions
+        result["reload"] = reloaded
+    return result
+
+
+def reloader(server: Server, run: str | None, key: str):
+    """The reload of ``--reload-after``: ``POST /admin/reload`` to ``run``, or SIGHUP without one."""
+    async def reload() -> dict:
+        if run is None:
+            server.proc.send_signal(signal.SIGHUP)
+            return {"how": "SIGHUP"}
+        async with httpx.AsyncClient(base_url=server.url, timeout=300) as client:
+            r = await client.post("/admin/reload", json={"run": run}, headers={"X-Admin-Key": key})
+        return {"how": "POST /admin/reload", "status": r.status_code, "answer": r.json()}
+    return reload
 
 
 async def burst(url: str, sentences: list[str], n: int, beam_size: int) -> dict:
@@ -176,7 +213,15 @@ def main() -> int:
     parser.add_argument("--overload-queue", type=int, default=16, help="--max-queue of the overload check (default: 16)")
     parser.add_argument("--overload-requests", type=int, default=200,
                         help="requests sent at once in the overload check (default: 200; 0 skips it)")
+    parser.add_argument("--reload-after", type=float, default=None, metavar="SECONDS",
+                        help="reload the model this many seconds into each mode's load (default: no reload)")
+    parser.add_argument("--reload-run", metavar="DIR", help="with --reload-after: the run swapped in through POST "
+                        "/admin/reload (default: RUN_DIR again, by SIGHUP)")
     args = parser.parse_args()
+    if args.reload_run is not None and args.reload_after is None:
+        parser.error("--reload-run needs --reload-after SECONDS")
+    if args.reload_after is not None and not 0 <= args.reload_after < args.seconds:
+        parser.error("--reload-after must be in [0, --seconds)")
     if not 1 <= args.clients <= 1024 or not 0 < args.seconds <= 600 or not 0 <= args.overload_requests <= 2000:
         parser.error("--clients must be in 1..1024, --seconds in (0, 600], --overload-requests in 0..2000")
     modes = [m for m in args.modes.split(",") if m and m != "none"]
@@ -190,6 +235,14 @@ def main() -> int:
         args.max_batch_size = cuda_decoding.SERVE_BATCH_SIZE if args.device == "cuda" else ServeLimits().max_batch_size
     common = ["--beam", str(args.beam), "--batch-wait-ms", str(args.batch_wait_ms), "--device", args.device,
               "--precision", args.precision]
+    key = secrets.token_urlsafe(24)
+    key_file = None
+    if args.reload_run is not None:  # a key file: the key stays out of the process list
+        key_file = tempfile.NamedTemporaryFile("w", suffix=".key", delete=False)
+        key_file.write(key + "\n")
+        key_file.close()
+        atexit.register(os.unlink, key_file.name)  # however the script ends
+        common += ["--admin-key-file", key_file.name]
     summary: dict = {"run_dir": str(Path(args.run_dir)), "clients": args.clients, "seconds": args.seconds,
                      "beam_size": args.beam, "precision": args.precision, "cpus": os.cpu_count(), "device": args.device,
                      "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "modes": {}}
@@ -200,7 +253,9 @@ def main() -> int:
         try:
             asyncio.run(load(server.url, sentences, min(args.clients, 4), 2.0, args.beam))  # warm-up
             before = server.health()
-            result = asyncio.run(load(server.url, sentences, args.clients, args.seconds, args.beam))
+            reload = None if args.reload_after is None else (args.reload_after,
+                                                             reloader(server, args.reload_run, key))
+            result = asyncio.run(load(server.url, sentences, args.clients, args.seconds, args.beam, reload))
             after = server.health()
         finally:
             result_exit = server.stop()
@@ -211,6 +266,9 @@ def main() -> int:
         print(f"{mode:>8}: {result['sentences_per_s']:7.2f} sentences/s  p50 {result['p50_ms']:8.1f} ms  "
               f"p99 {result['p99_ms']:8.1f} ms  failed {result['failed']}  mean batch {result['mean_batch_size']}  "
               f"exit {result_exit}", flush=True)
+        if "reload" in result:
+            print(f"{'':>8}  reload ({result['reload'].get('how')}) at {result['reload'].get('at_s')} s: answers by "
+                  f"model version {result['versions']}", flush=True)
 
     if args.overload_requests:
         server = Server(args.run_dir, *common, "--max-batch-size", str(args.max_batch_size),

@@ -22,6 +22,8 @@
   :mod:`transformer.visualize`).
 * :mod:`transformer.serve.protocol`: the connections uvicorn serves (deadlines for slow clients, a cap,
   the graceful shutdown).
+* :mod:`transformer.serve.reload`: a newer run swapped in without a restart (SIGHUP, ``POST
+  /admin/reload``), and the model versions answers name.
 * :mod:`transformer.serve.cli`: the ``serve`` subcommand.
 
 FastAPI and uvicorn come with the ``serve`` extra: ``pip install -c constraints.txt -e ".[serve]"``.

@@ -30,6 +30,8 @@ switched off because they load their scripts from a CDN):
   (:mod:`transformer.serve.libretranslate`; not in the OpenAPI schema, its errors are
   LibreTranslate's ``{"error": message}``).
 * ``GET /``: the web page.
+* ``POST /admin/reload``: with ``reload`` options, a newer run swapped in without a restart, behind
+  an admin key of its own (:mod:`transformer.serve.reload`; not in the OpenAPI schema).
 
 Every response carries ``X-Content-Type-Options: nosniff``, ``X-Frame-Options: DENY``,
 ``Referrer-Policy: no-referrer`` and a Content-Security-Policy: the page's allows only its own
