@@ -21,7 +21,10 @@ The server answers all of it that its clients call, over the server's models
   reachable from it (a language only translated into has none).
 * ``POST /translate_file`` (multipart ``file``, ``source``, ``target``) and ``GET
   /download_file/<name>``: a document translated whole (:mod:`transformer.serve.libretranslate.files`).
-* ``POST /suggest``: a suggested translation appended to the suggestions file, or 403 when off.
+* ``POST /suggest``: a suggested translation appended to the suggestions file; on a server with a
+  translation memory (:mod:`transformer.serve.memory`), checked and kept as a pending entry, or
+  refused (400 with its ``reason``); 403 when neither. With a memory, ``/translate``'s answer has a
+  ``memory`` field: per text, the sentences the memory translated or has fuzzy matches for.
 * ``GET /frontend/settings`` and ``GET /spec``: what LibreTranslate's web page reads, and a
   Swagger 2.0 description (:mod:`transformer.serve.libretranslate.spec`).
 
