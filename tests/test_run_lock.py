@@ -21,7 +21,7 @@ from cli_helpers import run_cli
 from transformer import cli as transformer_cli
 from transformer.training import trainer_setup
 from transformer.run.config import RunConfig
-from transformer.run.lock import LOCK_FILE, RunLock, RunLockedError, RunStorageError, read_holder
+from transformer.run.lock import LOCK_FILE, RunLock, RunLockedError, RunStorageError
 from transformer.run.checkpoints import latest_checkpoint, list_checkpoints
 from transformer.training.state import load_checkpoint
 from transformer.training.trainer import Trainer
@@ -38,6 +38,11 @@ lock = RunLock(sys.argv[1], command="hold").acquire()  # held while the object l
 print("locked", flush=True)
 time.sleep(600)
 """
+
+
+def read_holder(run_dir: Path) -> dict:
+    """What the lock file of ``run_dir`` says about its holder (pid, host, started, command)."""
+    return json.loads((Path(run_dir) / LOCK_FILE).read_text(encoding="utf-8"))
 
 
 @pytest.fixture(autouse=True)

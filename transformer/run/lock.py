@@ -28,7 +28,7 @@ import time
 import weakref
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Iterable, Iterator
 
 from transformer.errors import UserError
 from transformer.run.layout import LOCK_FILE
@@ -141,17 +141,6 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-
-
-def read_holder(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """What the lock file of ``run_dir`` says about its holder (pid, host, started, command), if anything.
-
-    The file may be left by a run that has ended; only :meth:`RunLock.acquire` tells whether it is held.
-    """
-    try:
-        return json.loads((Path(run_dir) / LOCK_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def _write_holder(fd: int, command: str) -> None:
