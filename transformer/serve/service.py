@@ -11,6 +11,9 @@ server's limits, the language pair it reports and the dynamic batcher that runs 
   with a request's glossary (:meth:`~TranslationService.glossary`; its terms are part of the
   batcher's key, so only requests with the same terms share a model call), and with each
   sentence's confidence when a request asks for it and the run is calibrated (``calibrated``);
+  with a translation memory (``memory``, :mod:`transformer.serve.memory`), the sentences it holds
+  accepted translations of are answered from it and only the others reach the batcher (as do
+  :meth:`~TranslationService.translate_sentences`' for files);
 * :meth:`~TranslationService.attention`: the translation of one sentence (or piece) of a text
   and every attention weight of it;
 * :meth:`~TranslationService.model_info`, :meth:`~TranslationService.health`,
