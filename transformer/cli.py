@@ -275,6 +275,7 @@ def _train(args: argparse.Namespace) -> int:
     import torch
 
     from transformer.cpu.allocator import retain_freed_memory
+    from transformer.recipes import is_recipe_file, load_recipe
     from transformer.run.config import RunConfig
     from transformer.training.trainer import Trainer
 
@@ -287,9 +288,7 @@ def _train(args: argparse.Namespace) -> int:
     overrides = shortcuts + list(args.overrides)
     if args.recipe and args.config:
         raise UserError("give --recipe or --config, not both (key=value overrides go on top of either)")
-    if args.recipe or (args.config and _is_recipe_file(args.config)):
-        from transformer.recipes import load_recipe
-
+    if args.recipe or (args.config and is_recipe_file(args.config)):
         cfg = load_recipe(args.recipe or args.config, overrides, run_dir=args.run_dir)
     elif args.config:
         cfg = RunConfig.load(args.config, overrides)
@@ -310,12 +309,6 @@ def _train(args: argparse.Namespace) -> int:
     else:
         print(f"trained {result.steps} steps in {result.seconds:.0f} s; model in {result.run_dir}")
     return 0
-
-
-def _is_recipe_file(path: str) -> bool:
-    from transformer.recipes import is_recipe_file
-
-    return is_recipe_file(path)
 
 
 def _register_demo(sub: argparse._SubParsersAction) -> None:
