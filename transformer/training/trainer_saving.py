@@ -122,7 +122,6 @@ class ValidationAndSaving:
         D.barrier(self.dist)
 
 
-
 def _chunks(examples: list, max_tokens: int) -> Iterator[list]:
     chunk: list = []
     for e in examples:

@@ -57,7 +57,6 @@ DECODING_ARGUMENTS = ("beam", "greedy", "n_best", "alpha", "length_penalty", "ma
                       "temperature", "top_k", "top_p", "seed", "batch_tokens", "device")
 
 
-
 GLOSSARY_HELP = ("terminology: a UTF-8 TSV file of 'source<TAB>target' lines; every source term found in a sentence "
                  "(whole words, case-insensitive) is translated as its target, exactly as written (constrained beam "
                  "search; greedy search and sampling refuse it). A term that cannot be placed within the sentence's "
@@ -66,7 +65,6 @@ GLOSSARY_HELP = ("terminology: a UTF-8 TSV file of 'source<TAB>target' lines; ev
 
 def add_glossary_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--glossary", metavar="FILE", help=GLOSSARY_HELP)
-
 
 
 # ---------------------------------------------------------------------------------------------- translate
@@ -146,7 +144,6 @@ def register_translate_command(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler="transformer.translate.cli:translate_command")
 
 
-
 def register_evaluate_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "evaluate",
@@ -176,7 +173,6 @@ def register_evaluate_command(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler="transformer.translate.evaluate_cli:evaluate_command")
 
 
-
 def register_detect_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "detect",
@@ -195,7 +191,6 @@ def register_detect_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true",
                    help="JSON lines: index, source, language, confidence, and the next two candidates as alternatives")
     p.set_defaults(handler="transformer.translate.detect_cli:detect_command")
-
 
 
 def register_calibrate_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:

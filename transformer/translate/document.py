@@ -67,7 +67,6 @@ class TranslatedDocument:
     sentences: list[SentenceAlignment]
 
 
-
 @dataclass(frozen=True)
 class TranslatedLine:
     """One line of a file translated by ``translate_lines``.

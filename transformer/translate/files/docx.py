@@ -86,7 +86,6 @@ class _DocxParagraph(Paragraph):
         return opening + b"<" + t + space + b">" + self.part.escape(text) + b"</" + t + b">" + self._style_ends[style]
 
 
-
 _W = ("http://schemas.openxmlformats.org/wordprocessingml/2006/main",
       "http://purl.oclc.org/ooxml/wordprocessingml/main")
 
