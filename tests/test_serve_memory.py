@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from serve_helpers import live_server
 
-from transformer.cli import build_parser
+from transformer.cli import build_parser, main
 from transformer.errors import UserError
 from transformer.memory import TranslationMemory
 from transformer.serve.access import KeyLimits, KeyRing
@@ -143,6 +143,23 @@ def test_translated_files_use_the_memory(served):
     assert served.get(url[url.index("/download_file"):]).text == f"{SERVED[1]}\n"
 
 
+def test_through_the_pivot_each_step_looks_up_its_own_pair(pair_translators, memory_path, model_calls):
+    with TranslationMemory(memory_path) as store:
+        store.add("The cat is asleep.", "Die Katze schläft.", "en", "de", status="accepted")
+        store.add(SERVED[0], "The cat is asleep.", "fr", "en", status="accepted")  # the newer of the two fr-en
+    memory = ServerMemory(TranslationMemory(memory_path))
+    app = create_app([pair_translators["fr", "en"], pair_translators["en", "de"]], memory=memory)
+    with TestClient(app) as client:
+        result = native(client, SERVED[0], source="fr", target="de")
+        assert result["via"] == {"language": "en", "translation": "The cat is asleep."}
+        assert result["translation"] == "Die Katze schläft." and "memory" in result["sentences"][0]
+        # fr-de's own entry is not used for a pair no model translates: the steps' entries are
+        other = client.post("/translate", json={"q": OTHER_PAIR[0], "source": "fr", "target": "de"}).json()
+        assert other["translatedText"] != OTHER_PAIR[1]
+    memory.close()
+    assert not [texts for texts in model_calls if SERVED[0] in texts or "The cat is asleep." in texts]
+
+
 def test_without_a_memory_answers_have_no_memory_fields(pair_translators):
     with TestClient(create_app(pair_translators["fr", "en"], src_lang="fr", tgt_lang="en")) as client:
         assert "memory" not in native(client, NEAR_FUZZY)["sentences"][0]
@@ -198,6 +215,15 @@ def test_a_suggestion_that_passes_is_pending_until_accepted_then_the_translation
         store.accept(body["id"])
     result = native(served, SOURCE)
     assert result["translation"] == SUGGESTION and result["sentences"][0]["memory"]["id"] == body["id"]
+
+
+def test_a_suggestion_reviewed_on_the_command_line_is_the_translation_on_both_apis(served, memory_path, capsys):
+    entry_id = suggest(served).json()["id"]
+    assert main(["tm", "review", "--tm", str(memory_path), "--accept", str(entry_id)]) == 0
+    capsys.readouterr()
+    assert native(served, SOURCE)["sentences"][0]["memory"] == {"id": entry_id, "similarity": 1.0}
+    answer = served.post("/translate", data={"q": SOURCE, "source": "fr", "target": "en"}).json()
+    assert answer["translatedText"] == SUGGESTION
 
 
 def test_a_suggestion_from_auto_is_kept_in_the_detected_pair(served, memory_path):
