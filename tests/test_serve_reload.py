@@ -4,6 +4,7 @@ name the model's version; a damaged run or one of another pair leaves the old mo
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -19,7 +20,9 @@ from serve_helpers import assert_error, free_port, live_server, wait_until_up
 
 from transformer.run.layout import WEIGHTS_FILE
 from transformer.serve.app import create_app
+from transformer.serve.model_set import ModelSet
 from transformer.serve.reload import ReloadOptions, model_version, read_admin_key
+from transformer.serve.service import TranslationService
 from transformer.translate.translator import Translator
 
 KEY = "reload-key-0123456789abcdef"
@@ -198,3 +201,31 @@ def test_sighup_reloads_the_run_directory_of_a_running_server(runs, tmp_path):
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert f"reloaded fr-en from {served}: {after} (was {before})" in err
+
+
+def test_a_route_through_the_pivot_holds_its_second_model_while_the_first_works(pair_translators):
+    services = [TranslationService(t, src_lang=s, tgt_lang=g) for (s, g), t in pair_translators.items()]
+    models = ModelSet(services)
+    route = models.route("fr", "de")
+    first, second = route.steps
+    assert route.via == "en"
+
+    async def run() -> bool:
+        started, go = asyncio.Event(), asyncio.Event()
+        real = first.translate_texts
+
+        async def slow(*args, **kwargs):  # the first step, held until the check below
+            started.set()
+            await go.wait()
+            return await real(*args, **kwargs)
+
+        first.translate_texts = slow
+        task = asyncio.create_task(route.translate(["le chat dort."]))
+        await started.wait()
+        held = second.busy()  # a reload now must not close the model of the second step
+        go.set()
+        await task
+        await models.close()
+        return held
+
+    assert asyncio.run(run()) and not second.busy()

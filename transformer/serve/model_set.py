@@ -19,6 +19,7 @@ to it, whatever languages it names.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -64,6 +65,21 @@ def unchanged(text: str, alternatives: int = 0) -> dict[str, Any]:
     return result
 
 
+def _holding(method):
+    """Count a route's operation as in progress on every step's service for as long as it runs: a
+    reload does not close the second model of a route through the pivot while the first works."""
+    @functools.wraps(method)
+    async def held(self: Route, *args: Any, **kwargs: Any) -> Any:
+        for service in self.steps:
+            service.active += 1
+        try:
+            return await method(self, *args, **kwargs)
+        finally:
+            for service in self.steps:
+                service.active -= 1
+    return held
+
+
 @dataclass(frozen=True)
 class Route:
     """How one language pair is translated: one model, or two through the pivot language.
@@ -94,6 +110,7 @@ class Route:
                                 f"{self.source} into {self.target} (it is translated through {self.via}), and a "
                                 "glossary's terms are source -> target words")
 
+    @_holding
     async def translate_sentences(self, sentences: list[str]) -> list[str]:
         """The best translation of each sentence along the route, each step with its model's
         default decoding (:meth:`TranslationService.translate_sentences`: a whole file's)."""
@@ -101,6 +118,7 @@ class Route:
             sentences = await service.translate_sentences(sentences)
         return sentences
 
+    @_holding
     async def translate(self, texts: list[str], settings: DecodingSettings | None = None, *, html: bool = False,
                         names: list[str] | None = None, alternatives: int = 0) -> tuple[list[dict[str, Any]],
                                                                                         BatchInfo]:
