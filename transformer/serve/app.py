@@ -111,7 +111,8 @@ def create_app(translator: Translator | Sequence[Translator], limits: ServeLimit
     Returns:
         The app; ``app.state.models`` is its :class:`~transformer.serve.model_set.ModelSet`,
         ``app.state.service`` the first model's :class:`TranslationService` (``app.state.batcher``
-        its batcher); every batcher is closed when the app's lifespan ends.
+        its batcher) as the app was built (after a reload, ``app.state.models`` holds the services
+        in use); every batcher is closed when the app's lifespan ends.
     """
     if isinstance(translator, Translator):
         services = [TranslationService(translator, limits, src_lang=src_lang, tgt_lang=tgt_lang, memory=memory)]
