@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
-import torch
 
 from transformer.errors import UserError
 from transformer.run.config import DataConfig, RunConfig
@@ -36,7 +35,7 @@ from transformer.translate.calibration import ADEQUATE_CHRF, DEFAULT_FEATURES, C
 from transformer.translate.confidence import FEATURES, hypothesis_features
 from transformer.translate.inputs import read_lines
 from transformer.translate.stream import Progress
-from transformer.translate.translator import Translator
+from transformer.translate.translator import Translator, padded
 
 ValidationPairs = Callable[[DataConfig], list[tuple[str, str]]]  # a run's data settings -> its validation pairs
 MIN_EACH = 5  # translations needed on each side of the threshold
@@ -128,7 +127,7 @@ def translate_and_measure(translator: Translator, sources: Sequence[str], *, nam
             for k in done:
                 texts[part[k]] = translator.detokenize(n_best[k][0])
             if done:
-                src, mask = _padded([src_ids[part[k]] for k in done], translator.vocab.src.pad_id, translator.device)
+                src, mask = padded([src_ids[part[k]] for k in done], translator.vocab.src.pad_id, translator.device)
                 rows[[part[k] for k in done]] = hypothesis_features(
                     translator.model, src, mask, [[n_best[k][0]] for k in done], bos_id=translator.vocab.tgt.bos_id,
                     eos_id=translator.vocab.tgt.eos_id, names=names)
@@ -143,15 +142,6 @@ def _decoding(translator: Translator) -> str:
     d = translator.decoding
     how = {"beam": f"beam {d.beam_size}, alpha {d.alpha:g}", "greedy": "greedy", "sample": "sampling"}[d.strategy]
     return how if translator.precision == "fp32" else f"{how}, {translator.precision}"
-
-
-def _padded(seqs: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    src = torch.full((len(seqs), max(len(s) for s in seqs)), pad_id, dtype=torch.long)
-    mask = torch.zeros_like(src, dtype=torch.bool)
-    for row, s in enumerate(seqs):
-        src[row, : len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[row, : len(s)] = True
-    return src.to(device), mask.to(device)
 
 
 def _report(calibration: Calibration, path: Path) -> None:

@@ -412,13 +412,7 @@ class Translator:
 
     def _decode_batch(self, seqs: list[list[int]], constraints: list[list[list[int]]] | None = None,
                       confidence: bool = False) -> list[list[Hypothesis]]:
-        pad = self.vocab.src.pad_id
-        src = torch.full((len(seqs), max(len(s) for s in seqs)), pad, dtype=torch.long)
-        mask = torch.zeros_like(src, dtype=torch.bool)
-        for row, s in enumerate(seqs):
-            src[row, : len(s)] = torch.tensor(s, dtype=torch.long)
-            mask[row, : len(s)] = True
-        src, mask = src.to(self.device), mask.to(self.device)
+        src, mask = padded(seqs, self.vocab.src.pad_id, self.device)
         memory = self._encode_by_length(src, mask, [len(s) for s in seqs])
         confidence = confidence and self.calibration is not None
         if confidence and memory is None:  # encoded once, for the decoder and the confidence's pass
@@ -472,6 +466,16 @@ class Translator:
         positions = max(1, int(self.decoding.max_len_a * source_length + self.decoding.max_len_b))
         learned = getattr(self.model.config, "positional", None) == "learned"
         return min(positions, self.model.config.max_positions) if learned else positions
+
+
+def padded(seqs: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-id sequences as one right-padded ``(B, S)`` tensor and its mask (True = real token), on ``device``."""
+    src = torch.full((len(seqs), max(len(s) for s in seqs)), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(src, dtype=torch.bool)
+    for row, s in enumerate(seqs):
+        src[row, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[row, : len(s)] = True
+    return src.to(device), mask.to(device)
 
 
 def low_precision_copy(model: Transformer | RNNSeq2Seq, dtype: torch.dtype) -> Transformer | RNNSeq2Seq:
