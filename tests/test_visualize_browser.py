@@ -7,8 +7,6 @@ unless the environment variable CI is set: then the tests fail instead.
 
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 
 import pytest
@@ -21,14 +19,7 @@ from transformer.model import Transformer
 from transformer.text import Vocabularies
 from transformer.translate.translator import Translator
 from transformer.visualize.data import TokenAxis, collect_attention
-from transformer.visualize.page import write_attention_page
-
-
-def read_page_data(path: Path) -> dict:
-    """The JSON a page of write_attention_page embeds."""
-    text = Path(path).read_text(encoding="utf-8")
-    return json.loads(re.search(r'<script type="application/json" id="attention-data">(.*?)</script>', text, re.S)[1])
-
+from transformer.visualize.page import read_page_data, write_attention_page
 
 @pytest.fixture(scope="module")
 def translator():

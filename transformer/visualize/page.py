@@ -97,3 +97,15 @@ def write_attention_page(data: AttentionData | Sequence[AttentionData], path: st
     """
     text = attention_page_html(data, min_line_weight=min_line_weight, decimals=decimals, title=title)
     return write_text_atomic(path, text)
+
+
+def read_page_data(path: str | os.PathLike[str]) -> dict:
+    """The JSON embedded in a page written by :func:`write_attention_page` (for tests and tools)."""
+    text = Path(path).read_text(encoding="utf-8", errors="replace")  # a page of other bytes has no data to find
+    match = re.search(r'<script type="application/json" id="attention-data">(.*?)</script>', text, re.S)
+    if match is None:
+        raise UserError(f"{path}: no embedded attention data")
+    try:
+        return json.loads(match.group(1))
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path}: the embedded attention data is not JSON ({err})") from None
