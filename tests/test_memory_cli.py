@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 from memory_helpers import assert_counts_true
 
-from transformer.cli import main
 from transformer.memory import STATUSES, TranslationMemory
 from transformer.memory import cli as tm_cli
 from transformer.memory.cli_args import STATUS_CHOICES
@@ -34,12 +33,6 @@ def tm(*argv: str) -> list[str]:
     return ["tm", *argv]
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    status = main(list(argv))
-    out = capsys.readouterr()
-    return status, out.out, out.err
-
-
 @pytest.fixture
 def pairs(tmp_path) -> Path:
     path = tmp_path / "pairs.tsv"
@@ -48,11 +41,10 @@ def pairs(tmp_path) -> Path:
 
 
 @pytest.fixture
-def memory(tmp_path, pairs, capsys) -> Path:
+def memory(tmp_path, pairs, cli) -> Path:
     """A memory of PAIRS, imported pending (entries 1 to 3)."""
     path = tmp_path / "memory.db"
-    assert main(tm("import", str(pairs), "--tm", str(path), "--src-lang", "fr", "--tgt-lang", "en")) == 0
-    capsys.readouterr()
+    assert cli(*tm("import", str(pairs), "--tm", str(path), "--src-lang", "fr", "--tgt-lang", "en")).returncode == 0
     return path
 
 
@@ -65,53 +57,53 @@ def test_the_parser_knows_the_memory_statuses():
     assert STATUS_CHOICES == STATUSES
 
 
-def test_import_list_review_export_round_trip(memory, tmp_path, capsys):
-    status, out, _ = run(capsys, *tm("list", "--tm", str(memory)))
+def test_import_list_review_export_round_trip(memory, tmp_path, cli):
+    status, out, _ = cli(*tm("list", "--tm", str(memory)))
     assert status == 0 and out.splitlines() == [f"{i}\tpending\tfr-en\timport\t{s}\t{t}"
                                                  for i, (s, t) in enumerate(PAIRS, 1)]
-    assert run(capsys, *tm("review", "--tm", str(memory), "--accept", "1", "3", "--reject", "2"))[0] == 0
-    status, out, _ = run(capsys, *tm("list", "--tm", str(memory), "--status", "accepted", "--pair", "fr-en", "--json"))
+    assert cli(*tm("review", "--tm", str(memory), "--accept", "1", "3", "--reject", "2"))[0] == 0
+    status, out, _ = cli(*tm("list", "--tm", str(memory), "--status", "accepted", "--pair", "fr-en", "--json"))
     assert [json.loads(line)["id"] for line in out.splitlines()] == [1, 3]
-    assert run(capsys, *tm("list", "--tm", str(memory), "--pair", "en-fr"))[1] == ""
-    assert run(capsys, *tm("list", "--tm", str(memory), "--limit", "1", "--offset", "1"))[1].startswith("2\trejected")
+    assert cli(*tm("list", "--tm", str(memory), "--pair", "en-fr"))[1] == ""
+    assert cli(*tm("list", "--tm", str(memory), "--limit", "1", "--offset", "1"))[1].startswith("2\trejected")
 
-    status, out, _ = run(capsys, *tm("export", "--tm", str(memory), str(tmp_path / "out.tsv"), "--pair", "fr-en"))
+    status, out, _ = cli(*tm("export", "--tm", str(memory), str(tmp_path / "out.tsv"), "--pair", "fr-en"))
     assert status == 0 and "exported 2 entries" in out
     assert (tmp_path / "out.tsv").read_text(encoding="utf-8") == "".join(f"{s}\t{t}\n" for s, t in (PAIRS[0], PAIRS[2]))
-    assert run(capsys, *tm("export", "--tm", str(memory), str(tmp_path / "all.tmx"), "--status", "all"))[0] == 0
+    assert cli(*tm("export", "--tm", str(memory), str(tmp_path / "all.tmx"), "--status", "all"))[0] == 0
     again = tmp_path / "again.db"
-    status, out, _ = run(capsys, *tm("import", str(tmp_path / "all.tmx"), "--tm", str(again), "--src-lang", "fr",
+    status, out, _ = cli(*tm("import", str(tmp_path / "all.tmx"), "--tm", str(again), "--src-lang", "fr",
                                      "--tgt-lang", "en", "--accept"))
     assert status == 0 and "3 entries added as accepted" in out
     with TranslationMemory(again) as copy:
         assert [(e.source, e.target, e.status) for e in copy.entries()] == [(s, t, "accepted") for s, t in PAIRS]
 
 
-def test_an_import_twice_adds_nothing_and_the_stats_count_by_pair_status_and_origin(memory, pairs, capsys):
-    status, out, _ = run(capsys, *tm("import", str(pairs), "--tm", str(memory), "--src-lang", "fr", "--tgt-lang",
+def test_an_import_twice_adds_nothing_and_the_stats_count_by_pair_status_and_origin(memory, pairs, cli):
+    status, out, _ = cli(*tm("import", str(pairs), "--tm", str(memory), "--src-lang", "fr", "--tgt-lang",
                                      "en", "--accept"))
     assert status == 0 and "0 entries added" in out and "3 duplicates" in out
     with TranslationMemory(memory) as store:
         store.add("Bonjour.", "Hello.", "fr", "en", origin="suggestion", status="pending")
-    status, out, _ = run(capsys, *tm("stats", "--tm", str(memory), "--json"))
+    status, out, _ = cli(*tm("stats", "--tm", str(memory), "--json"))
     found = json.loads(out)
     assert found["entries"] == 4 and found["size_bytes"] > 0
     assert found["pairs"] == [{"source_lang": "fr", "target_lang": "en", "pending": 4}]
     assert found["origins"] == {"import": {"pending": 3}, "suggestion": {"pending": 1}}
     assert [(i["added"], i["duplicates"]) for i in found["imports"]] == [(3, 0), (0, 3)]
-    status, out, _ = run(capsys, *tm("stats", "--tm", str(memory)))
+    status, out, _ = cli(*tm("stats", "--tm", str(memory)))
     assert status == 0 and "4 entries" in out and "by origin:" in out and "suggestion" in out
 
 
-def test_a_big_import_says_its_progress(tmp_path, capsys, monkeypatch):
+def test_a_big_import_says_its_progress(tmp_path, cli, monkeypatch):
     monkeypatch.setattr(tm_cli, "PROGRESS_EVERY", 0.0)
     big = tmp_path / "big.tsv"
     big.write_text("".join(f"Phrase numéro {i}.\tSentence number {i}.\n" for i in range(2500)), encoding="utf-8")
-    status, out, err = run(capsys, *tm("import", str(big), "--tm", str(tmp_path / "m.db"), "--src-lang", "fr",
+    status, out, err = cli(*tm("import", str(big), "--tm", str(tmp_path / "m.db"), "--src-lang", "fr",
                                        "--tgt-lang", "en"))
     assert status == 0 and "2,500 entries added as pending" in out
     assert [line.split(": ")[2].split(" units")[0] for line in err.splitlines()] == ["1,000", "2,000", "2,500"]
-    assert run(capsys, *tm("import", str(big), "--tm", str(tmp_path / "n.db"), "--src-lang", "fr", "--tgt-lang", "en",
+    assert cli(*tm("import", str(big), "--tm", str(tmp_path / "n.db"), "--src-lang", "fr", "--tgt-lang", "en",
                            "--no-progress"))[2] == ""
 
 
@@ -141,7 +133,7 @@ def test_a_big_import_says_its_progress(tmp_path, capsys, monkeypatch):
     (["import", "{pairs}", "--tm", "{memory}", "--src-lang", "fr", "--tgt-lang", "en", "--timeout", "nan"],
      "--timeout must be"),
 ])
-def test_a_mistake_is_one_line_and_leaves_the_memory_as_it_was(argv, message, memory, pairs, tmp_path, capsys):
+def test_a_mistake_is_one_line_and_leaves_the_memory_as_it_was(argv, message, memory, pairs, tmp_path, cli):
     (tmp_path / "corrupt.db").write_bytes(b"not a database at all" * 100)
     (tmp_path / "existing.tmx").write_text("keep me")
     (tmp_path / "pairs.csv").write_text("a,b\n")
@@ -157,7 +149,7 @@ def test_a_mistake_is_one_line_and_leaves_the_memory_as_it_was(argv, message, me
              "pairs": pairs, "tmp": tmp_path, **{n: tmp_path / f"{n}.{'tsv' if n in ('badline', 'huge') else 'tmx'}"
                                                  for n in ("broken", "entities", "huge")}, "badline": tmp_path / "bad.tsv"}
     before = snapshot(memory)
-    status, out, err = run(capsys, *tm(*(a.format(**names) for a in argv)))
+    status, out, err = cli(*tm(*(a.format(**names) for a in argv)))
     assert status == 2 and out == "" and err.count("\n") == 1 and err.startswith("transformer tm: error: "), err
     assert message in err, err
     assert snapshot(memory) == before
@@ -165,22 +157,22 @@ def test_a_mistake_is_one_line_and_leaves_the_memory_as_it_was(argv, message, me
     assert (tmp_path / "existing.tmx").read_text() == "keep me"
 
 
-def test_a_failed_import_into_a_new_memory_leaves_no_file(tmp_path, capsys):
+def test_a_failed_import_into_a_new_memory_leaves_no_file(tmp_path, cli):
     broken = tmp_path / "broken.tmx"
     broken.write_text('<tmx><body><tu><tuv xml:lang="fr"><seg>Un.</seg></tuv>')
-    status, _, err = run(capsys, *tm("import", str(broken), "--tm", str(tmp_path / "new.db"), "--src-lang", "fr",
+    status, _, err = cli(*tm("import", str(broken), "--tm", str(tmp_path / "new.db"), "--src-lang", "fr",
                                      "--tgt-lang", "en"))
     assert status == 2 and "not well-formed" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.tmx"]
 
 
-def test_a_locked_memory_is_refused_after_the_timeout(memory, capsys):
+def test_a_locked_memory_is_refused_after_the_timeout(memory, cli):
     before = snapshot(memory)
     holder = sqlite3.connect(memory, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # another process's write under way
     try:
         start = time.monotonic()
-        status, _, err = run(capsys, *tm("review", "--tm", str(memory), "--accept", "1", "--timeout", "0.2"))
+        status, _, err = cli(*tm("review", "--tm", str(memory), "--accept", "1", "--timeout", "0.2"))
         assert time.monotonic() - start < 5
     finally:
         holder.rollback()
@@ -189,10 +181,10 @@ def test_a_locked_memory_is_refused_after_the_timeout(memory, capsys):
     assert snapshot(memory) == before
 
 
-def test_accept_all_pending_takes_the_pair_given(memory, capsys):
+def test_accept_all_pending_takes_the_pair_given(memory, cli):
     with TranslationMemory(memory) as store:
         other = store.add("Hello.", "Bonjour.", "en", "fr")
-    status, out, _ = run(capsys, *tm("review", "--tm", str(memory), "--accept-all-pending", "--pair", "fr-en"))
+    status, out, _ = cli(*tm("review", "--tm", str(memory), "--accept-all-pending", "--pair", "fr-en"))
     assert status == 0 and "accepted 3 pending entries" in out
     with TranslationMemory(memory) as store:
         assert [e.status for e in store.entries()] == ["accepted"] * 3 + ["pending"]

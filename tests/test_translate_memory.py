@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from transformer.cli import build_parser, main
+from transformer.cli import build_parser
 from transformer.memory import TranslationMemory
 from transformer.translate import tm as tm_module
 from transformer.translate.translator import Translator
@@ -52,34 +52,32 @@ def model_calls(monkeypatch):
     return calls
 
 
-def translate(capsys, run_dir, *argv: str) -> tuple[int, str, str]:
-    status = main(["translate", str(run_dir), "--greedy", "--threads", "1", "--no-progress", *argv])
-    out = capsys.readouterr()
-    return status, out.out, out.err
+def translate(cli, run_dir, *argv: str):
+    return cli("translate", run_dir, "--greedy", "--threads", "1", "--no-progress", *argv)
 
 
-def test_an_accepted_entry_is_the_translation_and_the_model_does_not_run(run_dir, memory, model_calls, capsys):
+def test_an_accepted_entry_is_the_translation_and_the_model_does_not_run(run_dir, memory, model_calls, cli):
     path, _ = memory
-    status, out, err = translate(capsys, run_dir, "Le   chat\tdort.", "--tm", str(path))
+    status, out, err = translate(cli, run_dir, "Le   chat\tdort.", "--tm", str(path))
     assert status == 0 and out == SERVED[1] + "\n", err
     assert model_calls == []
     assert f"1 of 1 sentence from the translation memory {path}" in err
 
 
-def test_pending_rejected_and_other_pairs_are_not_used(run_dir, memory, capsys):
+def test_pending_rejected_and_other_pairs_are_not_used(run_dir, memory, cli):
     path, _ = memory
     texts = [source for source, _ in UNUSED.values()] + [OTHER_PAIR[0]]
-    status, without, _ = translate(capsys, run_dir, *texts)
+    status, without, _ = translate(cli, run_dir, *texts)
     assert status == 0
-    status, out, err = translate(capsys, run_dir, *texts, "--tm", str(path))
+    status, out, err = translate(cli, run_dir, *texts, "--tm", str(path))
     assert status == 0 and out == without
     assert not {"PENDING", "REJECTED", OTHER_PAIR[1]} & set(out.splitlines())
     assert "0 of 3 sentences from the translation memory" in err
 
 
-def test_json_marks_the_memory_and_gives_fuzzy_matches_as_alternatives(run_dir, memory, model_calls, capsys):
+def test_json_marks_the_memory_and_gives_fuzzy_matches_as_alternatives(run_dir, memory, model_calls, cli):
     path, ids = memory
-    status, out, _ = translate(capsys, run_dir, f"{SERVED[0]} {NEAR_FUZZY}", "--tm", str(path), "--json")
+    status, out, _ = translate(cli, run_dir, f"{SERVED[0]} {NEAR_FUZZY}", "--tm", str(path), "--json")
     assert status == 0
     record = json.loads(out)
     served, fuzzy = record["sentences"]
@@ -89,13 +87,13 @@ def test_json_marks_the_memory_and_gives_fuzzy_matches_as_alternatives(run_dir, 
     assert match["text"] == FUZZY[1] and match["id"] == ids["fuzzy"] and match["source"] == FUZZY[0]
     assert 0.75 <= match["similarity"] < 1 and "memory" not in fuzzy
     assert model_calls == [[NEAR_FUZZY]]  # a fuzzy match is an alternative: the model still translates it
-    status, out, _ = translate(capsys, run_dir, NEAR_FUZZY, "--tm", str(path), "--json", "--tm-threshold", "0.99")
+    status, out, _ = translate(cli, run_dir, NEAR_FUZZY, "--tm", str(path), "--json", "--tm-threshold", "0.99")
     assert "memory_alternatives" not in json.loads(out)["sentences"][0]
 
 
-def test_segment_lines_looks_up_whole_lines(run_dir, memory, model_calls, capsys):
+def test_segment_lines_looks_up_whole_lines(run_dir, memory, model_calls, cli):
     path, ids = memory
-    status, out, _ = translate(capsys, run_dir, SERVED[0], NEAR_FUZZY, "--tm", str(path), "--json",
+    status, out, _ = translate(cli, run_dir, SERVED[0], NEAR_FUZZY, "--tm", str(path), "--json",
                                "--segment", "lines")
     first, second = (json.loads(line) for line in out.splitlines())
     assert first["translations"] == [{"text": SERVED[1], "score": 0.0}] and first["memory"]["id"] == ids["served"]
@@ -104,7 +102,7 @@ def test_segment_lines_looks_up_whole_lines(run_dir, memory, model_calls, capsys
 
 
 def test_a_sentence_in_the_middle_of_a_document_is_replaced_and_the_others_translated_as_before(
-        run_dir, memory, tmp_path, model_calls, capsys):
+        run_dir, memory, tmp_path, model_calls, cli):
     path, _ = memory
     lines = ["Il fait beau. Le chat dort. Nous partons demain.", "", "Le chat dort.", "  La maison est grande."]
     text = tmp_path / "text.fr"
@@ -113,19 +111,19 @@ def test_a_sentence_in_the_middle_of_a_document_is_replaced_and_the_others_trans
     markdown.write_text("# Le chat dort.\n\nIl fait beau. Le chat dort. Nous partons demain.\n", encoding="utf-8")
     own = _model(run_dir, SERVED[0])
     for source in (text, markdown):
-        status, without, _ = translate(capsys, run_dir, "--input", str(source))
+        status, without, _ = translate(cli, run_dir, "--input", str(source))
         assert status == 0 and without.count(own) == 2
         model_calls.clear()
-        status, out, err = translate(capsys, run_dir, "--input", str(source), "--tm", str(path))
+        status, out, err = translate(cli, run_dir, "--input", str(source), "--tm", str(path))
         assert status == 0
         assert out == without.replace(own, SERVED[1])
         assert out.count(SERVED[1]) == 2 and all(SERVED[0] not in texts for texts in model_calls)
         assert err.splitlines()[-1].startswith("2 of ") and "from the translation memory" in err
 
 
-def test_an_html_page_gets_the_memory_inside_its_markup(run_dir, memory, model_calls, capsys):
+def test_an_html_page_gets_the_memory_inside_its_markup(run_dir, memory, model_calls, cli):
     path, _ = memory
-    status, out, err = translate(capsys, run_dir, "--format", "html", "<p>Il fait beau. <b>Le chat dort.</b></p>",
+    status, out, err = translate(cli, run_dir, "--format", "html", "<p>Il fait beau. <b>Le chat dort.</b></p>",
                                  "--tm", str(path))
     assert status == 0 and f"<b>{SERVED[1]}</b></p>" in out
     assert model_calls == [["Il fait beau."]] and "1 of 2 sentences from the translation memory" in err
@@ -144,10 +142,10 @@ def _model(run_dir, sentence: str) -> str:
     (["--tm", "{memory}", "--tm-threshold", "0"], "--tm-threshold must be"),
     (["--tm-threshold", "0.8"], "--tm-threshold is for --tm"),
 ])
-def test_a_bad_memory_or_threshold_is_one_line(argv, message, run_dir, memory, tmp_path, capsys):
+def test_a_bad_memory_or_threshold_is_one_line(argv, message, run_dir, memory, tmp_path, cli):
     (tmp_path / "corrupt.db").write_bytes(b"\x00garbage" * 512)
     names = {"tmp": tmp_path, "memory": memory[0]}
-    status, out, err = translate(capsys, run_dir, "Le chat dort.", *(a.format(**names) for a in argv))
+    status, out, err = translate(cli, run_dir, "Le chat dort.", *(a.format(**names) for a in argv))
     assert status == 2 and out == "" and err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "missing.db").exists()
 
