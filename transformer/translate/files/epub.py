@@ -23,8 +23,7 @@ from collections.abc import Callable
 from urllib.parse import unquote
 
 from transformer.translate.files.base import FileFormatError, Unit
-from transformer.translate.files.package import NOT_XML, ArchiveFile, Edit, Package, Splicer
-from transformer.translate.files.text import text_encoding
+from transformer.translate.files.package import NOT_XML, ArchiveFile, Edit, Package, Splicer, declared_encoding
 
 __all__ = ["EpubFile"]
 
@@ -32,7 +31,6 @@ _DC = "http://purl.org/dc/elements/1.1/"
 _NCX = "http://www.daisy.org/z3986/2005/ncx/"
 _PAGE_TYPES = frozenset(("application/xhtml+xml", "text/html"))
 _NCX_TYPE = "application/x-dtbncx+xml"
-_XML_ENCODING = re.compile(rb"""^<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
 # The <html> start tag of a page, and one attribute in it.
 _HTML_TAG = re.compile(r"""<html(?=[\s>/])(?:[^>"']|"[^"]*"|'[^']*')*>""")
 _BOMS = ((b"\xef\xbb\xbf", "utf-8"), (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
@@ -71,13 +69,7 @@ class _Page:
                 self.bom, self.encoding = bom, encoding
                 break
         else:
-            declared = _XML_ENCODING.match(data)
-            if declared:
-                label = declared.group(1).decode("ascii")
-                codec = text_encoding(label, where)
-                if codec is None:
-                    raise FileFormatError(f"{where}: unknown XML encoding {label!r}")
-                self.encoding = codec
+            self.encoding = declared_encoding(data, where)
         try:
             self.text = data[len(self.bom):].decode(self.encoding)
         except (UnicodeDecodeError, LookupError) as error:

@@ -176,6 +176,18 @@ NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 _ENCODING = re.compile(rb"""^(?:\xef\xbb\xbf)?<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
 
 
+def declared_encoding(data: bytes, where: str) -> str:
+    """The codec of the encoding the XML declaration at the start of ``data`` names, UTF-8 without one."""
+    declared = _ENCODING.match(data)
+    if declared is None:
+        return "utf-8"
+    label = declared.group(1).decode("ascii")
+    codec = text_encoding(label, where)
+    if codec is None:
+        raise FileFormatError(f"{where}: unknown XML encoding {label!r}")
+    return codec
+
+
 class Element:
     """An element of an XML part, with its byte extent.
 
@@ -265,14 +277,7 @@ class XmlPart:
         first = bytes(next(chunks, b""))
         if first.startswith((b"\xff\xfe", b"\xfe\xff")) or first[:4] in (b"<\x00?\x00", b"\x00<\x00?"):
             raise FileFormatError(f"{where} is UTF-16 XML; only UTF-8 XML parts are read")
-        declared = _ENCODING.match(first)
-        self.encoding = "utf-8"
-        if declared:
-            label = declared.group(1).decode("ascii")
-            codec = text_encoding(label, where)
-            if codec is None:
-                raise FileFormatError(f"{where}: unknown XML encoding {label!r}")
-            self.encoding = codec
+        self.encoding = declared_encoding(first, where)
         self.elements = 0
         self.root = self._parse(first, chunks, max_elements,
                                 too_many or f"{where}: more than {max_elements:,} XML elements")
