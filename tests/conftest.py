@@ -158,3 +158,20 @@ def pair_translators(pair_runs):
     from transformer.translate.translator import Translator
 
     return {pair: Translator.from_run_dir(path) for pair, path in pair_runs.items()}
+
+
+@pytest.fixture
+def model_calls(monkeypatch):
+    """The texts every ``Translator`` gives its model, call by call (a test of what reaches the model)."""
+    from transformer.translate.translator import Translator
+
+    calls: list[list[str]] = []
+    original = Translator.translate_n_best
+
+    def spy(self, texts, **options):
+        texts = list(texts)
+        calls.append(texts)
+        return original(self, texts, **options)
+
+    monkeypatch.setattr(Translator, "translate_n_best", spy)
+    return calls

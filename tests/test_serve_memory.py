@@ -19,7 +19,6 @@ from transformer.serve.cli import server_memory
 from transformer.serve.libretranslate import LibreTranslateOptions
 from transformer.serve.memory import ServerMemory, sender
 from transformer.translate.suggestion_checks import Thresholds
-from transformer.translate.translator import Translator
 
 SERVED = ("Le chat dort.", "The cat is asleep, says the memory.")
 FUZZY = ("Le petit chat dort dans la maison.", "The little cat sleeps in the house, says the memory.")
@@ -64,21 +63,6 @@ def served(pair_translators, memory_path):
     with client:
         yield client
     memory.close()
-
-
-@pytest.fixture
-def model_calls(monkeypatch):
-    """The texts given to the model, call by call."""
-    calls: list[list[str]] = []
-    original = Translator.translate_n_best
-
-    def spy(self, texts, **options):
-        texts = list(texts)
-        calls.append(texts)
-        return original(self, texts, **options)
-
-    monkeypatch.setattr(Translator, "translate_n_best", spy)
-    return calls
 
 
 def native(client, text, **fields):

@@ -37,21 +37,6 @@ def memory(tmp_path):
     return path, ids
 
 
-@pytest.fixture
-def model_calls(monkeypatch):
-    """The texts given to the model, call by call."""
-    calls: list[list[str]] = []
-    original = Translator.translate_n_best
-
-    def spy(self, texts, **options):
-        texts = list(texts)
-        calls.append(texts)
-        return original(self, texts, **options)
-
-    monkeypatch.setattr(Translator, "translate_n_best", spy)
-    return calls
-
-
 def translate(cli, run_dir, *argv: str):
     return cli("translate", run_dir, "--greedy", "--threads", "1", "--no-progress", *argv)
 
