@@ -4,8 +4,8 @@ Building the parser imports nothing heavy (no torch, no optional extra), so ``tr
 and every command's ``--help`` are quick and work on a base install. ``demo``, ``train``,
 ``average`` and ``info`` are defined here, their heavy imports inside their handlers; every other
 command's parser is in the ``cli_args.py`` of its package (``translate``, ``serve``, ``visualize``,
-``interop``, ``corpus``, ``memory``), whose handler is a ``"module:function"`` reference imported when the
-command runs. A module of an optional extra missing then is one line naming the extra and the
+``interop``, ``corpus``, ``memory``; ``training`` for ``adapt``), whose handler is a ``"module:function"``
+reference imported when the command runs. A module of an optional extra missing then is one line naming the extra and the
 command that installs it (:class:`transformer.errors.MissingExtraError`). A mistake of the user is printed as one line on stderr,
 ``transformer COMMAND: error: ...``, naming the problem and the fix, never as a stack trace; a bug
 of this package is printed with its traceback and an ``internal error`` line.
@@ -21,6 +21,7 @@ Exit statuses (also in ``transformer --help``):
 * 3: the environment failed: a read-only file system, a full disk or exhausted quota, an
   input/output error, another process of a ``torchrun`` training lost. Nothing is left half-written; fix the cause and run the same command again
   (``train`` resumes from its last checkpoint).
+* 4: ``adapt`` only: the adapted model was not better by its thresholds; nothing was written.
 * 130: interrupted (Ctrl-C).
 """
 
@@ -48,6 +49,7 @@ from transformer.inference_precision import add_precision_option, weight_dtype
 from transformer.run.config import describe_ranges
 from transformer.serve.cli_args import register_serve_command
 from transformer.threads import MAX_THREADS, default_threads
+from transformer.training.cli_args import register_adapt_command
 from transformer.translate.cli_args import (
     register_calibrate_command, register_detect_command, register_evaluate_command, register_translate_command,
 )
@@ -69,11 +71,12 @@ EXIT_ENVIRONMENT = 3  # the file system (or another part of the environment) fai
 EXIT_STATUSES = (
     "exit status: 0 success; 1 an internal error (a bug: the traceback is shown, please report it); 2 a mistake in the command or its settings (a value out of range, a missing file, "
     "a run directory in use by another run, training that diverged); 3 the environment failed (read-only file "
-    "system, full disk, I/O error, a lost torchrun process): fix it and run the same command again; 130 interrupted.")
+    "system, full disk, I/O error, a lost torchrun process): fix it and run the same command again; 4 (adapt) the "
+    "adapted model was not better: nothing written; 130 interrupted.")
 
 
 # The commands that compute with torch; each takes --threads.
-THREADED_COMMANDS = ("demo", "train", "translate", "evaluate", "calibrate", "serve", "attend", "info")
+THREADED_COMMANDS = ("demo", "train", "adapt", "translate", "evaluate", "calibrate", "serve", "attend", "info")
 THREADS_HELP = (f"CPU threads for PyTorch and the CPU engine's kernels, 1 to {MAX_THREADS} (default: the cores "
                 "other processes leave idle when the command starts, at least 1; OMP_NUM_THREADS, where set, "
                 "decides instead). Beside a busy process fewer threads are much faster: see docs/performance.md, "
@@ -464,7 +467,7 @@ def _validation_pairs(data):  # DataConfig -> list[tuple[str, str]]
 _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], object]] = [
     _register_demo, _register_train, register_translate_command, register_evaluate_command, register_detect_command,
     _register_calibrate, register_attend_command, register_report_command, _register_average, register_data_command,
-    register_serve_command, _register_info, register_interop_commands, register_tm_command,
+    register_serve_command, _register_info, register_interop_commands, register_tm_command, register_adapt_command,
 ]
 
 
