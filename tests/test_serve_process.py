@@ -87,9 +87,12 @@ def test_a_parse_that_outlives_the_grace_does_not_keep_the_process(tmp_path, sig
     url = f"http://127.0.0.1:{port}"
     mark = tmp_path / "parsing"
     env = dict(os.environ, OMP_NUM_THREADS="1", STUCK_MARK=str(mark))
+    # SIGINT's default action restored: a shell's background job (how a test run may be started)
+    # inherits SIGINT ignored, and Python then never turns it into KeyboardInterrupt.
     proc = subprocess.Popen(
         [sys.executable, "-c", _STUCK_SERVER, "serve", str(run_dir), "--port", str(port), "--shutdown-grace", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         wait_until_up(proc, url)
         client = threading.Thread(target=lambda: httpx.post(
