@@ -186,6 +186,22 @@ def test_rebuild_cleans_translations():
         document.rebuild(["One."])
 
 
+def test_a_line_kept_whole_is_one_sentence_and_rebuilds_in_place():
+    text = "  Il pleut. Nous restons ici.\nIl pleut. Nous restons ici. Demain aussi.\nUn. Deux."
+    asked = []
+
+    def whole(line):
+        asked.append(line)
+        return line.strip() == "Il pleut. Nous restons ici."
+
+    document = segment_text(text, "fr", whole=whole)
+    assert document.sentences == ["Il pleut. Nous restons ici.", "Il pleut.", "Nous restons ici.", "Demain aussi.",
+                                  "Un.", "Deux."]
+    assert len(asked) == 3  # only lines of several sentences are asked about
+    assert document.rebuild(["It rains; we stay.", "a", "b", "c", "d", "e"]) == "  It rains; we stay.\na b c\nd e"
+    assert segment_text(text, "fr", whole=lambda line: True).sentences == [line.strip() for line in text.split("\n")]
+
+
 def test_blank_text():
     for text in ["", "\n", "\r\n\r\n", "  \n\t\n"]:
         document = segment_text(text, "de")

@@ -12,7 +12,7 @@ from serve_helpers import live_server
 
 from transformer.cli import build_parser, main
 from transformer.errors import UserError
-from transformer.memory import TranslationMemory
+from transformer.memory import TMBusyError, TranslationMemory
 from transformer.serve.access import KeyLimits, KeyRing
 from transformer.serve.app import create_app
 from transformer.serve.cli import server_memory
@@ -26,6 +26,7 @@ NEAR_FUZZY = "Le petit chat dort dans la grande maison."
 PENDING = ("Je suis étudiant.", "PENDING")
 REJECTED = ("Nous allons manger.", "REJECTED")
 OTHER_PAIR = ("Le chien court.", "Der Hund läuft.")
+TWO = ("Il pleut. Nous restons ici.", "It rains, so we stay in, says the memory.")  # one entry of two sentences
 # A suggestion that passes the cheap checks: English, of a plausible length, not the source.
 SOURCE, SUGGESTION = "Les enfants jouent dans le jardin.", "The children are playing in the garden."
 # A random tiny model finds any real sentence far less probable than its own output: the absurd
@@ -39,6 +40,7 @@ def memory_path(tmp_path):
     with TranslationMemory(path) as store:
         store.add(*SERVED, "fr", "en", origin="reviewer", status="accepted")
         store.add(*FUZZY, "fr", "en", origin="reviewer", status="accepted")
+        store.add(*TWO, "fr", "en", origin="reviewer", status="accepted")
         store.add(*PENDING, "fr", "en", status="pending")
         store.add(*REJECTED, "fr", "en", status="rejected")
         store.add(*OTHER_PAIR, "fr", "de", status="accepted")
@@ -85,6 +87,21 @@ def test_the_other_sentences_of_a_text_go_to_the_model(served, model_calls):
     assert "memory" in result["sentences"][0] and "memory" not in result["sentences"][1]
     assert [texts for texts in model_calls if PENDING[0] in texts] and \
         not [texts for texts in model_calls if SERVED[0] in texts]
+
+
+def test_an_entry_of_several_sentences_comes_back_whole_on_every_route(served, ids, model_calls):
+    result = native(served, TWO[0])
+    assert result["translation"] == TWO[1] and len(result["sentences"]) == 1
+    assert result["sentences"][0]["memory"] == {"id": ids[TWO[0]], "similarity": 1.0}
+    one = served.post("/translate", json={"q": TWO[0], "source": "fr", "target": "en"}).json()
+    assert one["translatedText"] == TWO[1] and one["memory"][0]["memory"]["id"] == ids[TWO[0]]
+    answer = served.post("/translate_file", data={"source": "fr", "target": "en"},
+                         files={"file": ("a.txt", f"{TWO[0]}\n".encode(), "text/plain")})
+    url = answer.json()["translatedFileUrl"]
+    assert served.get(url[url.index("/download_file"):]).text == f"{TWO[1]}\n"
+    assert model_calls == []
+    longer = native(served, f"{TWO[0]} Demain aussi.")  # not the entry: cut into its sentences as ever
+    assert len(longer["sentences"]) == 3 and TWO[1] not in longer["translation"]
 
 
 @pytest.mark.parametrize("source, unused", [PENDING, REJECTED, (OTHER_PAIR[0], OTHER_PAIR[1])],
@@ -216,6 +233,31 @@ def test_a_suggestion_from_auto_is_kept_in_the_detected_pair(served, memory_path
     with TranslationMemory(memory_path) as store:
         entry = store.get(answer.json()["id"])
     assert (entry.source_lang, entry.target_lang) == ("fr", "en")
+
+
+def test_health_counts_what_the_memory_served_and_kept(served):
+    assert served.get("/health").json()["memory"] == {
+        "sentences_looked_up": 0, "sentences_from_memory": 0, "lookups_busy": 0, "suggestions_kept": 0,
+        "suggestions_refused": 0}
+    native(served, f"{SERVED[0]} {PENDING[0]}")
+    assert suggest(served).status_code == 200 and suggest(served, s=SOURCE).status_code == 400
+    counts = served.get("/health").json()["memory"]
+    assert counts["sentences_looked_up"] >= 2 and counts["sentences_from_memory"] == 1
+    assert (counts["suggestions_kept"], counts["suggestions_refused"], counts["lookups_busy"]) == (1, 1, 0)
+
+
+def test_a_memory_locked_past_its_timeout_is_counted_and_logged_and_the_model_translates(
+        served, monkeypatch, caplog):
+    def locked(*args, **kwargs):
+        raise TMBusyError("translation memory memory.db is busy: another process kept it locked")
+
+    monkeypatch.setattr(TranslationMemory, "lookup", locked)
+    with caplog.at_level("WARNING", logger="uvicorn.error"):
+        first, second = native(served, SERVED[0]), native(served, SERVED[0])
+    assert first["translation"] != SERVED[1] and "memory" not in first["sentences"][0] and second == first
+    assert served.get("/health").json()["memory"]["lookups_busy"] == 2
+    warnings = [r.getMessage() for r in caplog.records if "locked past its timeout" in r.getMessage()]
+    assert len(warnings) == 1  # once a minute at most, not a line a request
 
 
 def test_auto_accept_makes_a_suggestion_the_translation_at_once(pair_translators, memory_path):

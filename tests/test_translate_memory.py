@@ -18,6 +18,7 @@ FUZZY = ("Le petit chat dort dans la maison.", "The little cat sleeps in the hou
 NEAR_FUZZY = "Le petit chat dort dans la grande maison."
 UNUSED = {"pending": ("Je suis étudiant.", "PENDING"), "rejected": ("Nous allons manger.", "REJECTED")}
 OTHER_PAIR = ("Le chien court.", "Der Hund läuft.")
+TWO = ("Il pleut. Nous restons ici.", "It rains, so we stay in, says the memory.")  # one entry of two sentences
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,8 @@ def memory(tmp_path):
     path = tmp_path / "memory.db"
     with TranslationMemory(path) as store:
         ids = {"served": store.add(*SERVED, "fr", "en", origin="reviewer", status="accepted").id,
-               "fuzzy": store.add(*FUZZY, "fr", "en", origin="reviewer", status="accepted").id}
+               "fuzzy": store.add(*FUZZY, "fr", "en", origin="reviewer", status="accepted").id,
+               "two": store.add(*TWO, "fr", "en", origin="reviewer", status="accepted").id}
         for status, (source, target) in UNUSED.items():
             store.add(source, target, "fr", "en", status=status)
         store.add(*OTHER_PAIR, "fr", "de", status="accepted")
@@ -104,6 +106,23 @@ def test_a_sentence_in_the_middle_of_a_document_is_replaced_and_the_others_trans
         assert out == without.replace(own, SERVED[1])
         assert out.count(SERVED[1]) == 2 and all(SERVED[0] not in texts for texts in model_calls)
         assert err.splitlines()[-1].startswith("2 of ") and "from the translation memory" in err
+
+
+def test_an_entry_of_several_sentences_is_a_line_translated_whole(run_dir, memory, tmp_path, model_calls, cli):
+    path, ids = memory
+    status, out, err = translate(cli, run_dir, TWO[0], "--tm", str(path), "--json")
+    assert status == 0, err
+    record = json.loads(out)
+    assert record["translation"] == TWO[1] and len(record["sentences"]) == 1
+    assert record["sentences"][0]["memory"] == {"id": ids["two"], "similarity": 1.0}
+    assert model_calls == []
+    text = tmp_path / "two.fr"
+    text.write_text(f"{TWO[0]}\n{TWO[0]} Demain aussi.\n", encoding="utf-8")
+    status, out, err = translate(cli, run_dir, "--input", str(text), "--tm", str(path))
+    first, second = out.splitlines()
+    assert status == 0 and first == TWO[1]
+    assert TWO[1] not in second  # the entry is the whole line, not a part of a longer one
+    assert [texts for texts in model_calls if "Il pleut." in texts and "Demain aussi." in texts]
 
 
 def test_an_html_page_gets_the_memory_inside_its_markup(run_dir, memory, model_calls, cli):

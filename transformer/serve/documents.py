@@ -89,13 +89,15 @@ def _check_count(counts: Sequence[int], max_sentences: int) -> None:
 
 def segment_texts(texts: Sequence[str], lang: str | None, *, max_sentences: int,
                   encode_batch: Callable[[list[str]], list[list[int]]], input_limit: int,
-                  names: Sequence[str] | None = None) -> tuple[list[Document], Plan, list[list[dict[str, Any]]]]:
+                  names: Sequence[str] | None = None,
+                  whole: Callable[[str], bool] | None = None) -> tuple[list[Document], Plan, list[list[dict[str, Any]]]]:
     """Every text cut into sentences, the model inputs of those sentences and each text's
     warnings; :class:`Unprocessable` naming the first problem (more than ``max_sentences``
     sentences in all, a text or a sentence without tokens). ``names``: how messages name each
-    text (default "text", "text i"). Runs the segmenter and the tokenizer: call it off the event loop."""
+    text (default "text", "text i"); ``whole``: ``segment_text``'s (lines kept whole). Runs the
+    segmenter and the tokenizer: call it off the event loop."""
     names = list(names) if names is not None else [text_name(i, len(texts)) for i in range(len(texts))]
-    documents = [segment_text(text, lang) for text in texts]
+    documents = [segment_text(text, lang, whole=whole) for text in texts]
     _check_count([len(d.segments) for d in documents], max_sentences)
     for i, document in enumerate(documents):
         if not document.segments:

@@ -276,6 +276,11 @@ class TranslationService:
         return [h.confidence if h is not None else None for h in best]
 
     # -- translation ---------------------------------------------------------------------------
+    def kept_whole(self) -> Callable[[str], bool] | None:
+        """For cutting texts into sentences: which lines of several sentences stay whole (those
+        that are one entry of the translation memory); None without a memory."""
+        return self.memory.keeps_whole(self.src_lang, self.tgt_lang) if self.memory is not None else None
+
     async def _segment(self, texts: list[str],
                        names: list[str] | None = None) -> tuple[list[Document], Plan, list[list[dict[str, Any]]]]:
         """The texts cut into checked sentences (:class:`Unprocessable` naming the first problem),
@@ -284,7 +289,8 @@ class TranslationService:
         documents, planned, warnings = await _off_the_loop(segment_texts, texts, self.segment_lang,
                                                            max_sentences=self.limits.max_sentences,
                                                            encode_batch=self.translator.vocab.src.encode_batch,
-                                                           input_limit=self.input_limit, names=names)
+                                                           input_limit=self.input_limit, names=names,
+                                                           whole=self.kept_whole())
         self.batcher.check_capacity(len(planned.inputs))
         return documents, planned, warnings
 

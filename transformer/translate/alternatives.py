@@ -30,7 +30,7 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 from transformer.errors import UserError
-from transformer.translate.document import _translate_sentences
+from transformer.translate.document import _translate_sentences, kept_whole
 from transformer.translate.segment import segment_text
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ def translate_alternatives(translator: Translator, texts: Iterable[str], n: int,
                         "use translator.with_decoding(strategy='beam')")
     if decoding.strategy == "beam" and n > 1:  # every hypothesis the beam keeps; its best stays the same
         translator = translator.with_decoding(n_best=decoding.beam_size)
-    documents = [segment_text(text, lang or translator.src_lang) for text in texts]
+    documents = [segment_text(text, lang or translator.src_lang, whole=kept_whole(translator)) for text in texts]
     items = [(s.text, f"text {i + 1}, line {s.line + 1}", "") for i, d in enumerate(documents) for s in d.segments]
     hypotheses = iter(_translate_sentences(translator, items))
     out = []

@@ -19,7 +19,7 @@ import re
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 from transformer.decoding import Hypothesis
 from transformer.text import Vocabularies
@@ -42,6 +42,13 @@ class SentenceTranslator(Protocol):
     # and glossary_terms(texts, glossary), as the Translator has them.
 
     def detokenize(self, hypothesis: Hypothesis) -> str: ...
+    # A translator may also have keeps_whole(line) -> bool: a line of several sentences it
+    # translates whole (a translation memory's entry), not cut into sentences.
+
+
+def kept_whole(translator: SentenceTranslator) -> Callable[[str], bool] | None:
+    """The translator's ``keeps_whole``, for :func:`~transformer.translate.segment.segment_text`."""
+    return getattr(translator, "keeps_whole", None)
 
 
 @dataclass(frozen=True)
@@ -96,7 +103,7 @@ def translate_document(translator: SentenceTranslator, text: str, *, lang: str |
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    document = segment_text(text, lang or translator.src_lang)
+    document = segment_text(text, lang or translator.src_lang, whole=kept_whole(translator))
     items = [(s.text, f"line {s.line + 1}", "") for s in document.segments]
     translated = translate_with_notes(translator, items, glossary=glossary, confidence=confidence)
     out, spans = document.rebuild_with_spans([t.hyps[0][0] if t.hyps else "" for t in translated])
@@ -131,7 +138,8 @@ def translate_lines(translator: SentenceTranslator, lines: Sequence[str], *, lan
     for i, line in enumerate(lines):
         match = _LANGUAGE_CODE.match(line)
         code, rest = (match.group(1) + " ", line[match.end():]) if match else ("", line)
-        documents.append(segment_text(rest, (line_langs[i] if line_langs is not None else None) or lang))
+        documents.append(segment_text(rest, (line_langs[i] if line_langs is not None else None) or lang,
+                                      whole=kept_whole(translator)))
         codes.append(code)
     items = [(s.text, f"line {first_line + i}", code) for i, (d, code) in enumerate(zip(documents, codes))
              for s in d.segments]

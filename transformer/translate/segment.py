@@ -231,12 +231,19 @@ class Document:
         return "".join(out), spans
 
 
-def segment_text(text: str, lang: str | None = None) -> Document:
-    """Cut ``text`` into lines (``\\n``, ``\\r\\n`` or ``\\r``) and each line into sentences."""
+def segment_text(text: str, lang: str | None = None, *, whole: Callable[[str], bool] | None = None) -> Document:
+    """Cut ``text`` into lines (``\\n``, ``\\r\\n`` or ``\\r``) and each line into sentences.
+
+    ``whole``: asked of each line of several sentences; a line it says yes to stays one sentence
+    (a translation memory's entry, which is translated as it was stored, not sentence by sentence).
+    """
     segments = []
     for number, line in enumerate(_LINE.finditer(text)):
         content = line.group().rstrip("\r\n")
-        for a, b in split_sentences(content, lang):
+        spans = split_sentences(content, lang)
+        if len(spans) > 1 and whole is not None and whole(content):
+            spans = [(spans[0][0], spans[-1][1])]
+        for a, b in spans:
             start, end = line.start() + a, line.start() + b
             segments.append(Segment(number, start, end, text[start:end]))
     return Document(text, segments)

@@ -72,6 +72,10 @@ class MemoryTranslator:
             self.matches[text] = found
         return entry
 
+    def keeps_whole(self, line: str) -> bool:
+        """Whether a line of several sentences is translated whole (:func:`holds`)."""
+        return holds(self.memory, line, self.source_lang, self.target_lang)
+
     def translate_n_best(self, texts: Iterable[str], **options) -> list[list[Hypothesis]]:
         """As the translator's, the texts found in the memory answered by their entries alone."""
         texts = list(texts)
@@ -127,6 +131,16 @@ def recall(memory: TranslationMemory, text: str, source_lang: str, target_lang: 
     except TMError:
         return None, []
     return entry, []
+
+
+def holds(memory: TranslationMemory, line: str, source_lang: str, target_lang: str) -> bool:
+    """Whether ``line`` has an accepted entry of its own in the pair: a line of several sentences
+    that is one entry is translated whole, as that entry, not cut into sentences. A memory locked
+    past its timeout holds nothing (the line is cut, as without a memory)."""
+    try:
+        return recall(memory, line, source_lang, target_lang, None)[0] is not None
+    except TMBusyError:
+        return False
 
 
 def memory_notes(entry: Entry | None, matches: Iterable[Match] = ()) -> dict:

@@ -153,7 +153,7 @@ async def translate_upload(route, document: TranslatableFile, name: str, *, max_
     """
     try:  # counted as the units are cut: a file far over the limit is not cut whole first
         cut = await run(FileSentences, document.units(), route.steps[0].segment_lang,
-                        max_sentences=max_sentences)
+                        max_sentences=max_sentences, whole=route.steps[0].kept_whole())
     except TooManySentences as err:
         raise Unprocessable(f"{err} (--max-file-sentences)") from None
     sentences = cut.texts

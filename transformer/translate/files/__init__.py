@@ -258,9 +258,12 @@ class FileSentences:
         lang: the source language, for the sentence splitting rules.
         max_sentences: the most sentences the file may hold, counted unit by unit as they are cut
             (:class:`TooManySentences` as soon as there are more); None for no limit.
+        whole: a plain unit's line of several sentences it says yes to stays one sentence
+            (``segment_text``'s ``whole``).
     """
 
-    def __init__(self, units: Sequence[Unit], lang: str | None, *, max_sentences: int | None = None) -> None:
+    def __init__(self, units: Sequence[Unit], lang: str | None, *, max_sentences: int | None = None,
+                 whole: Callable[[str], bool] | None = None) -> None:
         from transformer.translate.html import html_sentences
         from transformer.translate.segment import segment_text
 
@@ -269,7 +272,7 @@ class FileSentences:
         self.sentences: list[list[str]] = []
         count = 0
         for unit in self.units:
-            document = None if unit.html else segment_text(unit.text, lang)
+            document = None if unit.html else segment_text(unit.text, lang, whole=whole)
             found = html_sentences(unit.text, lang=lang) if document is None else [s.text for s in document.segments]
             count += len(found)
             if max_sentences is not None and count > max_sentences:
@@ -314,7 +317,9 @@ class FileSentences:
 def translate_parsed(document: TranslatableFile, translator, *, target_lang: str | None = None,
                      src_lang: str | None = None, glossary=None, progress: OnProgress | None = None) -> bytes:
     """:func:`translate_file` for a file already read (:func:`read_file`)."""
-    cut = FileSentences(document.units(), src_lang or translator.src_lang)
+    from transformer.translate.document import kept_whole
+
+    cut = FileSentences(document.units(), src_lang or translator.src_lang, whole=kept_whole(translator))
     texts = cut.texts
     sentences = _Sentences(translator, glossary, progress, len(texts))
     translations = sentences.translate([(text, where, "") for text, where in zip(texts, cut.where)])
