@@ -3,6 +3,8 @@
 :class:`ServerMemory` holds the open memory (:mod:`transformer.memory`) and what the server does
 with it:
 
+* when texts are cut into sentences, a line of several sentences that is one accepted entry
+  stays whole (:meth:`ServerMemory.keeps_whole`);
 * before translation, every sentence translated whole is looked up in its model's language pair
   (:func:`transformer.translate.tm.recall`, as ``transformer translate --tm`` does): an accepted
   entry whose source is the sentence, once whitespace is normalised, is its translation, and the
@@ -17,6 +19,9 @@ with it:
 
 from __future__ import annotations
 
+import logging
+import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,9 +33,12 @@ from transformer.memory import Entry, Match, TMBusyError, TranslationMemory
 from transformer.memory.records import identity
 from transformer.serve.access import AccessPolicy, KeyRing
 from transformer.translate.suggestion_checks import Refusal, Thresholds, check_suggestion
-from transformer.translate.tm import DEFAULT_THRESHOLD, memory_notes, recall
+from transformer.translate.tm import DEFAULT_THRESHOLD, holds, memory_notes, recall
 
 SUGGESTIONS_PER_MINUTE = 10  # a person correcting translations sends a few a minute; a script sends more
+BUSY_WARNING_EVERY_S = 60.0  # a memory locked for long would otherwise log a line per request
+
+log = logging.getLogger("uvicorn.error")
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,8 @@ class ServerMemory:
     suggestions_per_minute: int = SUGGESTIONS_PER_MINUTE
     thresholds: Thresholds = field(default_factory=Thresholds)
     _rate: KeyRing = field(init=False, repr=False)
+    counts: Counter = field(default_factory=Counter, init=False, repr=False)
+    _warned_at: float = field(default=float("-inf"), init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.threshold is not None and not 0 < self.threshold <= 1:
@@ -95,9 +105,31 @@ class ServerMemory:
             for sentence in sentences:
                 entry, matches = recall(self.memory, sentence, source_lang, target_lang, self.threshold)
                 out.append(Recalled(entry, tuple(matches)) if entry is not None or matches else NOTHING)
-        except TMBusyError:
+        except TMBusyError as err:
+            self.counts["lookups_busy"] += 1
+            if time.monotonic() - self._warned_at >= BUSY_WARNING_EVERY_S:
+                self._warned_at = time.monotonic()
+                log.warning("the translation memory was locked past its timeout: the model translated "
+                               "without it (%s; /health counts lookups_busy)", err)
             return [NOTHING] * len(sentences)
+        self.counts["sentences_looked_up"] += len(sentences)
+        self.counts["sentences_from_memory"] += sum(1 for r in out if r.entry is not None)
         return out
+
+    def health(self) -> dict[str, int]:
+        """The counters /health shows: sentences looked up and answered from the memory, lookups
+        that found it locked, suggestions kept and refused."""
+        names = ("sentences_looked_up", "sentences_from_memory", "lookups_busy", "suggestions_kept",
+                 "suggestions_refused")
+        return {name: self.counts[name] for name in names}
+
+    def keeps_whole(self, source_lang: str | None, target_lang: str | None) -> Callable[[str], bool] | None:
+        """For cutting texts into sentences: whether a line of several sentences is one accepted
+        entry of the pair, translated whole (:func:`~transformer.translate.tm.holds`); None for a
+        pair the run does not name."""
+        if not source_lang or not target_lang:
+            return None
+        return lambda line: holds(self.memory, line, source_lang, target_lang)
 
     def check_rate(self, who: str | None) -> None:
         """Count a suggestion from ``who`` (:func:`~transformer.memory.records.identity`), or raise
@@ -117,9 +149,12 @@ class ServerMemory:
         refusal = check_suggestion(source, suggestion, service.src_lang, service.tgt_lang,
                                    translator=_Queued(service), memory=self.memory, thresholds=self.thresholds)
         if refusal is not None:
+            self.counts["suggestions_refused"] += 1
             raise SuggestionRefused(refusal)
-        return self.memory.add(source, suggestion, service.src_lang, service.tgt_lang, origin="suggestion",
-                               status="accepted" if self.auto_accept else "pending", who=who)
+        entry = self.memory.add(source, suggestion, service.src_lang, service.tgt_lang, origin="suggestion",
+                                status="accepted" if self.auto_accept else "pending", who=who)
+        self.counts["suggestions_kept"] += 1
+        return entry
 
     def close(self) -> None:
         self.memory.close()

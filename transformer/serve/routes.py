@@ -249,6 +249,8 @@ def router(models: ModelSet, requests: RequestModels, keys: KeyRing | None = Non
     async def health() -> Health:
         service = models.primary  # read on each request: a reload replaces it
         extra = {"versions": versions} if (versions := models.versions()) else {}
+        if service.memory is not None:
+            extra["memory"] = service.memory.health()
         if models.single:
             return Health(status="ok", batching=service.health(), **extra)
         return Health(status="ok", batching=service.health(), models=models.health(), **extra)

@@ -244,6 +244,9 @@ class Health(BaseModel):
     versions: dict[str, str] | None = Field(None, description="each pair's model version ('fr-en': "
                                             "'step-40.3f9c2a1b7d0e'), where the server loaded its models from run "
                                             "directories")
+    memory: dict[str, int] | None = Field(None, description="only with a translation memory (--tm): sentences "
+                                          "looked up and answered from it, lookups that found it locked (the model "
+                                          "translated those), suggestions kept and refused")
 
 
 class PairInfo(BaseModel):
