@@ -1,13 +1,14 @@
 """How many bad suggestions pass the checks of ``transformer.translate.suggestion_checks``, and how
 many good ones, for a French -> English run.
 
-Good suggestions are Tatoeba's references (``tatoeba/eng-fra.txt`` under ``--from``, read there,
-shuffled with ``--seed``): a French sentence and its English translation. Bad ones are planted,
-the same number, in turn of these kinds:
+Good suggestions are Tatoeba's references (``tatoeba/eng-fra.txt`` under ``--from``, read there;
+its train split as ``transformer evaluate --corpus tatoeba`` splits it, so that the test split
+never decides a threshold; shuffled with ``--seed``): a French sentence and its English
+translation. Bad ones are planted, the same number, in turn of these kinds:
 
 - ``wrong language (fr)``: another French translation of the source's English (Tatoeba often has
   several; else the French of another pair): a person who answered in the source's language;
-- ``wrong language (de)``: Multi30k's German translation of a Multi30k French test sentence;
+- ``wrong language (de)``: Multi30k's German translation of a Multi30k French validation sentence;
 - ``copy of source``: the source itself, as it is, in lower case, or without its last character;
 - ``random string``: letters and spaces as long as the reference, or a key held down ("aaaaaa");
 - ``truncation``: the reference cut after a third to two thirds of its words (references of 4
@@ -18,10 +19,11 @@ the same number, in turn of these kinds:
 
 Every suggestion goes through :func:`~transformer.translate.suggestion_checks.check_suggestion`
 with the default thresholds (the good first, in a fresh memory where each that passes is added as
-pending, then the bad), and the table prints how many of each kind pass, how many were refused by
-each check, and the ``absurd`` check's measure (the score gap: the model's own translation's mean
-log-probability per token minus the suggestion's) for the suggestions that reached it, with what
-other margins would let pass: what ``ABSURD_MARGIN`` is calibrated from.
+pending, then the bad; the relevance check's other sentences 4 Tatoeba sources, as a memory's
+entries would give them), and the tables print how many of each kind pass, how many were refused
+by each check, the model checks' measures (the log-probability of the end after the suggestion,
+the score gap to the model's own translation, the relevance) by kind for the suggestions that
+reached the model, and what other values of ``ABSURD_MARGIN`` and ``MIN_RELEVANCE`` would let pass.
 
     python benchmarks/suggestion_checks.py runs/fr-en --from ../shared/data
     python benchmarks/suggestion_checks.py runs/fr-en --limit 20 --out checks.json
@@ -46,18 +48,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("wrong language (fr)", "wrong language (de)", "copy of source", "random string", "truncation",
          "other sentence", "machine translation", "repeated")
-MARGINS = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0)
+MARGINS = (4.0, 5.0, 6.0, 8.0)
+RELEVANCES = (0.0, 0.25, 0.3, 0.5)
 
 
-def read_tatoeba(path: Path) -> list[tuple[str, str]]:
-    """``(french, english)`` pairs."""
-    pairs = []
-    with open(path, encoding="utf-8") as file:
-        for line in file:
-            columns = line.rstrip("\n").split("\t")
-            if len(columns) >= 2 and columns[0].strip() and columns[1].strip():
-                pairs.append((columns[1], columns[0]))
-    return pairs
+def read_tatoeba(folder: Path) -> list[tuple[str, str]]:
+    """The ``(french, english)`` pairs of Tatoeba's train split (seed 0, as ``transformer evaluate``'s)."""
+    from transformer.corpus.registry import corpus_pairs, tatoeba_splits
+
+    return tatoeba_splits(corpus_pairs("tatoeba", src="fr", tgt="en", split="all", directory=folder), seed=0)["train"]
 
 
 def read_lines(path: Path) -> list[str]:
@@ -124,20 +123,20 @@ def main() -> None:
         sys.exit(f"--limit must be at least {len(KINDS)} (one bad suggestion of each kind)")
     tatoeba = args.data / "tatoeba" / "eng-fra.txt"
     multi30k = args.data / "multi30k"
-    for path in (tatoeba, multi30k / "test_2016_flickr.fr.gz", multi30k / "test_2016_flickr.de.gz"):
+    for path in (tatoeba, multi30k / "val.fr.gz", multi30k / "val.de.gz"):
         if not path.is_file():
             sys.exit(f"{path} not found: --from names the folder holding tatoeba/ and multi30k/")
 
     from transformer.memory import TranslationMemory
-    from transformer.translate.suggestion_checks import Thresholds, check_suggestion, score_gaps
+    from transformer.translate.suggestion_checks import CONTRAST_SOURCES, Thresholds, check_suggestion, model_views
     from transformer.translate.translator import load_translator
 
     translator = load_translator(args.run_dir)
     if (translator.src_lang, translator.tgt_lang) != ("fr", "en"):
         sys.exit(f"{args.run_dir} translates {translator.src_lang} -> {translator.tgt_lang}; this benchmark needs fr -> en")
     rng = random.Random(args.seed)
-    good, bad = plant(read_tatoeba(tatoeba), (read_lines(multi30k / "test_2016_flickr.fr.gz"),
-                                              read_lines(multi30k / "test_2016_flickr.de.gz")), args.limit, rng)
+    good, bad = plant(read_tatoeba(tatoeba.parent), (read_lines(multi30k / "val.fr.gz"),
+                                                     read_lines(multi30k / "val.de.gz")), args.limit, rng)
     mt = [i for i, (kind, _, _) in enumerate(bad) if kind == "machine translation"]
     for i, text in zip(mt, translator.translate([bad[i][1] for i in mt])):
         bad[i] = (bad[i][0], bad[i][1], text)
@@ -146,20 +145,23 @@ def main() -> None:
             bad[i] = (kind, *good[rng.randrange(len(good))])
     thresholds = Thresholds()
     items = [("good", s, t) for s, t in good] + bad
+    # the relevance check's other sentences: as a server's memory gives them, sources of other entries
+    contrast = [fr for fr, _ in rng.sample(read_tatoeba(tatoeba.parent)[-10000:], CONTRAST_SOURCES)]
     verdicts = []
     start_cpu, start = time.process_time(), time.perf_counter()
     with tempfile.TemporaryDirectory() as folder, TranslationMemory(os.path.join(folder, "memory.db")) as memory:
         for kind, source, suggestion in items:
             refusal = check_suggestion(source, suggestion, "fr", "en", translator=translator, memory=memory,
-                                       thresholds=thresholds)
+                                       contrast=contrast, thresholds=thresholds)
             verdicts.append(refusal)
             if refusal is None and kind == "good":
                 memory.add(source, suggestion, "fr", "en", origin="suggestion")
     cpu, wall = time.process_time() - start_cpu, time.perf_counter() - start
-    # the absurd check's measure for every suggestion that reached the model (the cheap checks passed)
-    reached = [i for i, r in enumerate(verdicts) if r is None or r.reason.value in ("absurd", "machine_translation")]
-    gaps = dict(zip(reached, (g for _, g in score_gaps(translator, [items[i][1] for i in reached],
-                                                         [items[i][2] for i in reached]))))
+    # the model checks' measures for every suggestion that reached the model (the cheap checks passed)
+    model_reasons = ("machine_translation", "unfinished", "absurd", "unrelated")
+    reached = [i for i, r in enumerate(verdicts) if r is None or r.reason.value in model_reasons]
+    views = dict(zip(reached, model_views(translator, [items[i][1] for i in reached], [items[i][2] for i in reached],
+                                          [contrast] * len(reached))))
 
     rows, refusals = {}, defaultdict(Counter)
     for (kind, _, _), refusal in zip(items, verdicts):
@@ -177,40 +179,53 @@ def main() -> None:
             r = rows[kind]
             print(f"{kind:24} {r['n']:>5} {r['passed']:>7} {r['passed'] / r['n']:>7.1%}")
     print(f"{'bad, all kinds':24} {bad_n:>5} {bad_passed:>7} {bad_passed / bad_n:>7.1%}")
-    reasons = ["implausible_length", "copy_of_source", "near_duplicate_pending", "wrong_language",
-               "machine_translation", "absurd", "passed"]
+    reasons = ["implausible_length", "copy_of_source", "near_duplicate_pending", "wrong_language", *model_reasons,
+               "passed"]
     print(f"\n{'refused by':24} {'good':>6} {'bad':>6}")
     for reason in reasons:
         print(f"{reason:24} {refusals['good'][reason]:>6} {refusals['bad'][reason]:>6}")
-    groups: dict[str, list[float]] = defaultdict(list)
+    measures = {"end_log_prob": lambda v: v.end_log_prob, "gap": lambda v: v.gap, "relevance": lambda v: v.relevance}
+    groups: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name in measures}
     for i in reached:
-        if gaps[i] is not None and items[i][0] not in ("machine translation", "repeated"):
-            groups[items[i][0]].append(gaps[i])
-    print(f"\nscore gap of the suggestions that reached the model (nats per token; refused above "
-          f"{thresholds.absurd_margin:g})")
-    print(f"{'suggestions':24} {'n':>5} {'p5':>6} {'p50':>6} {'p95':>6}")
-    for kind in ("good", *KINDS):
-        if groups.get(kind):
-            p5, p50, p95 = np.percentile(groups[kind], [5, 50, 95])
-            print(f"{kind:24} {len(groups[kind]):>5} {p5:>6.2f} {p50:>6.2f} {p95:>6.2f}")
-    def passes(i: int, margin: float) -> bool:
-        """Whether suggestion ``i`` passes every check with the absurd check's margin at ``margin``
-        (the absurd check is the last: a suggestion it refused, or none did, passed all the others)."""
-        reached_it = verdicts[i] is None or verdicts[i].reason.value == "absurd"
-        return reached_it and (gaps.get(i) is None or gaps[i] <= margin)
+        if views[i] is not None and items[i][0] not in ("machine translation", "repeated"):
+            for name, get in measures.items():
+                if get(views[i]) is not None:
+                    groups[name][items[i][0]].append(get(views[i]))
+    for name, limit in (("end_log_prob", f"refused below {thresholds.min_end_log_prob:g}"),
+                        ("gap", f"refused above {thresholds.absurd_margin:g}"),
+                        ("relevance", f"refused below {thresholds.min_relevance:g}")):
+        print(f"\n{name} of the suggestions that reached the model (nats; {limit})")
+        print(f"{'suggestions':24} {'n':>5} {'p5':>7} {'p50':>7} {'p95':>7}")
+        for kind in ("good", *KINDS):
+            if groups[name].get(kind):
+                p5, p50, p95 = np.percentile(groups[name][kind], [5, 50, 95])
+                print(f"{kind:24} {len(groups[name][kind]):>5} {p5:>7.2f} {p50:>7.2f} {p95:>7.2f}")
+
+    def passes(i: int, t: Thresholds) -> bool:
+        """Whether suggestion ``i`` passes every check with the model checks at ``t`` (they come
+        last: a suggestion one of them refused, or none did, passed all the others)."""
+        if verdicts[i] is not None and verdicts[i].reason.value not in ("unfinished", "absurd", "unrelated"):
+            return False
+        v = views.get(i)
+        return v is None or ((v.end_log_prob is None or v.end_log_prob >= t.min_end_log_prob)
+                             and v.gap <= t.absurd_margin and (v.relevance is None or v.relevance >= t.min_relevance))
 
     sweep = []
-    print(f"\n{'absurd margin':>13} {'good pass':>10} {'bad pass':>9}  (every check, the absurd one at that margin)")
-    for margin in MARGINS:
-        good_pass = sum(passes(i, margin) for i, item in enumerate(items) if item[0] == "good") / len(good)
-        bad_pass = sum(passes(i, margin) for i, item in enumerate(items) if item[0] != "good") / bad_n
-        sweep.append({"margin": margin, "good_passed": good_pass, "bad_passed": bad_pass})
-        print(f"{margin:>13g} {good_pass:>10.1%} {bad_pass:>9.1%}")
+    print(f"\n{'min relevance':>13} {'absurd margin':>13} {'good pass':>10} {'bad pass':>9}  (every check; these two "
+          f"at these values)")
+    for relevance in RELEVANCES:
+        for margin in MARGINS:
+            t = Thresholds(absurd_margin=margin, min_relevance=relevance)
+            good_pass = sum(passes(i, t) for i, item in enumerate(items) if item[0] == "good") / len(good)
+            bad_pass = sum(passes(i, t) for i, item in enumerate(items) if item[0] != "good") / bad_n
+            sweep.append({"min_relevance": relevance, "margin": margin, "good_passed": good_pass,
+                          "bad_passed": bad_pass})
+            print(f"{relevance:>13g} {margin:>13g} {good_pass:>10.1%} {bad_pass:>9.1%}")
     if args.out:
         args.out.write_text(json.dumps({
             "run_dir": str(args.run_dir), "good": len(good), "bad": bad_n, "seed": args.seed,
             "thresholds": vars(thresholds), "kinds": rows, "refusals": {k: dict(v) for k, v in refusals.items()},
-            "score_gaps": {k: v for k, v in groups.items()}, "margin_sweep": sweep,
+            "measures": {name: dict(g) for name, g in groups.items()}, "sweep": sweep,
             "cpu_ms_per_suggestion": 1000 * cpu / len(items), "wall_s": wall,
             "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "load_average": os.getloadavg()[0]}, indent=1) + "\n")

@@ -86,6 +86,19 @@ def test_a_target_past_the_learned_positions_is_scored_up_to_them(tiny_run):
     long, short = t.score_translations(["Le chat dort."] * 2, [[5] * 100, [5] * 10])
     assert (long.steps, long.complete) == (64, False)
     assert (short.steps, short.complete) == (11, True)
+    assert long.end_log_prob is None and short.end_log_prob < 0  # the end of the long one was never scored
+
+
+def test_the_end_is_scored_on_its_own(translator, sources):
+    t = translator.with_decoding(strategy="greedy")
+    source, hypothesis = _ended(t, sources, t.translate_n_best(sources))[0]
+    found = t.score_translations([source], [hypothesis.tokens])[0]
+    src = torch.tensor([t.encode_sources([source])[0]])
+    mask = torch.ones_like(src, dtype=torch.bool)
+    logits = t.model.decode(torch.tensor([[t.vocab.tgt.bos_id, *hypothesis.tokens]]), t.model.encode(src, mask), mask)
+    last = torch.log_softmax(logits[0, -1].double(), dim=-1)
+    assert found.end_log_prob == pytest.approx(float(last[t.vocab.tgt.eos_id]), abs=1e-4)
+    assert found.end_log_prob == pytest.approx(float(last.max()), abs=1e-4)  # greedy ended there: </s> was best
 
 
 def test_an_unreadable_source_has_no_score_and_a_lone_string_is_refused(translator):

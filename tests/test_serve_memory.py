@@ -5,6 +5,8 @@ which once accepted are the translation."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -29,9 +31,10 @@ OTHER_PAIR = ("Le chien court.", "Der Hund läuft.")
 TWO = ("Il pleut. Nous restons ici.", "It rains, so we stay in, says the memory.")  # one entry of two sentences
 # A suggestion that passes the cheap checks: English, of a plausible length, not the source.
 SOURCE, SUGGESTION = "Les enfants jouent dans le jardin.", "The children are playing in the garden."
-# A random tiny model finds any real sentence far less probable than its own output: the absurd
-# check is the calibrated model's (tests/test_suggestion_checks.py), not what these tests are about.
-LENIENT = Thresholds(absurd_margin=1e9)
+# A random tiny model finds any real sentence far less probable than its own output and is sure of no
+# end: the model checks are a trained model's (tests/test_suggestion_checks.py), not what these tests
+# are about.
+LENIENT = Thresholds(absurd_margin=1e9, min_end_log_prob=-math.inf, min_relevance=-math.inf)
 
 
 @pytest.fixture
@@ -193,7 +196,8 @@ def test_the_model_checks_wait_their_turn_on_the_batcher(served):
 
 
 def test_the_absurd_check_runs_on_the_model(pair_translators, memory_path):
-    client, memory = client_of(pair_translators["fr", "en"], memory_path, thresholds=Thresholds(absurd_margin=0.0))
+    client, memory = client_of(pair_translators["fr", "en"], memory_path,
+                               thresholds=Thresholds(absurd_margin=0.0, min_end_log_prob=-math.inf))
     with client:
         answer = suggest(client)
     memory.close()

@@ -31,7 +31,8 @@ class ForcedScore:
     """The model's log-probability of one given target.
 
     ``log_prob``: the sum over the target's tokens and the ``</s>`` after them (natural log), as
-    ``Hypothesis.log_prob``. ``steps``: how many were scored (the tokens + 1). ``score``: the value
+    ``Hypothesis.log_prob``; ``end_log_prob`` is the ``</s>``'s part: how sure the model is that
+    the translation ends there (None when it was not scored: see ``complete``). ``steps``: how many were scored (the tokens + 1). ``score``: the value
     the translator ranks its own hypotheses by (``log_prob / lp(steps)`` for beam search, the
     plain ``log_prob`` for greedy search and sampling). ``complete``: False when the target was
     longer than the model's learned positions hold: only its first ``steps`` tokens were scored,
@@ -42,6 +43,7 @@ class ForcedScore:
     steps: int
     score: float
     complete: bool = True
+    end_log_prob: float | None = None
 
     @property
     def mean_log_prob(self) -> float:
@@ -52,8 +54,8 @@ class ForcedScore:
 @inference
 def forced_log_probs(model: Transformer | RNNSeq2Seq, sources: Sequence[Sequence[int]],
                      targets: Sequence[Sequence[int]], *, src_pad_id: int, bos_id: int, eos_id: int,
-                     device: torch.device | str = "cpu") -> list[tuple[float, int, bool]]:
-    """``(log_prob, steps, complete)`` of each target given its source (see :class:`ForcedScore`).
+                     device: torch.device | str = "cpu") -> list[tuple[float, int, bool, float | None]]:
+    """``(log_prob, steps, complete, end_log_prob)`` of each target given its source (see :class:`ForcedScore`).
 
     ``sources``: token ids, each with a token the model can read; ``targets``: token ids without
     ``<s>``/``</s>``. Pairs are sorted by length and scored a bounded number of logits at a time."""
@@ -62,7 +64,7 @@ def forced_log_probs(model: Transformer | RNNSeq2Seq, sources: Sequence[Sequence
     limit = model.config.max_positions if getattr(model.config, "positional", None) == "learned" else None
     order = sorted(range(len(sources)), key=lambda i: (len(targets[i]), len(sources[i])))
     vocab = model.config.tgt_vocab_size
-    out: list[tuple[float, int, bool]] = [(0.0, 0, True)] * len(sources)
+    out: list[tuple[float, int, bool, float | None]] = [(0.0, 0, True, None)] * len(sources)
     start = 0
     while start < len(order):
         # the longest target of a chunk is its last (sorted): as many rows as the logits' budget allows
@@ -86,7 +88,8 @@ def _width(tokens: int, limit: int | None) -> int:
 
 
 def _score_chunk(model, sources: list[Sequence[int]], targets: list[Sequence[int]], limit: int | None,
-                 src_pad_id: int, bos_id: int, eos_id: int, device: torch.device) -> list[tuple[float, int, bool]]:
+                 src_pad_id: int, bos_id: int, eos_id: int,
+                 device: torch.device) -> list[tuple[float, int, bool, float | None]]:
     rows = len(sources)
     src = torch.full((rows, max(len(s) for s in sources)), src_pad_id, dtype=torch.long)
     mask = torch.zeros_like(src, dtype=torch.bool)
@@ -105,5 +108,7 @@ def _score_chunk(model, sources: list[Sequence[int]], targets: list[Sequence[int
     found = []
     for row, t in enumerate(targets):
         steps = _width(len(t), limit)
-        found.append((float(picked[row, :steps].sum()), steps, steps == len(t) + 1))
+        complete = steps == len(t) + 1
+        found.append((float(picked[row, :steps].sum()), steps, complete,
+                      float(picked[row, steps - 1]) if complete else None))
     return found

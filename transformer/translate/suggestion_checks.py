@@ -15,9 +15,16 @@ model last, so that junk costs no decoding (in this order):
   ``min_target_probability``;
 - ``machine_translation``: it is the model's own translation (ignoring case, punctuation and
   spacing): nothing to learn from;
+- ``unfinished``: the model does not expect the translation to end where the suggestion ends
+  (the log-probability of ``</s>`` after it, forced decoding, is below ``min_end_log_prob``):
+  half a sentence;
 - ``absurd``: the model finds it far less probable than its own translation: the mean
   log-probability per token (forced decoding) is more than ``absurd_margin`` below that of the
-  model's translation.
+  model's translation;
+- ``unrelated``: it is hardly more probable as a translation of its source than of other
+  sentences (the sources of other entries of the memory in the pair, ``CONTRAST_SOURCES`` of them):
+  its mean log-probability per token given the source exceeds the mean given those by less than
+  ``min_relevance``; another sentence's translation. Not made without such entries.
 
 The thresholds are a :class:`Thresholds` (its defaults the constants below, each with what it was
 set on). ``benchmarks/suggestion_checks.py`` measures how many planted bad suggestions and real
@@ -61,10 +68,20 @@ DUPLICATE_SIMILARITY = 0.9
 # have P(en) >= 0.1 and 8 of 1,000 French sentences reach it.
 MIN_TARGET_PROBABILITY = 0.1
 COMMON_LANGUAGES = ("de", "en", "es", "fr", "it", "nl", "pt")
-# Natural-log probability per token (with </s>): a translation of the source scores near the model's own,
-# random strings and unrelated sentences far below. Not yet calibrated on a trained model: the value
-# benchmarks/suggestion_checks.py reports for a trained run (docs/memory.md) replaces it.
-ABSURD_MARGIN = 3.0
+# The three model checks were set on 400 Tatoeba references and 200 planted truncations and other
+# sentences (Tatoeba's train split) with the Multi30k French-English recipe run of docs/quality.md:
+# a caption model, out of its domain on Tatoeba, the hard case. Natural logs throughout.
+# </s> after a reference: -0.11 to -0.04 (5th to 95th percentile); after a truncation -10.5 to -5.2.
+MIN_END_LOG_PROB = -3.0
+# Log-probability per token (with </s>) below the model's own translation: references 1.7 to 4.7
+# (5th to 95th), random strings 5.1 to 8.3; another sentence's translation overlaps references (3.0
+# to 6.0) and is left to the relevance check.
+ABSURD_MARGIN = 6.0
+# Per-token log-probability given the source minus that given 4 other sources: references 0.14 to
+# 2.59 (5th to 95th), other sentences -0.72 to 0.84; with the checks above, 90.5% of references and
+# 29.5% of other sentences pass at 0.3 (90.7% and 33.5% at 0.25, 88.2% and 23.5% at 0.4).
+MIN_RELEVANCE = 0.3
+CONTRAST_SOURCES = 4
 
 
 class Reason(str, enum.Enum):
@@ -75,7 +92,9 @@ class Reason(str, enum.Enum):
     NEAR_DUPLICATE_PENDING = "near_duplicate_pending"
     WRONG_LANGUAGE = "wrong_language"
     MACHINE_TRANSLATION = "machine_translation"
+    UNFINISHED = "unfinished"
     ABSURD = "absurd"
+    UNRELATED = "unrelated"
 
 
 @dataclass(frozen=True)
@@ -98,7 +117,9 @@ class Thresholds:
     copy_similarity: float = COPY_SIMILARITY
     duplicate_similarity: float = DUPLICATE_SIMILARITY
     min_target_probability: float = MIN_TARGET_PROBABILITY
+    min_end_log_prob: float = MIN_END_LOG_PROB
     absurd_margin: float = ABSURD_MARGIN
+    min_relevance: float = MIN_RELEVANCE
 
     def __post_init__(self) -> None:
         if not 0 < self.min_length_ratio <= 1 <= self.max_length_ratio:
@@ -109,6 +130,8 @@ class Thresholds:
                 raise UserError(f"{name} must be between 0 and 1, got {getattr(self, name)}")
         if self.length_slack < 0 or self.absurd_margin < 0:
             raise UserError("length_slack and absurd_margin must be >= 0")
+        if self.min_end_log_prob > 0:
+            raise UserError(f"min_end_log_prob is a log-probability, at most 0; got {self.min_end_log_prob}")
 
 
 class Detector(Protocol):
@@ -120,7 +143,7 @@ class Detector(Protocol):
 
 def check_suggestion(source: str, suggestion: str, source_lang: str, target_lang: str, *,
                      translator: Translator, detector: Detector | None = None,
-                     memory: TranslationMemory | None = None,
+                     memory: TranslationMemory | None = None, contrast: Sequence[str] | None = None,
                      thresholds: Thresholds = Thresholds()) -> Refusal | None:
     """The first check ``suggestion`` (a translation of ``source`` from ``source_lang`` into
     ``target_lang``) fails, or None when it passes them all (see the module's table).
@@ -130,7 +153,9 @@ def check_suggestion(source: str, suggestion: str, source_lang: str, target_lang
             forced-decoding score of the suggestion.
         detector: a :class:`~transformer.translate.detect.LanguageDetector` (anything with its
             ``detect``); None: :func:`suggestion_detector` of the pair.
-        memory: where pending suggestions wait; None: the near-duplicate check is not made.
+        memory: where pending suggestions wait, and whose other entries of the pair give the
+            relevance check its contrast sources; None: neither check is made.
+        contrast: the other sources of the relevance check (instead of the memory's).
         thresholds: the checks' thresholds.
     """
     if not isinstance(source, str) or not isinstance(suggestion, str):
@@ -156,37 +181,77 @@ def check_suggestion(source: str, suggestion: str, source_lang: str, target_lang
         found = detections[0][0]
         return Refusal(Reason.WRONG_LANGUAGE, f"the suggestion is not in {target_lang} (detected: {found}; "
                        f"P({_base(target_lang)}) = {probability:.2f})", probability)
-    own, gap = score_gaps(translator, [source], [suggestion])[0]
-    if own is not None and comparable(own) == comparable(suggestion):
+    if contrast is None and memory is not None:
+        contrast = contrast_sources(memory, source, source_lang, target_lang)
+    view = model_views(translator, [source], [suggestion], [contrast or ()])[0]
+    if view is None:  # a source without a token the model reads: nothing for the model to judge
+        return None
+    if comparable(view.own) == comparable(suggestion):
         return Refusal(Reason.MACHINE_TRANSLATION, "the suggestion is the machine's own translation", None)
-    if gap is not None and gap > t.absurd_margin:
-        return Refusal(Reason.ABSURD, f"the model finds the suggestion implausible for this source ({gap:.2f} "
-                       f"log-probability per token below its own translation; allowed {t.absurd_margin:g})", gap)
+    if view.end_log_prob is not None and view.end_log_prob < t.min_end_log_prob:
+        return Refusal(Reason.UNFINISHED, f"the suggestion seems unfinished: the model does not expect the "
+                       f"translation to end there (log-probability of the end {view.end_log_prob:.2f}; "
+                       f"allowed down to {t.min_end_log_prob:g})", view.end_log_prob)
+    if view.gap > t.absurd_margin:
+        return Refusal(Reason.ABSURD, f"the model finds the suggestion implausible for this source ({view.gap:.2f} "
+                       f"log-probability per token below its own translation; allowed {t.absurd_margin:g})", view.gap)
+    if view.relevance is not None and view.relevance < t.min_relevance:
+        return Refusal(Reason.UNRELATED, f"the suggestion seems unrelated to its source: the model finds it about as "
+                       f"probable a translation of other sentences ({view.relevance:.2f} log-probability per token "
+                       f"more; at least {t.min_relevance:g} needed)", view.relevance)
     return None
 
 
-def score_gap(translator: Translator, source: str, suggestion: str) -> float | None:
-    """How much less probable per token the model finds ``suggestion`` than its own translation of
-    ``source`` (natural log; negative when it prefers the suggestion): the ``absurd`` check's
-    measure. None for a source with no token the model can read."""
-    return score_gaps(translator, [source], [suggestion])[0][1]
+@dataclass(frozen=True)
+class ModelView:
+    """What the model makes of a suggestion: the model checks' measures (natural logs).
+
+    ``own``: its translation of the source. ``gap``: how much less probable per token it finds
+    the suggestion than ``own`` (negative when it prefers the suggestion). ``end_log_prob``: the
+    log-probability of ``</s>`` after the suggestion (None when the suggestion is longer than the
+    model's positions). ``relevance``: the suggestion's log-probability per token given its
+    source minus the mean of that given each contrast source (None without any).
+    """
+
+    own: str
+    gap: float
+    end_log_prob: float | None
+    relevance: float | None
 
 
-def score_gaps(translator: Translator, sources: Sequence[str],
-               suggestions: Sequence[str]) -> list[tuple[str | None, float | None]]:
-    """The model's translation of each source and :func:`score_gap`, for many pairs in batches:
-    the translations decoded together, then each translation and its suggestion scored in one
-    forced pass (so both count ``</s>`` alike, even a translation the decoder cut at its length
-    limit); ``(None, None)`` for a source with no token the model can read."""
+def model_views(translator: Translator, sources: Sequence[str], suggestions: Sequence[str],
+                contrasts: Sequence[Sequence[str]]) -> list[ModelView | None]:
+    """The :class:`ModelView` of each suggestion, in batches: the translations decoded together,
+    then each translation, its suggestion and the suggestion after each contrast source scored in
+    one forced pass (so the translation and the suggestion count ``</s>`` alike, even a translation
+    the decoder cut at its length limit). None for a source with no token the model can read; a
+    contrast source without one is left out."""
     hyps = translator.translate_n_best(list(sources))
     todo = [i for i, found in enumerate(hyps) if found]
-    scores = translator.score_translations([sources[i] for i in todo for _ in (0, 1)],
-                                           [t for i in todo for t in (hyps[i][0].tokens, suggestions[i])])
-    out: list[tuple[str | None, float | None]] = [(None, None)] * len(sources)
-    for k, i in enumerate(todo):
-        own, given = scores[2 * k], scores[2 * k + 1]
-        out[i] = translator.detokenize(hyps[i][0]), own.mean_log_prob - given.mean_log_prob
+    pairs = [(i, src, tgt) for i in todo
+             for src, tgt in ((sources[i], hyps[i][0].tokens), (sources[i], suggestions[i]),
+                              *((c, suggestions[i]) for c in contrasts[i]))]
+    scores = translator.score_translations([src for _, src, _ in pairs], [tgt for _, _, tgt in pairs])
+    by_source: dict[int, list] = {}
+    for (i, _, _), score in zip(pairs, scores):
+        by_source.setdefault(i, []).append(score)
+    out: list[ModelView | None] = [None] * len(sources)
+    for i in todo:
+        own, given, *others = by_source[i]
+        others = [o.mean_log_prob for o in others if o is not None]
+        relevance = given.mean_log_prob - sum(others) / len(others) if others else None
+        out[i] = ModelView(translator.detokenize(hyps[i][0]), own.mean_log_prob - given.mean_log_prob,
+                           given.end_log_prob, relevance)
     return out
+
+
+def contrast_sources(memory: TranslationMemory, source: str, source_lang: str, target_lang: str, *,
+                     n: int = CONTRAST_SOURCES) -> list[str]:
+    """Up to ``n`` sources of other entries of the pair in ``memory`` (the first added, whatever
+    their status), none of them ``source`` again: the relevance check's contrast."""
+    same = comparable(source)
+    found = memory.entries(source_lang=source_lang, target_lang=target_lang, limit=2 * n)
+    return [e.source for e in found if comparable(e.source) != same][:n]
 
 
 def length_ratio(source: str, target: str, *, slack: int = LENGTH_SLACK) -> float:

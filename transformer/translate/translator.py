@@ -386,10 +386,10 @@ class Translator:
                                  device=self.device)
         beam = self.decoding.strategy == "beam"
         out: list[ForcedScore | None] = [None] * len(sources)
-        for i, (log_prob, steps, complete) in zip(todo, found):
+        for i, (log_prob, steps, complete, end) in zip(todo, found):
             lp = float(length_penalty_factor(torch.tensor([steps]), self.decoding.length_penalty,
                                              self.decoding.alpha)[0]) if beam else 1.0
-            out[i] = ForcedScore(log_prob, steps, log_prob / lp, complete)
+            out[i] = ForcedScore(log_prob, steps, log_prob / lp, complete, end)
         return out
 
     # ------------------------------------------------------------------------------------------
