@@ -32,11 +32,7 @@ import io
 import json
 import os
 import random
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import zipfile
@@ -44,6 +40,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from server_process import ServerProcess  # noqa: E402
 
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 TYPES = ('<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/'
@@ -83,68 +82,6 @@ def glossary_request(terms_per_text: int, texts: int = 8, terms: int = 256, beam
     body = [" ".join(glossary[(k * terms_per_text + j) % terms]["source"] for j in range(terms_per_text))
             for k in range(texts)]
     return {"text": body, "beam_size": beam_size, "glossary": glossary}
-
-
-def peak_rss_mb(pid: int) -> float:
-    """The process's peak resident memory (VmHWM), in MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmHWM for process {pid}")
-
-
-def folder_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-
-
-class Server:
-    """``transformer serve RUN_DIR --threads 1 OPTIONS`` on a free port, its store in a folder of its own."""
-
-    def __init__(self, run_dir: Path, options: list[str], pythonpath: str | None = None) -> None:
-        with __import__("socket").socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.tmp = Path(tempfile.mkdtemp(prefix="serve-hostile-"))
-        env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(self.tmp))
-        if pythonpath:
-            env["PYTHONPATH"] = pythonpath
-        self.log = open(self.tmp / "server.log", "w")
-        # Run from its own folder: python -m imports the package of the working directory first.
-        self.proc = subprocess.Popen([sys.executable, "-m", "transformer.cli", "serve", str(run_dir.resolve()),
-                                      "--port", str(self.port), "--threads", "1", *options], stdout=self.log,
-                                     stderr=subprocess.STDOUT, env=env, cwd=self.tmp)
-        deadline = time.monotonic() + 180
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited with {self.proc.returncode}: "
-                                   f"{(self.tmp / 'server.log').read_text()[-2000:]}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("the server did not answer within 180 s")
-            time.sleep(0.3)
-
-    def store_bytes(self) -> int:
-        """Bytes in the download store's folders (the server's temporary folder, its log left out)."""
-        return sum(folder_bytes(p) for p in self.tmp.glob("transformer-serve-files-*"))
-
-    def stop(self) -> tuple[float, str]:
-        """Peak RSS (MB), then SIGTERM (SIGKILL after 60 s); the server's log."""
-        peak = peak_rss_mb(self.proc.pid)
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
-        log = (self.tmp / "server.log").read_text()
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        return peak, log
 
 
 class Probe:
@@ -240,7 +177,7 @@ def row4(url: str, count: int = 60) -> dict:
             "retry_after": sorted({a[1] for a in answers if a[0] == 503}), "seconds": time.monotonic() - start}
 
 
-def row5(url: str, server: Server, count: int = 100) -> dict:
+def row5(url: str, server: ServerProcess, count: int = 100) -> dict:
     data = textless_docx()
     start = time.monotonic()
     with httpx.Client(timeout=600) as client:
@@ -258,14 +195,17 @@ def replay(run_dir: Path, rows: list[int], *, pythonpath: str | None = None,
     """Each row against a server of its own; its figures, the server's peak RSS and log's tail."""
     results = {}
     for row in rows:
-        server = Server(run_dir, (options or {}).get(row, []), pythonpath)
+        env = {"OMP_NUM_THREADS": "1", **({"PYTHONPATH": pythonpath} if pythonpath else {})}
+        server = ServerProcess(run_dir, ["--threads", "1", *(options or {}).get(row, [])], env=env)
         load_before = os.getloadavg()
         try:
             probe = Probe(server.url)
             result = ROWS[row](server.url, server) if row == 5 else ROWS[row](server.url)
             result.update(probe.stop())
         finally:
-            peak, log = server.stop()
+            peak = server.peak_rss_mb()
+            server.stop(grace=60)
+            log = server.log()
         result["seconds"] = round(result["seconds"], 1)
         result.update(peak_rss_mb=round(peak), loadavg=[round(x, 1) for x in load_before],
                       traceback_in_log="Traceback" in log, log_tail=log[-600:])

@@ -30,8 +30,6 @@ import gzip
 import json
 import os
 import signal
-import socket
-import subprocess
 import sys
 import secrets
 import tempfile
@@ -40,6 +38,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from server_process import ServerProcess  # noqa: E402
 
 
 def read_sentences(path: str | None, n: int = 2000) -> list[str]:
@@ -53,49 +54,6 @@ def read_sentences(path: str | None, n: int = 2000) -> list[str]:
     if not lines:
         raise SystemExit(f"{path}: no sentences")
     return lines[:n]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """``transformer serve`` in a subprocess on 127.0.0.1."""
-
-    def __init__(self, run_dir: str, *options: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "transformer.cli", "serve", run_dir, "--host", "127.0.0.1",
-             "--port", str(self.port), "--log-level", "warning", *options],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 120
-        while True:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"the server exited with {self.proc.returncode}: {self.proc.stderr.read()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                self.proc.kill()
-                raise SystemExit("the server did not start within 120 s")
-            time.sleep(0.25)
-
-    def health(self) -> dict:
-        return httpx.get(self.url + "/health", timeout=10).json()["batching"]
-
-    def stop(self) -> int:
-        """SIGTERM; the exit status (0 expected)."""
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -151,7 +109,7 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float, bea
     return result
 
 
-def reloader(server: Server, run: str | None, key: str):
+def reloader(server: ServerProcess, run: str | None, key: str):
     """The reload of ``--reload-after``: ``POST /admin/reload`` to ``run``, or SIGHUP without one."""
     async def reload() -> dict:
         if run is None:
@@ -233,7 +191,7 @@ def main() -> int:
         from transformer.serve.limits import ServeLimits
 
         args.max_batch_size = cuda_decoding.SERVE_BATCH_SIZE if args.device == "cuda" else ServeLimits().max_batch_size
-    common = ["--beam", str(args.beam), "--batch-wait-ms", str(args.batch_wait_ms), "--device", args.device,
+    common = ["--log-level", "warning", "--beam", str(args.beam), "--batch-wait-ms", str(args.batch_wait_ms), "--device", args.device,
               "--precision", args.precision]
     key = secrets.token_urlsafe(24)
     key_file = None
@@ -249,14 +207,14 @@ def main() -> int:
 
     for mode in modes:
         size = args.max_batch_size if mode == "dynamic" else 1
-        server = Server(args.run_dir, *common, "--max-batch-size", str(size), "--max-queue", str(4 * args.clients))
+        server = ServerProcess(args.run_dir, [*common, "--max-batch-size", str(size), "--max-queue", str(4 * args.clients)])
         try:
             asyncio.run(load(server.url, sentences, min(args.clients, 4), 2.0, args.beam))  # warm-up
-            before = server.health()
+            before = server.health()["batching"]
             reload = None if args.reload_after is None else (args.reload_after,
                                                              reloader(server, args.reload_run, key))
             result = asyncio.run(load(server.url, sentences, args.clients, args.seconds, args.beam, reload))
-            after = server.health()
+            after = server.health()["batching"]
         finally:
             result_exit = server.stop()
         batches = after["batches"] - before["batches"]
@@ -271,8 +229,8 @@ def main() -> int:
                   f"model version {result['versions']}", flush=True)
 
     if args.overload_requests:
-        server = Server(args.run_dir, *common, "--max-batch-size", str(args.max_batch_size),
-                        "--max-queue", str(args.overload_queue))
+        server = ServerProcess(args.run_dir, [*common, "--max-batch-size", str(args.max_batch_size),
+                                                "--max-queue", str(args.overload_queue)])
         try:
             over = asyncio.run(burst(server.url, sentences, args.overload_requests, args.beam))
         finally:

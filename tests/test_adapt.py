@@ -71,6 +71,14 @@ def test_an_adaptation_that_passes_the_gate_is_written(base, memory, tmp_path, c
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adapted"]  # no temporary directory left
 
 
+def test_steps_decide_however_few_entries_there_are(base, memory, tmp_path, cli):
+    # 38 entries and as many replayed pairs are a few batches an epoch: ten epochs end before 80 steps
+    options = [*QUICK[2:], "--steps", "80"]
+    status, stdout, err = cli("adapt", base, "--tm", memory, "--out", tmp_path / "adapted", *options, *ALWAYS)
+    assert status == 0, err
+    assert "trained 80 steps" in stdout
+
+
 def test_an_adaptation_that_is_not_better_leaves_nothing(base, memory, tmp_path, cli):
     status, stdout, err = cli("adapt", base, "--tm", memory, "--out", tmp_path / "adapted", *QUICK, *NEVER)
     assert status == EXIT_NOT_BETTER

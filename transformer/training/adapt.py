@@ -173,7 +173,8 @@ def adapt_command(args: argparse.Namespace) -> int:
         settings = [f"data.src_lang={src}", f"data.tgt_lang={tgt}", f"data.max_tokens={data.max_tokens}",
                     f"data.max_len={data.max_len}", f"data.valid_src={valid_src}", f"data.valid_tgt={valid_tgt}",
                     f"train.init_from={Path(args.run_dir).resolve()}", f"train.max_steps={args.steps}",
-                    "train.eval_sentences=0"]
+                    # an epoch is a step at least: --steps decides, however few entries there are
+                    f"train.epochs={args.steps}", "train.eval_sentences=0"]
         if args.replay > 0 and replay:
             settings.append(f"data.mix={memory_tsv}:1,{_write_tsv(files / 'replay.tsv', replay)}:{args.replay:g}")
         else:
