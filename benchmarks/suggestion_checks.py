@@ -135,8 +135,8 @@ def main() -> None:
     if (translator.src_lang, translator.tgt_lang) != ("fr", "en"):
         sys.exit(f"{args.run_dir} translates {translator.src_lang} -> {translator.tgt_lang}; this benchmark needs fr -> en")
     rng = random.Random(args.seed)
-    good, bad = plant(read_tatoeba(tatoeba.parent), (read_lines(multi30k / "val.fr.gz"),
-                                                     read_lines(multi30k / "val.de.gz")), args.limit, rng)
+    pairs = read_tatoeba(tatoeba.parent)
+    good, bad = plant(pairs, (read_lines(multi30k / "val.fr.gz"), read_lines(multi30k / "val.de.gz")), args.limit, rng)
     mt = [i for i, (kind, _, _) in enumerate(bad) if kind == "machine translation"]
     for i, text in zip(mt, translator.translate([bad[i][1] for i in mt])):
         bad[i] = (bad[i][0], bad[i][1], text)
@@ -146,7 +146,7 @@ def main() -> None:
     thresholds = Thresholds()
     items = [("good", s, t) for s, t in good] + bad
     # the relevance check's other sentences: as a server's memory gives them, sources of other entries
-    contrast = [fr for fr, _ in rng.sample(read_tatoeba(tatoeba.parent)[-10000:], CONTRAST_SOURCES)]
+    contrast = [fr for fr, _ in rng.sample(pairs[-10000:], CONTRAST_SOURCES)]
     verdicts = []
     start_cpu, start = time.process_time(), time.perf_counter()
     with tempfile.TemporaryDirectory() as folder, TranslationMemory(os.path.join(folder, "memory.db")) as memory:

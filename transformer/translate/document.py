@@ -134,12 +134,12 @@ def translate_lines(translator: SentenceTranslator, lines: Sequence[str], *, lan
         if not isinstance(line, str):
             raise TypeError(f"line {first_line + i} is {type(line).__name__}, not str")
     lang = lang or translator.src_lang
+    whole = kept_whole(translator)
     documents, codes = [], []
     for i, line in enumerate(lines):
         match = _LANGUAGE_CODE.match(line)
         code, rest = (match.group(1) + " ", line[match.end():]) if match else ("", line)
-        documents.append(segment_text(rest, (line_langs[i] if line_langs is not None else None) or lang,
-                                      whole=kept_whole(translator)))
+        documents.append(segment_text(rest, (line_langs[i] if line_langs is not None else None) or lang, whole=whole))
         codes.append(code)
     items = [(s.text, f"line {first_line + i}", code) for i, (d, code) in enumerate(zip(documents, codes))
              for s in d.segments]
