@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import gzip
-import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from work_helpers import python_lines
 
 from transformer import data
 from transformer.data import Batch, FilterStats, TokenBudgetBatches, filter_examples, make_batch
@@ -246,13 +246,14 @@ def _random_grouping_padding(examples, tb: TokenBudgetBatches) -> float:
     return 1 - real / padded
 
 
-def test_batching_29k_examples_is_fast() -> None:
+def test_batching_takes_a_few_python_steps_per_example() -> None:
+    """Grouping, cutting and padding are array operations per batch; what runs example by example in
+    Python is only reading its two lengths and gathering its ids into its batch. Counted in executed
+    Python lines, not seconds, so a loaded machine cannot fail it; a cut or a padding that loops over
+    the examples in Python runs more."""
     examples = realistic_examples(29_000)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        t0 = time.perf_counter()
-        tb = make_batches(examples, max_tokens=4096)
-        batches = list(tb)
-        elapsed = time.perf_counter() - t0
+        lines, batches = python_lines(lambda: list(make_batches(examples, max_tokens=4096)))
     assert sum(len(b) for b in batches) == 29_000
-    assert elapsed < 0.5, f"grouping + building {len(batches)} batches took {elapsed:.2f}s"
+    assert lines <= 8 * 29_000, f"grouping + building {len(batches)} batches ran {lines / 29_000:.1f} lines per example"
