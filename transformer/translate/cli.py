@@ -86,6 +86,7 @@ def _settings(args: argparse.Namespace) -> dict:
             "precision": args.precision,
             "glossary": _file_stamp(args.glossary), "scores": args.scores,
             "tm": str(Path(args.tm).resolve()) if args.tm else None, "tm_threshold": args.tm_threshold,
+            "tm_constraints": args.tm_constraints,
             **{name: getattr(args, name) for name in DECODING_ARGUMENTS}}
 
 
@@ -152,14 +153,15 @@ def _with_memory(translator: Translator, args: argparse.Namespace):  # -> Transl
     ``args.memory`` for the JSON records; the translator itself without it."""
     args.memory = None
     if not args.tm:
-        if args.tm_threshold is not None:
-            raise UserError("--tm-threshold is for --tm PATH, a translation memory")
+        for given, option in ((args.tm_threshold is not None, "--tm-threshold"), (args.tm_constraints, "--tm-constraints")):
+            if given:
+                raise UserError(f"{option} is for --tm PATH, a translation memory")
         return translator
     from transformer.translate.tm import memory_translator
 
     source = args.src_lang if args.src_lang != AUTO else None
     args.memory = memory_translator(translator, args.tm, source_lang=source, threshold=args.tm_threshold,
-                                    fuzzy=args.json)
+                                    fuzzy=args.json, constraints=args.tm_constraints)
     return args.memory
 
 

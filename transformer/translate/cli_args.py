@@ -137,8 +137,12 @@ def register_translate_command(sub: argparse._SubParsersAction) -> None:
                    "--json marks it (memory: the entry's id and similarity 1.0) and gives the other sentences' fuzzy "
                    "matches as memory_alternatives; standard error says how many sentences came from the memory")
     p.add_argument("--tm-threshold", type=float, default=None, metavar="SIMILARITY",
-                   help="the lowest similarity of a fuzzy match that --json shows, above 0 and at most 1 (default: "
-                   "0.75; 1: none)")
+                   help="the lowest similarity of a fuzzy match that --json shows (and --tm-constraints uses), above "
+                   "0 and at most 1 (default: 0.75; 1: none)")
+    p.add_argument("--tm-constraints", action="store_true",
+                   help="with --tm: the words a sentence shares with its best fuzzy match are translated as that "
+                   "entry's translation has them (aligned by the model's attention; glossary terms of beam search, "
+                   "after --glossary's); --json lists them as memory_terms")
     add_glossary_argument(p)
     add_decoding_arguments(p)
     p.set_defaults(handler="transformer.translate.cli:translate_command")

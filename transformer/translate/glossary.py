@@ -177,6 +177,18 @@ class Glossary:
             if len(positions) > 1:
                 positions.sort(key=lambda i: -len(self._keys[i]))  # stable: of two as long, the first given
 
+    def extended(self, terms: Iterable[Term]) -> "Glossary":
+        """A new glossary of this one's terms, then those of ``terms`` whose source it does not
+        have yet (matched as sentences are: the first of two alike wins, with no conflict)."""
+        keys = set(self._keys)
+        added = []
+        for term in terms:
+            key = _canonical(term.source)
+            if key and key not in keys:
+                keys.add(key)
+                added.append(term)
+        return Glossary([*self._terms, *added], name=self.name) if added else self
+
     def _where(self, term: Term) -> str:
         """Where a message about ``term`` points: ``terms.tsv:7``, or the glossary's name."""
         return f"{self.name}:{term.line}" if term.line is not None else self.name
@@ -405,3 +417,14 @@ def _check_sides(source: str, target: str, where: str) -> None:
         if not value:
             raise GlossaryError(f"{where}: empty {side} term")
         _check_term(value, side, where)
+
+
+def per_text(glossary, count: int) -> list[Glossary]:
+    """One glossary per text of ``count``: ``glossary`` is a :class:`Glossary`, a dict or
+    ``(source, target)`` pairs (the same for every text), or a list of one :class:`Glossary` per
+    text (a term base's entries for each segment)."""
+    if isinstance(glossary, list) and glossary and all(isinstance(g, Glossary) for g in glossary):
+        if len(glossary) != count:
+            raise ValueError(f"one glossary per text: {len(glossary)} glossaries for {count} texts")
+        return list(glossary)
+    return [glossary if isinstance(glossary, Glossary) else Glossary.from_pairs(glossary)] * count

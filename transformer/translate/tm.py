@@ -9,7 +9,8 @@ Every way a text is translated (lines, documents, HTML, files) hands its sentenc
 translator's ``translate_n_best`` and reads them back through ``detokenize``, so the memory
 serves them all. Sentences that are not found may have fuzzy matches (entries whose sources are
 at least ``threshold`` alike): they are kept, with their similarity, for the outputs that show
-alternatives (``--json``).
+alternatives (``--json``), and with ``constraints`` the words a sentence shares with its best
+match become glossary terms of its translation (:mod:`transformer.translate.tm_terms`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from transformer.decoding import Hypothesis
 from transformer.errors import UserError
 from transformer.memory import Entry, Match, TMBusyError, TMError, TranslationMemory
 from transformer.memory.text import language_code
+from transformer.translate.glossary import Term, per_text
+from transformer.translate.tm_terms import memory_terms, users_unmet, with_memory_terms
 
 DEFAULT_THRESHOLD = 0.75  # TranslationMemory.search's min_similarity (docs/memory.md)
 
@@ -44,19 +47,27 @@ class MemoryTranslator:
         source_lang: the language of the sentences given.
         target_lang: the language of the translations wanted.
         threshold: the lowest similarity of a fuzzy match kept (0 to 1); ``None``: no fuzzy search.
+        constraints: the terms a text shares with its best fuzzy match are constraints of its
+            translation, after the glossary's own (beam search only; the translator's other
+            strategies search without them).
 
     After each ``translate_n_best`` call, :attr:`found` holds the entry of each text served from
-    the memory and :attr:`matches` the fuzzy matches of the others (texts as given), and
-    :attr:`served` and :attr:`sentences` count the texts served and given since the start.
+    the memory, :attr:`matches` the fuzzy matches of the others and :attr:`terms` the memory's
+    terms each was translated with (texts as given), and :attr:`served` and :attr:`sentences`
+    count the texts served and given since the start. A memory term the search could not place
+    is not named in ``Hypothesis.unmet``, which names the glossary's terms alone.
     """
 
     def __init__(self, translator, memory: TranslationMemory, source_lang: str, target_lang: str, *,
-                 threshold: float | None = DEFAULT_THRESHOLD) -> None:
+                 threshold: float | None = DEFAULT_THRESHOLD, constraints: bool = False) -> None:
+        if constraints and threshold is None:
+            raise ValueError("memory constraints come from fuzzy matches: give a threshold")
         self.translator, self.memory = translator, memory
         self.source_lang, self.target_lang = source_lang, target_lang
-        self.threshold = threshold
+        self.threshold, self.constraints = threshold, constraints
         self.found: dict[str, Entry] = {}
         self.matches: dict[str, list[Match]] = {}
+        self.terms: dict[str, list[tuple[Term, Entry]]] = {}
         self.served = self.sentences = 0
 
     def __getattr__(self, name: str):
@@ -79,12 +90,12 @@ class MemoryTranslator:
     def translate_n_best(self, texts: Iterable[str], **options) -> list[list[Hypothesis]]:
         """As the translator's, the texts found in the memory answered by their entries alone."""
         texts = list(texts)
-        self.found, self.matches = {}, {}
+        self.found, self.matches, self.terms = {}, {}, {}
         entries = [self._lookup(text) if isinstance(text, str) else None for text in texts]
         todo = [i for i, entry in enumerate(entries) if entry is None]
         results: list[list[Hypothesis]] = [[] for _ in texts]
         if todo:
-            for i, hyps in zip(todo, self.translator.translate_n_best([texts[i] for i in todo], **options)):
+            for i, hyps in zip(todo, self._translate([texts[i] for i in todo], options)):
                 results[i] = hyps
         for i, entry in enumerate(entries):
             if entry is not None:
@@ -92,6 +103,22 @@ class MemoryTranslator:
                 results[i] = [MemoryHypothesis([], 0.0, text=entry.target, entry=entry)]
         self.sentences += sum(1 for text in texts if isinstance(text, str) and text.strip())
         self.served += len(texts) - len(todo)
+        return results
+
+    def _translate(self, texts: list[str], options: dict) -> list[list[Hypothesis]]:
+        """The model's hypotheses of ``texts``, with the memory's terms where ``constraints`` asks."""
+        matches = [self.matches[text][0] if self.matches.get(text) else None for text in texts]
+        if not self.constraints or self.translator.decoding.strategy != "beam" or not any(matches):
+            return self.translator.translate_n_best(texts, **options)
+        users = per_text(options.get("glossary"), len(texts)) if options.get("glossary") is not None else [None] * len(texts)
+        found = memory_terms(self.translator, texts, matches)
+        searched = [with_memory_terms(user, terms) for user, terms in zip(users, found)]
+        results = self.translator.translate_n_best(texts, **{**options, "glossary": searched})
+        for text, hyps, user, terms, glossary, match in zip(texts, results, users, found, searched, matches):
+            if terms:
+                in_text = glossary.matches(text)
+                users_unmet(hyps, in_text, user.matches(text) if user is not None else [])
+                self.terms[text] = [(term, match.entry) for term in in_text if term in terms]
         return results
 
     def detokenize(self, hypothesis: Hypothesis) -> str:
@@ -103,8 +130,8 @@ class MemoryTranslator:
         """What the last call found for ``text`` (as given to it), for a JSON record: ``memory``
         (the entry's id and similarity 1.0) where the memory gave its translation, else
         ``memory_alternatives`` (its fuzzy matches: text, similarity, the entry's id and source)
-        where it has some; {} otherwise."""
-        return memory_notes(self.found.get(text), self.matches.get(text, ()))
+        and ``memory_terms`` (the terms it was translated with) where it has some; {} otherwise."""
+        return memory_notes(self.found.get(text), self.matches.get(text, ()), self.terms.get(text, ()))
 
     def summary(self) -> str:
         return (f"{self.served} of {self.sentences} sentence{'s' * (self.sentences != 1)} from the translation "
@@ -143,30 +170,43 @@ def holds(memory: TranslationMemory, line: str, source_lang: str, target_lang: s
         return False
 
 
-def memory_notes(entry: Entry | None, matches: Iterable[Match] = ()) -> dict:
+def memory_notes(entry: Entry | None, matches: Iterable[Match] = (),
+                 terms: Iterable[tuple[Term, Entry]] = ()) -> dict:
     """What a JSON record says of a sentence's lookup: ``memory`` (the entry's id and similarity
     1.0) where ``entry`` gave its translation, else ``memory_alternatives`` (the fuzzy ``matches``:
-    text, similarity, the entry's id and source) where there are some; {} otherwise."""
+    text, similarity, the entry's id and source) where there are some, and ``memory_terms`` (the
+    ``terms`` its translation was searched with: source, target and the entry's id) where there
+    are some; {} otherwise."""
     if entry is not None:
         return {"memory": {"id": entry.id, "similarity": 1.0}}
+    notes = {}
     if matches := list(matches):
-        return {"memory_alternatives": [{"text": m.entry.target, "similarity": round(m.similarity, 4),
-                                         "id": m.entry.id, "source": m.entry.source} for m in matches]}
-    return {}
+        notes["memory_alternatives"] = [{"text": m.entry.target, "similarity": round(m.similarity, 4),
+                                         "id": m.entry.id, "source": m.entry.source} for m in matches]
+    if terms := list(terms):
+        notes["memory_terms"] = [{"source": term.source, "target": term.target, "id": entry.id}
+                                 for term, entry in terms]
+    return notes
 
 
 def memory_translator(translator, path: str, *, source_lang: str | None, threshold: float | None,
-                      fuzzy: bool) -> MemoryTranslator:
+                      fuzzy: bool, constraints: bool = False) -> MemoryTranslator:
     """``translator`` in front of the memory at ``path``, which must exist (a lookup never creates
-    one): its pair is ``source_lang`` (default: the run's) to the run's target language.
+    one): its pair is ``source_lang`` (default: the run's) to the run's target language. ``fuzzy``:
+    fuzzy matches are searched for; ``constraints``: their shared terms constrain the translations
+    (searched for either way).
 
     Raises:
-        UserError: no memory there, a bad threshold, or a run that names no languages.
+        UserError: no memory there, a bad threshold, constraints without beam search, or a run
+            that names no languages.
         TMError: a file that is not a translation memory (damaged, another application's).
     """
     threshold = DEFAULT_THRESHOLD if threshold is None else threshold
     if not 0 < threshold <= 1:
         raise UserError(f"--tm-threshold must be a similarity above 0 and at most 1, got {threshold}")
+    if constraints and translator.decoding.strategy != "beam":
+        raise UserError(f"--tm-constraints puts the memory's terms in the translation by beam search; "
+                        f"{translator.decoding.strategy} decoding cannot (use beam search, e.g. --beam 4)")
     if not Path(path).exists():
         raise UserError(f"no translation memory at {path}: `transformer tm import FILE --tm {path} --src-lang CODE "
                         "--tgt-lang CODE` makes one")
@@ -176,4 +216,5 @@ def memory_translator(translator, path: str, *, source_lang: str | None, thresho
                         f"{'source' if not source else 'target'} language (data.src_lang, data.tgt_lang)"
                         + (": give --src-lang CODE" if not source else ""))
     pair = language_code(source, "source language"), language_code(target, "target language")
-    return MemoryTranslator(translator, TranslationMemory(path), *pair, threshold=threshold if fuzzy else None)
+    return MemoryTranslator(translator, TranslationMemory(path), *pair, threshold=threshold if fuzzy or constraints else None,
+                            constraints=constraints)

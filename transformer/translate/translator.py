@@ -265,14 +265,9 @@ class Translator:
         text (a term base's entries for each segment, as terminology test sets give them)."""
         if glossary is None:
             return [[] for _ in texts]
-        from transformer.translate.glossary import Glossary
+        from transformer.translate.glossary import per_text
 
-        if isinstance(glossary, list) and glossary and all(isinstance(g, Glossary) for g in glossary):
-            if len(glossary) != len(texts):
-                raise ValueError(f"one glossary per text: {len(glossary)} glossaries for {len(texts)} texts")
-            glossaries = glossary
-        else:
-            glossaries = [glossary if isinstance(glossary, Glossary) else Glossary.from_pairs(glossary)] * len(texts)
+        glossaries = per_text(glossary, len(texts))
         found = [g.matches(text) for g, text in zip(glossaries, texts)]
         limit = int(self.decoding.max_len_a * self.max_input_tokens + self.decoding.max_len_b)
         counted: dict[str, int] = {}
