@@ -39,19 +39,21 @@ def test_a_glossary_search_nobody_waits_for_stops_and_frees_the_model(translator
     steps = []
     logits = beam._Rows.logits
 
-    def slow(self):  # 50 ms a decoder step: the long search takes 60 steps, 3 s
+    def slow(self):  # 100 ms a decoder step: the long search takes 60 steps, 6 s
         steps.append(time.monotonic())
-        time.sleep(0.05)
+        time.sleep(0.1)
         return logits(self)
 
     monkeypatch.setattr(beam._Rows, "logits", slow)
-    app = create_app(translator, ServeLimits(timeout_s=0.5, max_output_tokens=60), src_lang="fr", tgt_lang="en")
+    # The 2 s timeout ends the long search well before its 6 s and leaves the short one (3 steps) ample
+    # time on a slow machine, unless it has to wait out the long search's last 4 s.
+    app = create_app(translator, ServeLimits(timeout_s=2, max_output_tokens=60), src_lang="fr", tgt_lang="en")
     with TestClient(app) as client:
         long = {"text": "le chat noir est étudiant", "beam_size": 4, "max_length": 60, "glossary": TERMS}
         assert_error(client.post("/v1/translate", json=long), 503, "timeout")
         gave_up = time.monotonic()
         short = client.post("/v1/translate", json={"text": "le chat", "beam_size": 2, "max_length": 3})
-        assert short.status_code == 200, short.text  # the model was free for it within its 0.5 s
+        assert short.status_code == 200, short.text  # the model was free for it within its 2 s
         stopped = [t for t in steps if t > gave_up]
         assert len(stopped) <= 3 + 2, f"{len(stopped)} decoder steps after the request gave up"
         assert app.state.batcher.health()["cancelled_calls"] == 1
