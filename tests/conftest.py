@@ -175,3 +175,22 @@ def model_calls(monkeypatch):
 
     monkeypatch.setattr(Translator, "translate_n_best", spy)
     return calls
+
+
+@pytest.fixture
+def word_for_word(monkeypatch):
+    """The translation memory's alignment (transformer/translate/tm_terms.py) as a good model gives
+    it for sentences translated word for word: each target word translates the source word at its
+    place. Gives the ``(source, target)`` pairs it was asked to align."""
+    import numpy as np
+
+    from transformer.translate import tm_terms
+
+    asked = []
+
+    def aligned(translator, pairs):
+        asked.extend(pairs)
+        return [np.eye(len(target.split()), len(source.split())) + 0.01 for source, target in pairs]
+
+    monkeypatch.setattr(tm_terms, "word_matrices", aligned)
+    return asked

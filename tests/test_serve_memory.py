@@ -326,8 +326,9 @@ def serve_args(*argv):
 
 
 def test_the_command_line_refuses_what_cannot_work(tmp_path, memory_path):
-    with pytest.raises(UserError, match="are for --tm PATH"):
-        server_memory(serve_args("--tm-auto-accept"))
+    for option in ("--tm-auto-accept", "--tm-constraints"):
+        with pytest.raises(UserError, match="are for --tm PATH"):
+            server_memory(serve_args(option))
     with pytest.raises(UserError, match="no translation memory at"):
         server_memory(serve_args("--tm", str(tmp_path / "missing.db")))
     with pytest.raises(UserError, match="give one"):
@@ -338,5 +339,8 @@ def test_the_command_line_refuses_what_cannot_work(tmp_path, memory_path):
     with pytest.raises(UserError, match="not a translation memory"):
         server_memory(serve_args("--tm", str(tmp_path / "junk.db")))
     opened = server_memory(serve_args("--tm", str(memory_path), "--tm-auto-accept", "--tm-suggest-limit", "3"))
-    assert opened.auto_accept and opened.suggestions_per_minute == 3
+    assert opened.auto_accept and opened.suggestions_per_minute == 3 and not opened.constraints
+    opened.close()
+    opened = server_memory(serve_args("--tm", str(memory_path), "--tm-constraints"))
+    assert opened.constraints
     opened.close()

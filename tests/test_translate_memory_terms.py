@@ -16,7 +16,6 @@ import torch
 
 from transformer.decoding import Hypothesis
 from transformer.memory import TranslationMemory
-from transformer.translate import tm_terms
 from transformer.translate.glossary import Glossary, Term
 from transformer.translate.tm_terms import _phrase_terms, memory_terms, users_unmet, with_memory_terms, word_matrices
 
@@ -138,19 +137,6 @@ def memory(tmp_path):
     with TranslationMemory(path) as store:
         entry = store.add(*ENTRY, "fr", "en", origin="reviewer", status="accepted")
     return path, entry.id
-
-
-@pytest.fixture
-def word_for_word(monkeypatch):
-    """The alignment a good model gives ENTRY: each word translates the word at its place."""
-    asked = []
-
-    def aligned(translator, pairs):
-        asked.extend(pairs)
-        return [np.eye(len(target.split()), len(source.split())) + 0.01 for source, target in pairs]
-
-    monkeypatch.setattr(tm_terms, "word_matrices", aligned)
-    return asked
 
 
 def translate(cli, run_dir, *argv: str):

@@ -79,9 +79,10 @@ def server_memory(args: argparse.Namespace):
     from transformer.translate.tm import DEFAULT_THRESHOLD
 
     if args.tm is None:
-        if args.tm_threshold is not None or args.tm_auto_accept or args.tm_suggest_limit is not None:
-            raise UserError("--tm-threshold, --tm-auto-accept and --tm-suggest-limit are for --tm PATH, a translation "
-                            "memory")
+        if (args.tm_threshold is not None or args.tm_auto_accept or args.tm_suggest_limit is not None
+                or args.tm_constraints):
+            raise UserError("--tm-threshold, --tm-auto-accept, --tm-suggest-limit and --tm-constraints are for --tm "
+                            "PATH, a translation memory")
         return None
     if args.suggestions:
         raise UserError("--suggestions and --tm both take /suggest's suggestions: give one (with --tm they become "
@@ -96,7 +97,8 @@ def server_memory(args: argparse.Namespace):
     except TMError as err:
         raise UserError(f"--tm: {err}") from None
     try:
-        return ServerMemory(opened, threshold, auto_accept=args.tm_auto_accept, suggestions_per_minute=limit)
+        return ServerMemory(opened, threshold, auto_accept=args.tm_auto_accept, suggestions_per_minute=limit,
+                            constraints=args.tm_constraints)
     except UserError:
         opened.close()
         raise

@@ -10,7 +10,9 @@ with it:
   entry whose source is the sentence, once whitespace is normalised, is its translation, and the
   model translates only the others; the fuzzy matches of those others come back as
   ``memory_alternatives`` (:meth:`ServerMemory.recall`, used by
-  :class:`~transformer.serve.service.TranslationService`);
+  :class:`~transformer.serve.service.TranslationService`), and with ``constraints`` the phrases
+  each shares with its best match are glossary terms of the request's search
+  (:func:`~transformer.translate.tm_terms.memory_terms`, the service's ``memory_terms``);
 * ``POST /suggest`` (:meth:`ServerMemory.suggest`): a suggestion is checked
   (:func:`~transformer.translate.suggestion_checks.check_suggestion`, the model's parts waiting
   their turn on the service's batcher) and, when it passes, kept as a pending entry (accepted at
@@ -32,6 +34,7 @@ from transformer.errors import UserError
 from transformer.memory import Entry, Match, TMBusyError, TranslationMemory
 from transformer.memory.records import identity
 from transformer.serve.access import AccessPolicy, KeyRing
+from transformer.translate.glossary import Term
 from transformer.translate.suggestion_checks import Refusal, Thresholds, check_suggestion
 from transformer.translate.tm import DEFAULT_THRESHOLD, holds, memory_notes, recall
 
@@ -44,14 +47,16 @@ log = logging.getLogger("uvicorn.error")
 @dataclass(frozen=True)
 class Recalled:
     """What the memory holds for one sentence: the accepted entry that is its translation, or
-    the fuzzy matches of a sentence without one (best first)."""
+    the fuzzy matches of a sentence without one (best first) and the terms it shares with the
+    best (with ``--tm-constraints``)."""
 
     entry: Entry | None = None
     matches: tuple[Match, ...] = ()
+    terms: tuple[Term, ...] = ()
 
     def notes(self) -> dict[str, Any]:
-        """The sentence's ``memory`` or ``memory_alternatives`` fields ({} for neither)."""
-        return memory_notes(self.entry, self.matches)
+        """The sentence's ``memory`` or ``memory_alternatives`` and ``memory_terms`` fields ({} for none)."""
+        return memory_notes(self.entry, self.matches, [(term, self.matches[0].entry) for term in self.terms])
 
 
 NOTHING = Recalled()
@@ -75,6 +80,8 @@ class ServerMemory:
         auto_accept: a suggestion that passes every check is accepted at once, not left pending.
         suggestions_per_minute: suggestions one API key (or, without one, one address) may send a minute.
         thresholds: the suggestion checks' thresholds (their documented defaults).
+        constraints: the phrases a sentence shares with its best fuzzy match are glossary terms
+            of its translation (beam search only).
     """
 
     memory: TranslationMemory
@@ -82,6 +89,7 @@ class ServerMemory:
     auto_accept: bool = False
     suggestions_per_minute: int = SUGGESTIONS_PER_MINUTE
     thresholds: Thresholds = field(default_factory=Thresholds)
+    constraints: bool = False
     _rate: KeyRing = field(init=False, repr=False)
     counts: Counter = field(default_factory=Counter, init=False, repr=False)
     _warned_at: float = field(default=float("-inf"), init=False, repr=False)
@@ -89,6 +97,8 @@ class ServerMemory:
     def __post_init__(self) -> None:
         if self.threshold is not None and not 0 < self.threshold <= 1:
             raise UserError(f"--tm-threshold must be a similarity above 0 and at most 1, got {self.threshold}")
+        if self.constraints and self.threshold is None:
+            raise UserError("--tm-constraints takes the terms of fuzzy matches: give --tm-threshold a similarity")
         if self.suggestions_per_minute < 1:
             raise UserError(f"--tm-suggest-limit must be >= 1, got {self.suggestions_per_minute}")
         # A ring of its own: suggestions are counted apart from translations, per sender identity.

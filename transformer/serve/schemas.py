@@ -104,6 +104,10 @@ class SentenceTranslation(BaseModel):
                                                          "with a translation memory, for a sentence the model "
                                                          "translated: the accepted entries whose sources are most "
                                                          "like it (from --tm-threshold up), best first")
+    memory_terms: list[MemoryTerm] = Field(default_factory=list, description="only on a server with "
+                                           "--tm-constraints, for a sentence the model translated by beam search: "
+                                           "the phrases it shares with its best fuzzy match and the words of that "
+                                           "entry's translation they were translated as")
 
 
 class MemoryEntry(BaseModel):
@@ -121,6 +125,14 @@ class MemoryAlternative(BaseModel):
                               "(rapidfuzz's ratio of the normalised texts)")
     id: int = Field(description="the entry's id")
     source: str = Field(description="the entry's source")
+
+
+class MemoryTerm(BaseModel):
+    """A phrase a sentence shares with its best fuzzy match, a glossary term of its translation."""
+
+    source: str = Field(description="the phrase, as the sentence has it")
+    target: str = Field(description="the words of the entry's translation aligned to it")
+    id: int = Field(description="the entry's id")
 
 
 class TextWarning(BaseModel):

@@ -13,7 +13,8 @@ server's limits, the language pair it reports and the dynamic batcher that runs 
   sentence's confidence when a request asks for it and the run is calibrated (``calibrated``);
   with a translation memory (``memory``, :mod:`transformer.serve.memory`), the sentences it holds
   accepted translations of are answered from it and only the others reach the batcher (as do
-  :meth:`~TranslationService.translate_sentences`' for files);
+  :meth:`~TranslationService.translate_sentences`' for files), with the terms they share with
+  their fuzzy matches where the memory has ``constraints``;
 * :meth:`~TranslationService.attention`: the translation of one sentence (or piece) of a text
   and every attention weight of it;
 * :meth:`~TranslationService.model_info`, :meth:`~TranslationService.health`,
@@ -63,7 +64,8 @@ from transformer.serve.limits import ServeLimits
 from transformer.serve.memory import NOTHING, Recalled, ServerMemory
 from transformer.serve.schemas import ConfidenceInfo, Decoding, ModelInfo
 from transformer.translate.calibration import attach_confidence
-from transformer.translate.glossary import Glossary, GlossaryError
+from transformer.translate.glossary import Glossary, GlossaryError, Term
+from transformer.translate.tm_terms import memory_terms, users_unmet, with_memory_terms
 from transformer.translate.pipeline import ModelOutput, Plan, per_text, plan
 from transformer.translate.translator import Translator
 from transformer.visualize.data import collect_attention, token_limit
@@ -84,6 +86,9 @@ class DecodingSettings:
             :meth:`TranslationService.glossary` checked them (empty: none).
         confidence: compute the confidence of each sentence's best hypothesis (only where the
             run is calibrated: ``TranslationService.calibrated``).
+        memory_terms: ``(source, target)`` terms from the translation memory's fuzzy matches
+            (:mod:`transformer.translate.tm_terms`), searched for after ``glossary``'s and never
+            reported missing.
     """
 
     beam_size: int
@@ -91,12 +96,21 @@ class DecodingSettings:
     max_length: int | None = None
     glossary: tuple[tuple[str, str], ...] = ()
     confidence: bool = False
+    memory_terms: tuple[tuple[str, str], ...] = ()
 
 
 @functools.lru_cache(maxsize=64)
 def _glossary(pairs: tuple[tuple[str, str], ...]) -> Glossary | None:
     """The glossary of checked ``pairs``, built once for the model calls of the requests that share them."""
     return Glossary.from_pairs(pairs) if pairs else None
+
+
+@functools.lru_cache(maxsize=64)
+def _searched_glossary(pairs: tuple[tuple[str, str], ...], memory: tuple[tuple[str, str], ...]) -> Glossary | None:
+    """The glossary a model call searches with: the request's terms, then the memory's."""
+    if not memory:
+        return _glossary(pairs)
+    return with_memory_terms(_glossary(pairs), [Term(source, target) for source, target in memory])
 
 
 @dataclass(frozen=True)
@@ -128,7 +142,8 @@ async def _off_the_loop(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T
 
 def _noted(answers: list[dict[str, Any]], recalled: list[list[Recalled]]) -> list[dict[str, Any]]:
     """Each text's sentences completed with what the memory holds for them (``memory`` where an
-    entry is the translation, ``memory_alternatives`` for fuzzy matches; nothing without)."""
+    entry is the translation, ``memory_alternatives`` for fuzzy matches and ``memory_terms`` for
+    the terms they gave; nothing without)."""
     for answer, found in zip(answers, recalled):
         for sentence, one in zip(answer["sentences"], found):
             sentence.update(one.notes())
@@ -244,10 +259,14 @@ class TranslationService:
         the length limit before it could hold it) is left out."""
         chosen = self.translator_for(settings)
         glossary = _glossary(settings.glossary)
+        searched = _searched_glossary(settings.glossary, settings.memory_terms)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # lengths were checked on arrival; nothing is cut
-            n_best = chosen.translate_n_best(texts, glossary=glossary)
+            n_best = chosen.translate_n_best(texts, glossary=searched)
             terms = chosen.glossary_terms(texts, glossary) if glossary else [[] for _ in texts]
+            if settings.memory_terms:
+                for text, hyps, found in zip(texts, n_best, terms):
+                    users_unmet(hyps, searched.matches(text), found)
             best = [hyps[0] if hyps else None for hyps in n_best]
             confidences = self._confidences(chosen, texts, best) if settings.confidence else [None] * len(texts)
         if glossary:  # after the best, only hypotheses that hold every term found are translations to offer
@@ -322,7 +341,7 @@ class TranslationService:
         await _off_the_loop(self._check_glossary, settings, planned.inputs)
         searched = self._searched(settings, alternatives)
         results, info, recalled = await self._memory_first(
-            planned, lambda inputs: self.batcher.translate(searched, inputs))
+            planned, searched, lambda how, inputs: self.batcher.translate(how, inputs))
         counts = [len(d.segments) for d in documents]
         translated, pieces = per_text(counts, planned.assemble(results)), per_text(counts, planned.spans)
         answers = [assemble(document, t, p, w, settings.n_best, alternatives, glossary=bool(settings.glossary),
@@ -330,15 +349,18 @@ class TranslationService:
                    for document, t, p, w, name in zip(documents, translated, pieces, warnings, names)]
         return _noted(answers, per_text(counts, recalled)), info
 
-    async def _memory_first(self, planned: Plan, run: Callable[[list[str]], Any]
+    async def _memory_first(self, planned: Plan, settings: DecodingSettings,
+                            run: Callable[[DecodingSettings, list[str]], Any]
                             ) -> tuple[list[ModelOutput], BatchInfo, list[Recalled]]:
         """The output of each of ``planned``'s inputs, from the translation memory where it holds
-        an accepted translation of the sentence, from ``await run(inputs)`` (the batcher) for the
-        others, how the batcher served them, and what the memory holds for each sentence. Only a
-        sentence translated whole is looked up (a piece of one is not a sentence of the memory);
-        without a memory every input goes to ``run``."""
+        an accepted translation of the sentence, from ``await run(settings, inputs)`` (the
+        batcher) for the others, how the batcher served them, and what the memory holds for each
+        sentence. Only a sentence translated whole is looked up (a piece of one is not a sentence
+        of the memory); without a memory every input goes to ``run``. With the memory's
+        ``constraints`` and beam search, the terms the sentences share with their best fuzzy
+        matches are ``settings.memory_terms`` of the request (:meth:`_memory_terms`)."""
         if self.memory is None:
-            results, info = await run(planned.inputs)
+            results, info = await run(settings, planned.inputs)
             return results, info, [NOTHING] * len(planned.sentences)
         whole = [j for j, spans in enumerate(planned.spans) if len(spans) == 1]
         found = await _off_the_loop(self.memory.recall, [planned.sentences[j] for j in whole], self.src_lang,
@@ -346,6 +368,8 @@ class TranslationService:
         recalled = [NOTHING] * len(planned.sentences)
         for j, one in zip(whole, found):
             recalled[j] = one
+        if self.memory.constraints and settings.beam_size > 1:
+            settings = await self._memory_terms(planned, settings, recalled)
         first = [0]  # each sentence's first input
         for spans in planned.spans:
             first.append(first[-1] + len(spans))
@@ -354,12 +378,34 @@ class TranslationService:
         outputs: list[ModelOutput | None] = [None] * len(planned.inputs)
         info = BatchInfo(queue_ms=0.0, compute_ms=0.0, batch_size=0, batch_requests=0, model_calls=0)
         if todo:  # the model runs only for what the memory does not hold
-            results, info = await run([planned.inputs[i] for i in todo])
+            results, info = await run(settings, [planned.inputs[i] for i in todo])
             for i, result in zip(todo, results):
                 outputs[i] = result
         for i, entry in served.items():  # an accepted translation: no model score, no confidence
             outputs[i] = ModelOutput([(entry.target, 0.0, 0.0)])
         return outputs, info, recalled
+
+    async def _memory_terms(self, planned: Plan, settings: DecodingSettings,
+                            recalled: list[Recalled]) -> DecodingSettings:
+        """``settings`` with the terms each sentence shares with its best fuzzy match as
+        ``memory_terms`` (one glossary for the request, the first of two alike kept), and each
+        such sentence's ``recalled`` given its terms. The alignment's forward pass waits its turn
+        on the batcher."""
+        asked = [j for j, found in enumerate(recalled) if found.entry is None and found.matches]
+        if not asked:
+            return settings
+        sentences = [planned.sentences[j] for j in asked]
+        matches = [recalled[j].matches[0] for j in asked]
+        chosen = self.translator_for(settings)  # its length limit: no term longer than an answer may be
+        found, _ = await self.batcher.call(lambda: memory_terms(chosen, sentences, matches))
+        pairs = tuple(dict.fromkeys((term.source, term.target) for terms in found for term in terms))
+        if not pairs:
+            return settings
+        searched = set(_searched_glossary(settings.glossary, pairs).terms)  # the request's own terms win
+        for j, terms in zip(asked, found):
+            if kept := tuple(term for term in terms if term in searched):
+                recalled[j] = replace(recalled[j], terms=kept)
+        return replace(settings, memory_terms=pairs)
 
     @staticmethod
     def _searched(settings: DecodingSettings, alternatives: int) -> DecodingSettings:
@@ -387,10 +433,10 @@ class TranslationService:
             rows = todo[start:start + step]
             planned = await _off_the_loop(plan, [sentences[i] for i in rows], encode, self.input_limit)
 
-            async def run(inputs: list[str]) -> tuple[list[ModelOutput], None]:
-                return await self._when_there_is_room(settings, inputs, busy_wait_s), None
+            async def run(how: DecodingSettings, inputs: list[str]) -> tuple[list[ModelOutput], None]:
+                return await self._when_there_is_room(how, inputs, busy_wait_s), None
 
-            results, _, _ = await self._memory_first(planned, run)
+            results, _, _ = await self._memory_first(planned, settings, run)
             for i, translated in zip(rows, planned.assemble(results)):
                 out[i] = translated.hyps[0][0] if translated.hyps else sentences[i]
         return out
@@ -432,7 +478,7 @@ class TranslationService:
             await _off_the_loop(self._check_glossary, settings, planned.inputs)
             searched = self._searched(settings, alternatives)
             results, info, recalled = await self._memory_first(
-                planned, lambda inputs: self.batcher.translate(searched, inputs))
+                planned, searched, lambda how, inputs: self.batcher.translate(how, inputs))
         counts = [len(f) for f in found]
         translated, pieces = per_text(counts, planned.assemble(results)), per_text(counts, planned.spans)
 

@@ -155,8 +155,9 @@ def _texts(params: dict[str, Any]) -> int:
 
 def _remembered(result: dict[str, Any]) -> list[dict[str, Any]]:
     """A text's ``memory`` on a server with a translation memory: each sentence the memory has
-    something for, its index and its native ``memory`` or ``memory_alternatives`` field."""
-    return [{"sentence": j, **{k: v for k, v in sentence.items() if k in ("memory", "memory_alternatives")}}
+    something for, its index and its native ``memory``, or ``memory_alternatives`` (and
+    ``memory_terms`` with ``--tm-constraints``) fields."""
+    return [{"sentence": j, **{k: v for k, v in sentence.items() if k in ("memory", "memory_alternatives", "memory_terms")}}
             for j, sentence in enumerate(result.get("sentences", ()))
             if "memory" in sentence or "memory_alternatives" in sentence]
 
