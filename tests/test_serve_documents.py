@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 
 import httpx
@@ -279,22 +280,27 @@ def test_batcher_keys_are_not_mixed_and_a_job_is_never_starved():
 
 def test_batcher_drops_the_rest_of_a_job_that_timed_out():
     calls: list[list[str]] = []
+    timed_out = threading.Event()
 
-    def slow(key, texts):
+    def slow(key, texts):  # the first call lasts until its job has timed out, however slow the machine
         calls.append(list(texts))
-        time.sleep(0.3)
+        timed_out.wait(timeout=30)
         return list(texts)
 
-    batcher = DynamicBatcher(slow, max_batch_size=2, batch_wait_ms=0, timeout_s=0.4)
+    batcher = DynamicBatcher(slow, max_batch_size=2, batch_wait_ms=0, timeout_s=0.2)
 
     async def go():
         try:
             with pytest.raises(TimedOut):
                 await batcher.translate("k", ["a", "b", "c", "d", "e", "f"])
-            await asyncio.sleep(0.5)
+            timed_out.set()
+            deadline = time.monotonic() + 30  # only keeps a broken batcher from hanging the test
+            while batcher.health()["queued_texts"] or batcher.health()["running_texts"]:
+                assert time.monotonic() < deadline, batcher.health()
+                await asyncio.sleep(0.01)
             return batcher.health()
         finally:
             await batcher.close()
 
     health = asyncio.run(go())
-    assert calls == [["a", "b"], ["c", "d"]] and health["queued_texts"] == 0 and health["timed_out"] == 1
+    assert calls == [["a", "b"]] and health["timed_out"] == 1  # the call under way ended; no other began
