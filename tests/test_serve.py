@@ -206,7 +206,9 @@ async def _concurrently(app, bodies: list[dict]) -> tuple[list[httpx.Response], 
 
 def test_dynamic_batching_merges_concurrent_requests(translator):
     texts = ["je suis étudiant", "le chat noir", "nous mangeons du pain", "il pleut", "elle lit", "tu dors"]
-    app = create_app(translator, ServeLimits(batch_wait_ms=300))
+    # The call starts when all six are in (a full batch), not when a wait runs out: a slow machine
+    # cannot split them; the 10 s wait only ends a test whose batcher fails to count them.
+    app = create_app(translator, ServeLimits(batch_wait_ms=10_000, max_batch_size=6))
     responses, health = asyncio.run(_concurrently(app, [{"text": t, "max_length": 6} for t in texts]))
     assert all(r.status_code == 200 for r in responses)
     assert [r.json()["timing"]["batch_size"] for r in responses] == [6] * 6
@@ -218,12 +220,16 @@ def test_dynamic_batching_merges_concurrent_requests(translator):
 
 
 def test_batch_size_one_and_different_settings_are_not_merged(translator):
-    app = create_app(translator, ServeLimits(batch_wait_ms=100, max_batch_size=1))
+    # A batch of one is full at once: the long wait is never waited, and nothing shares a call.
+    app = create_app(translator, ServeLimits(batch_wait_ms=10_000, max_batch_size=1))
     responses, health = asyncio.run(_concurrently(app, [{"text": "le chat", "max_length": 4}] * 3))
     assert [r.json()["timing"]["batch_size"] for r in responses] == [1, 1, 1]
     assert health["batching"]["batches"] == 3
 
-    app = create_app(translator, ServeLimits(batch_wait_ms=100))
+    # Room for all three in one call, and 3 s for them to arrive (a slow machine's stall included):
+    # a batcher that ignored the settings would run them together as soon as they are in; the right
+    # one waits the 3 s out (no settings have three texts), then runs one call per settings.
+    app = create_app(translator, ServeLimits(batch_wait_ms=3000, max_batch_size=3))
     bodies = [{"text": "le chat", "max_length": 4}, {"text": "le chat", "max_length": 5},
               {"text": "le chien", "max_length": 4}]
     responses, health = asyncio.run(_concurrently(app, bodies))
@@ -232,7 +238,8 @@ def test_batch_size_one_and_different_settings_are_not_merged(translator):
 
 
 def test_overload_gets_503_at_once(translator):
-    limits = ServeLimits(batch_wait_ms=400, max_queue=2, timeout_s=20)
+    # The two taken wait 3 s for company while the other three arrive (a slow machine's stall included).
+    limits = ServeLimits(batch_wait_ms=3000, max_queue=2, timeout_s=20)
     app = create_app(translator, limits)
     start = time.perf_counter()
     responses, health = asyncio.run(_concurrently(app, [{"text": "le chat", "max_length": 4}] * 5))
