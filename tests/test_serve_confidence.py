@@ -176,7 +176,9 @@ def test_requests_asking_for_confidence_share_model_calls_with_each_other(transl
     plain = {"text": "le chat dort", "max_length": 4}
 
     def batch_sizes(model: Translator, bodies: list[dict]) -> list[int]:
-        app = create_app(model, ServeLimits(batch_wait_ms=300))
+        # Room for the three in one call: alike, they start it as soon as they are in; kept apart,
+        # they wait 3 s (a slow machine's stall included) for a third text like the first one's.
+        app = create_app(model, ServeLimits(batch_wait_ms=3000, max_batch_size=3))
 
         async def concurrently():
             transport = httpx.ASGITransport(app=app)

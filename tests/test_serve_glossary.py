@@ -131,7 +131,9 @@ def test_the_attention_is_that_of_the_translation_with_the_glossary(client):
 
 
 def test_requests_with_the_same_glossary_share_model_calls_and_others_do_not(translator):
-    app = create_app(translator, ServeLimits(batch_wait_ms=300))
+    # Room for the four in one call, where a batcher blind to glossaries would put them as soon as
+    # they are in; the right one waits 3 s (a slow machine's stall included) for a fourth text alike.
+    app = create_app(translator, ServeLimits(batch_wait_ms=3000, max_batch_size=4))
 
     async def concurrently(bodies):
         transport = httpx.ASGITransport(app=app)
