@@ -185,7 +185,9 @@ async def _concurrently(app, bodies: list[dict], gap_s: float = 0.0) -> list[htt
 
 def test_sentences_of_concurrent_requests_share_model_calls(translator):
     texts = ["Je suis étudiant. Le chat noir dort.", "Nous mangeons du pain. Il pleut. Elle lit.", "Tu dors."]
-    app = create_app(translator, ServeLimits(batch_wait_ms=300), src_lang="fr")
+    # The call starts when all six sentences are in (a full batch), not when a wait runs out: a slow
+    # machine cannot split them; the 10 s wait only ends a test whose batcher fails to count them.
+    app = create_app(translator, ServeLimits(batch_wait_ms=10_000, max_batch_size=6), src_lang="fr")
     responses = asyncio.run(_concurrently(app, [{"text": t, "max_length": 6} for t in texts]))
     timings = [r.json()["timing"] for r in responses]
     assert [(t["batch_size"], t["batch_requests"], t["model_calls"]) for t in timings] == [(6, 3, 1)] * 3
@@ -214,10 +216,27 @@ def test_a_long_request_is_translated_in_calls_that_let_a_later_one_through(tran
 
 
 def test_overload_counts_sentences(translator):
-    app = create_app(translator, ServeLimits(batch_wait_ms=300, max_queue=4), src_lang="fr")
-    responses = asyncio.run(_concurrently(app, [{"text": "Il pleut. Tu dors. Elle lit.", "max_length": 2},
-                                                {"text": "Le chat dort. Nous mangeons.", "max_length": 2},
-                                                {"text": "Je suis étudiant.", "max_length": 2}], gap_s=0.02))
+    # In turn, each once the one before is queued or answered: the first request's three sentences
+    # wait for a fourth (a full batch; the 10 s wait is never waited), the second's two would make
+    # five, and the third's one fills the queue and the batch.
+    app = create_app(translator, ServeLimits(batch_wait_ms=10_000, max_batch_size=4, max_queue=4), src_lang="fr")
+
+    async def in_turn() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as c:
+            def post(text: str):
+                return c.post("/v1/translate", json={"text": text, "max_length": 2})
+            first = asyncio.create_task(post("Il pleut. Tu dors. Elle lit."))
+            while app.state.batcher.health()["queued_texts"] < 3:
+                assert not first.done(), "the first request did not wait for company"
+                await asyncio.sleep(0.01)
+            refused = await post("Le chat dort. Nous mangeons.")
+            third = await post("Je suis étudiant.")
+            responses = [await first, refused, third]
+        await app.state.batcher.close()
+        return responses
+
+    responses = asyncio.run(in_turn())
     assert [r.status_code for r in responses] == [200, 503, 200]
     assert_error(responses[1], 503, "overloaded", "3 texts are waiting", "at most 4")
     # an idle server takes a request larger than the queue
@@ -230,10 +249,15 @@ def test_overload_counts_sentences(translator):
 # The batcher alone, with a stand-in model: which texts go into which call.
 def run_jobs(jobs: list[tuple[str, list[str]]], max_batch_size: int, **options) -> tuple[list, list]:
     calls: list[list[str]] = []
+    total = sum(len(texts) for _, texts in jobs)
 
     def run_batch(key, texts):
         calls.append(list(texts))
-        time.sleep(0.1)  # the later jobs (5 ms apart) arrive during the first call
+        if len(calls) == 1:  # the later jobs (5 ms apart) arrive during the first call, however slow the machine
+            deadline = time.monotonic() + 30  # only keeps a broken batcher from hanging the test
+            while batcher.health()["queued_texts"] + len(texts) < total and time.monotonic() < deadline:
+                time.sleep(0.005)
+        time.sleep(0.1)  # each call lasts: a job's calls outlast a later job's wait for its turn
         return [t.upper() for t in texts]
 
     batcher = DynamicBatcher(run_batch, max_batch_size=max_batch_size, **options)
