@@ -105,24 +105,29 @@ def test_the_defaults_come_from_the_translator_and_sampling_is_served_by_search(
 
 
 def test_bad_texts_and_a_full_queue_are_refused_before_the_model(translator):
-    service = TranslationService(translator, ServeLimits(max_sentences=2, max_queue=1, batch_wait_ms=300))
+    limits = ServeLimits(max_sentences=2, max_queue=2, max_batch_size=2, batch_wait_ms=10_000)
+    service = TranslationService(translator, limits)
     with pytest.raises(Unprocessable, match="the request holds 3 sentences; at most 2"):
         run(service, service.translate_texts([PARAGRAPH]))
     with pytest.raises(Unprocessable, match="text 1 has no sentence to translate"):
         run(service, service.translate_texts(["Il pleut.", "   "]))
 
-    async def two_requests():
+    async def three_requests():
+        # The first waits for a second sentence alike (a full batch; the 10 s wait is never waited)
+        # while the next request, two sentences, would make three; the third's one fills the batch.
         first = asyncio.create_task(service.translate_texts(["Il pleut."], DecodingSettings(1, max_length=4)))
-        while service.health()["queued_texts"] == 0:  # the first waits for company (batch_wait_ms)
+        while service.health()["queued_texts"] == 0:
+            assert not first.done(), "the first request did not wait for company"
             await asyncio.sleep(0.01)
-        with pytest.raises(Overloaded, match="at most 1 may"):
-            await service.translate_texts(["Le chat dort."])
-        return await first
+        with pytest.raises(Overloaded, match="1 texts are waiting and at most 2 may"):
+            await service.translate_texts(["Le chat dort.", "Tu dors."])
+        third, _ = await service.translate_texts(["Elle lit."], DecodingSettings(1, max_length=4))
+        return (await first)[0], third
 
-    results, _ = run(service, two_requests())
-    assert results[0]["source"] == "Il pleut."
+    first, third = run(service, three_requests())
+    assert first[0]["source"] == "Il pleut." and third[0]["source"] == "Elle lit."
     health = service.health()
-    assert (health["rejected_overload"], health["requests"], health["batches"]) == (1, 1, 1)
+    assert (health["rejected_overload"], health["requests"], health["batches"]) == (1, 2, 1)
 
 
 def test_the_service_is_imported_without_the_web_framework():
