@@ -1,10 +1,13 @@
 """``transformer serve --tm PATH --tm-constraints``: the phrases a sentence shares with its best
-fuzzy match are glossary terms of the request's beam search, listed as ``memory_terms`` on both
-APIs; a request's own glossary wins, greedy requests search without them, and a server without
-the option gives the match as an alternative only. The alignment is the word-for-word one of
+fuzzy match are glossary terms of its beam search where the model is unsure of its own
+translation, listed as ``memory_terms`` on both APIs; a request's own glossary wins, greedy
+requests and sure translations go without them, and a server without the option gives the match
+as an alternative only. The alignment is the word-for-word one of
 conftest's ``word_for_word`` (a tiny random model's attention aligns nothing)."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 from fastapi.testclient import TestClient
@@ -96,3 +99,12 @@ def test_a_memory_term_the_search_cannot_place_is_not_a_missing_glossary_term(se
     [sentence] = result["sentences"]
     assert listed(sentence) == TERMS and "missing_terms" not in sentence and not result["warnings"]
     assert sum(target in result["translation"] for _, target in TERMS) < 2, result["translation"]
+
+
+def test_a_translation_the_model_is_sure_of_keeps_its_own_words(serve, word_for_word):
+    with serve() as client:
+        own = native(client, SENTENCE)
+    with serve(constraints=True, unsure_below=-math.inf) as client:
+        sure = native(client, SENTENCE)
+    assert word_for_word == [] and sure["translation"] == own["translation"]
+    assert "memory_terms" not in sure["sentences"][0] and sure["sentences"][0]["memory_alternatives"]

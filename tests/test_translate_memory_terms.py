@@ -1,6 +1,7 @@
 """Fuzzy matches of the translation memory as glossary terms (``--tm-constraints``,
 transformer/translate/tm_terms.py): the phrases a sentence shares with its match, aligned to the
-match's translation, are constraints of its beam search.
+match's translation, are constraints of its beam search where the model is unsure of its own
+translation.
 
 The phrase rules are checked on word matrices written by hand; the word matrix of a real model
 against its attention maps summed by hand; the whole path (``transformer translate``) with the
@@ -17,7 +18,9 @@ import torch
 from transformer.decoding import Hypothesis
 from transformer.memory import TranslationMemory
 from transformer.translate.glossary import Glossary, Term
-from transformer.translate.tm_terms import _phrase_terms, memory_terms, users_unmet, with_memory_terms, word_matrices
+from transformer.translate.tm import MemoryTranslator
+from transformer.translate.tm_terms import (_phrase_terms, memory_terms, unsure, users_unmet, with_memory_terms,
+                                            word_matrices)
 
 ENTRY = ("Le petit chat dort dans la maison.", "The little cat sleeps in the house.")
 SENTENCE = "Le petit chat dort dans la grande maison."
@@ -180,3 +183,27 @@ def test_constraints_need_a_memory_and_beam_search(argv, message, run_dir, memor
     status, out, err = cli("translate", run_dir, "--no-progress", SENTENCE,
                            *(a.format(memory=memory[0]) for a in argv))
     assert status == 2 and out == "" and err.count("\n") == 1 and message in err, err
+
+
+def test_a_translation_is_unsure_below_the_mean_log_probability_per_token():
+    assert not unsure([Hypothesis([5], -1.0)])  # -1.0 over a token and </s>: -0.5 each
+    assert unsure([Hypothesis([5], -2.0)]) and not unsure([])
+    assert not unsure([Hypothesis([5], -2.0)], below=-1.5)
+
+
+def test_only_translations_the_model_is_unsure_of_get_the_memorys_terms(pair_translators, memory, word_for_word):
+    path, entry_id = memory
+    translator = pair_translators["fr", "en"].with_decoding(strategy="beam", beam_size=4)
+    own = translator.translate_n_best([SENTENCE])[0][0]
+    mean = own.log_prob / (len(own.tokens) + 1)  # a random model: far below UNSURE_LOG_PROB
+    with TranslationMemory(path) as store:
+        for below, given in ((mean + 0.01, True), (mean - 0.01, False)):
+            translating = MemoryTranslator(translator, store, "fr", "en", constraints=True, unsure_below=below)
+            [hyps] = translating.translate_n_best([SENTENCE])
+            text = translating.detokenize(hyps[0])
+            if given:
+                assert [term for term, _ in translating.terms[SENTENCE]] == WORD_FOR_WORD
+                assert all(term.target in text for term in WORD_FOR_WORD) and text != translator.detokenize(own)
+            else:
+                assert SENTENCE not in translating.terms and text == translator.detokenize(own)
+                assert translating.notes(SENTENCE)["memory_alternatives"][0]["id"] == entry_id

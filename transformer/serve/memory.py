@@ -10,9 +10,9 @@ with it:
   entry whose source is the sentence, once whitespace is normalised, is its translation, and the
   model translates only the others; the fuzzy matches of those others come back as
   ``memory_alternatives`` (:meth:`ServerMemory.recall`, used by
-  :class:`~transformer.serve.service.TranslationService`), and with ``constraints`` the phrases
-  each shares with its best match are glossary terms of the request's search
-  (:func:`~transformer.translate.tm_terms.memory_terms`, the service's ``memory_terms``);
+  :class:`~transformer.serve.service.TranslationService`), and with ``constraints`` one the
+  model is unsure of is translated again with the phrases it shares with its best match as
+  glossary terms (:func:`~transformer.translate.tm_terms.retranslate_unsure`);
 * ``POST /suggest`` (:meth:`ServerMemory.suggest`): a suggestion is checked
   (:func:`~transformer.translate.suggestion_checks.check_suggestion`, the model's parts waiting
   their turn on the service's batcher) and, when it passes, kept as a pending entry (accepted at
@@ -37,6 +37,7 @@ from transformer.serve.access import AccessPolicy, KeyRing
 from transformer.translate.glossary import Term
 from transformer.translate.suggestion_checks import Refusal, Thresholds, check_suggestion
 from transformer.translate.tm import DEFAULT_THRESHOLD, holds, memory_notes, recall
+from transformer.translate.tm_terms import UNSURE_LOG_PROB
 
 SUGGESTIONS_PER_MINUTE = 10  # a person correcting translations sends a few a minute; a script sends more
 BUSY_WARNING_EVERY_S = 60.0  # a memory locked for long would otherwise log a line per request
@@ -81,7 +82,9 @@ class ServerMemory:
         suggestions_per_minute: suggestions one API key (or, without one, one address) may send a minute.
         thresholds: the suggestion checks' thresholds (their documented defaults).
         constraints: the phrases a sentence shares with its best fuzzy match are glossary terms
-            of its translation (beam search only).
+            of its translation where the model is unsure of its own (beam search only).
+        unsure_below: the mean log-probability per token under which a translation is unsure
+            (:func:`~transformer.translate.tm_terms.unsure`).
     """
 
     memory: TranslationMemory
@@ -90,6 +93,7 @@ class ServerMemory:
     suggestions_per_minute: int = SUGGESTIONS_PER_MINUTE
     thresholds: Thresholds = field(default_factory=Thresholds)
     constraints: bool = False
+    unsure_below: float = UNSURE_LOG_PROB
     _rate: KeyRing = field(init=False, repr=False)
     counts: Counter = field(default_factory=Counter, init=False, repr=False)
     _warned_at: float = field(default=float("-inf"), init=False, repr=False)

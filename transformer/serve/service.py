@@ -13,8 +13,9 @@ server's limits, the language pair it reports and the dynamic batcher that runs 
   sentence's confidence when a request asks for it and the run is calibrated (``calibrated``);
   with a translation memory (``memory``, :mod:`transformer.serve.memory`), the sentences it holds
   accepted translations of are answered from it and only the others reach the batcher (as do
-  :meth:`~TranslationService.translate_sentences`' for files), with the terms they share with
-  their fuzzy matches where the memory has ``constraints``;
+  :meth:`~TranslationService.translate_sentences`' for files), translated again with the terms
+  they share with their fuzzy matches where the memory has ``constraints`` and the model is
+  unsure of its translation;
 * :meth:`~TranslationService.attention`: the translation of one sentence (or piece) of a text
   and every attention weight of it;
 * :meth:`~TranslationService.model_info`, :meth:`~TranslationService.health`,
@@ -64,8 +65,8 @@ from transformer.serve.limits import ServeLimits
 from transformer.serve.memory import NOTHING, Recalled, ServerMemory
 from transformer.serve.schemas import ConfidenceInfo, Decoding, ModelInfo
 from transformer.translate.calibration import attach_confidence
-from transformer.translate.glossary import Glossary, GlossaryError, Term
-from transformer.translate.tm_terms import memory_terms, users_unmet, with_memory_terms
+from transformer.translate.glossary import Glossary, GlossaryError
+from transformer.translate.tm_terms import retranslate_unsure
 from transformer.translate.pipeline import ModelOutput, Plan, per_text, plan
 from transformer.translate.translator import Translator
 from transformer.visualize.data import collect_attention, token_limit
@@ -86,9 +87,10 @@ class DecodingSettings:
             :meth:`TranslationService.glossary` checked them (empty: none).
         confidence: compute the confidence of each sentence's best hypothesis (only where the
             run is calibrated: ``TranslationService.calibrated``).
-        memory_terms: ``(source, target)`` terms from the translation memory's fuzzy matches
-            (:mod:`transformer.translate.tm_terms`), searched for after ``glossary``'s and never
-            reported missing.
+        memory_matches: ``(input, source, target)``: the best fuzzy match of each input that
+            has one (with ``--tm-constraints``); an input the model is unsure of is translated
+            again with the terms it shares with its match, after ``glossary``'s
+            (:func:`~transformer.translate.tm_terms.retranslate_unsure`).
     """
 
     beam_size: int
@@ -96,21 +98,13 @@ class DecodingSettings:
     max_length: int | None = None
     glossary: tuple[tuple[str, str], ...] = ()
     confidence: bool = False
-    memory_terms: tuple[tuple[str, str], ...] = ()
+    memory_matches: tuple[tuple[str, str, str], ...] = ()
 
 
 @functools.lru_cache(maxsize=64)
 def _glossary(pairs: tuple[tuple[str, str], ...]) -> Glossary | None:
     """The glossary of checked ``pairs``, built once for the model calls of the requests that share them."""
     return Glossary.from_pairs(pairs) if pairs else None
-
-
-@functools.lru_cache(maxsize=64)
-def _searched_glossary(pairs: tuple[tuple[str, str], ...], memory: tuple[tuple[str, str], ...]) -> Glossary | None:
-    """The glossary a model call searches with: the request's terms, then the memory's."""
-    if not memory:
-        return _glossary(pairs)
-    return with_memory_terms(_glossary(pairs), [Term(source, target) for source, target in memory])
 
 
 @dataclass(frozen=True)
@@ -259,21 +253,22 @@ class TranslationService:
         the length limit before it could hold it) is left out."""
         chosen = self.translator_for(settings)
         glossary = _glossary(settings.glossary)
-        searched = _searched_glossary(settings.glossary, settings.memory_terms)
+        used = [()] * len(texts)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # lengths were checked on arrival; nothing is cut
-            n_best = chosen.translate_n_best(texts, glossary=searched)
+            n_best = chosen.translate_n_best(texts, glossary=glossary)
+            if settings.memory_matches:
+                matches = {text: (source, target) for text, source, target in settings.memory_matches}
+                used = retranslate_unsure(chosen, texts, n_best, [matches.get(text) for text in texts],
+                                          [glossary] * len(texts), {"glossary": glossary}, self.memory.unsure_below)
             terms = chosen.glossary_terms(texts, glossary) if glossary else [[] for _ in texts]
-            if settings.memory_terms:
-                for text, hyps, found in zip(texts, n_best, terms):
-                    users_unmet(hyps, searched.matches(text), found)
             best = [hyps[0] if hyps else None for hyps in n_best]
             confidences = self._confidences(chosen, texts, best) if settings.confidence else [None] * len(texts)
         if glossary:  # after the best, only hypotheses that hold every term found are translations to offer
             n_best = [[h for k, h in enumerate(hyps) if k == 0 or not h.unmet] for hyps in n_best]
         return [ModelOutput([(chosen.detokenize(h), float(h.score), float(h.log_prob)) for h in hyps],
-                            tuple(found[c] for c in hyps[0].unmet) if hyps else (), confidence)
-                for hyps, found, confidence in zip(n_best, terms, confidences)]
+                            tuple(found[c] for c in hyps[0].unmet) if hyps else (), confidence, tuple(memory))
+                for hyps, found, confidence, memory in zip(n_best, terms, confidences, used)]
 
     @staticmethod
     def _confidences(translator: Translator, texts: list[str], best: list[Hypothesis | None]) -> list[float | None]:
@@ -357,8 +352,9 @@ class TranslationService:
         batcher) for the others, how the batcher served them, and what the memory holds for each
         sentence. Only a sentence translated whole is looked up (a piece of one is not a sentence
         of the memory); without a memory every input goes to ``run``. With the memory's
-        ``constraints`` and beam search, the terms the sentences share with their best fuzzy
-        matches are ``settings.memory_terms`` of the request (:meth:`_memory_terms`)."""
+        ``constraints`` and beam search, the sentences' best fuzzy matches go with them
+        (``settings.memory_matches``), and the terms a translation was made with are its
+        sentence's ``recalled`` terms."""
         if self.memory is None:
             results, info = await run(settings, planned.inputs)
             return results, info, [NOTHING] * len(planned.sentences)
@@ -368,11 +364,13 @@ class TranslationService:
         recalled = [NOTHING] * len(planned.sentences)
         for j, one in zip(whole, found):
             recalled[j] = one
-        if self.memory.constraints and settings.beam_size > 1:
-            settings = await self._memory_terms(planned, settings, recalled)
         first = [0]  # each sentence's first input
         for spans in planned.spans:
             first.append(first[-1] + len(spans))
+        if self.memory.constraints and settings.beam_size > 1:
+            best = {j: recalled[j].matches[0].entry for j in whole if recalled[j].entry is None and recalled[j].matches}
+            settings = replace(settings, memory_matches=tuple(
+                (planned.inputs[first[j]], entry.source, entry.target) for j, entry in best.items()))
         served = {first[j]: recalled[j].entry for j in whole if recalled[j].entry is not None}
         todo = [i for i in range(len(planned.inputs)) if i not in served]
         outputs: list[ModelOutput | None] = [None] * len(planned.inputs)
@@ -383,29 +381,10 @@ class TranslationService:
                 outputs[i] = result
         for i, entry in served.items():  # an accepted translation: no model score, no confidence
             outputs[i] = ModelOutput([(entry.target, 0.0, 0.0)])
+        for j in whole:
+            if outputs[first[j]].memory_terms:
+                recalled[j] = replace(recalled[j], terms=outputs[first[j]].memory_terms)
         return outputs, info, recalled
-
-    async def _memory_terms(self, planned: Plan, settings: DecodingSettings,
-                            recalled: list[Recalled]) -> DecodingSettings:
-        """``settings`` with the terms each sentence shares with its best fuzzy match as
-        ``memory_terms`` (one glossary for the request, the first of two alike kept), and each
-        such sentence's ``recalled`` given its terms. The alignment's forward pass waits its turn
-        on the batcher."""
-        asked = [j for j, found in enumerate(recalled) if found.entry is None and found.matches]
-        if not asked:
-            return settings
-        sentences = [planned.sentences[j] for j in asked]
-        matches = [recalled[j].matches[0] for j in asked]
-        chosen = self.translator_for(settings)  # its length limit: no term longer than an answer may be
-        found, _ = await self.batcher.call(lambda: memory_terms(chosen, sentences, matches))
-        pairs = tuple(dict.fromkeys((term.source, term.target) for terms in found for term in terms))
-        if not pairs:
-            return settings
-        searched = set(_searched_glossary(settings.glossary, pairs).terms)  # the request's own terms win
-        for j, terms in zip(asked, found):
-            if kept := tuple(term for term in terms if term in searched):
-                recalled[j] = replace(recalled[j], terms=kept)
-        return replace(settings, memory_terms=pairs)
 
     @staticmethod
     def _searched(settings: DecodingSettings, alternatives: int) -> DecodingSettings:

@@ -33,11 +33,13 @@ class ModelOutput(NamedTuple):
     ``(translation, score)`` best first, further numbers after the score where the middle gives
     them (the server's log-probability), [] for an input without a token the model reads; the
     glossary's terms (``Term`` objects) its best hypothesis lacks; its best one's confidence
-    (None unless asked for on a calibrated run)."""
+    (None unless asked for on a calibrated run); the translation memory's terms it was translated
+    with (the server's model calls; not kept by :meth:`Plan.assemble`)."""
 
     hyps: list[tuple]
     missing: tuple = ()
     confidence: float | None = None
+    memory_terms: tuple = ()
 
 
 @dataclass(frozen=True)

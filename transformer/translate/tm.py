@@ -10,7 +10,8 @@ translator's ``translate_n_best`` and reads them back through ``detokenize``, so
 serves them all. Sentences that are not found may have fuzzy matches (entries whose sources are
 at least ``threshold`` alike): they are kept, with their similarity, for the outputs that show
 alternatives (``--json``), and with ``constraints`` the words a sentence shares with its best
-match become glossary terms of its translation (:mod:`transformer.translate.tm_terms`).
+match become glossary terms of its translation where the model is unsure of its own
+(:mod:`transformer.translate.tm_terms`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from transformer.errors import UserError
 from transformer.memory import Entry, Match, TMBusyError, TMError, TranslationMemory
 from transformer.memory.text import language_code
 from transformer.translate.glossary import Term, per_text
-from transformer.translate.tm_terms import memory_terms, users_unmet, with_memory_terms
+from transformer.translate.tm_terms import UNSURE_LOG_PROB, retranslate_unsure
 
 DEFAULT_THRESHOLD = 0.75  # TranslationMemory.search's min_similarity (docs/memory.md)
 
@@ -48,8 +49,10 @@ class MemoryTranslator:
         target_lang: the language of the translations wanted.
         threshold: the lowest similarity of a fuzzy match kept (0 to 1); ``None``: no fuzzy search.
         constraints: the terms a text shares with its best fuzzy match are constraints of its
-            translation, after the glossary's own (beam search only; the translator's other
-            strategies search without them).
+            translation, after the glossary's own, where the model's own translation is unsure
+            (beam search only; the translator's other strategies search without them).
+        unsure_below: the mean log-probability per token under which a translation is unsure
+            (:func:`~transformer.translate.tm_terms.unsure`).
 
     After each ``translate_n_best`` call, :attr:`found` holds the entry of each text served from
     the memory, :attr:`matches` the fuzzy matches of the others and :attr:`terms` the memory's
@@ -59,12 +62,13 @@ class MemoryTranslator:
     """
 
     def __init__(self, translator, memory: TranslationMemory, source_lang: str, target_lang: str, *,
-                 threshold: float | None = DEFAULT_THRESHOLD, constraints: bool = False) -> None:
+                 threshold: float | None = DEFAULT_THRESHOLD, constraints: bool = False,
+                 unsure_below: float = UNSURE_LOG_PROB) -> None:
         if constraints and threshold is None:
             raise ValueError("memory constraints come from fuzzy matches: give a threshold")
         self.translator, self.memory = translator, memory
         self.source_lang, self.target_lang = source_lang, target_lang
-        self.threshold, self.constraints = threshold, constraints
+        self.threshold, self.constraints, self.unsure_below = threshold, constraints, unsure_below
         self.found: dict[str, Entry] = {}
         self.matches: dict[str, list[Match]] = {}
         self.terms: dict[str, list[tuple[Term, Entry]]] = {}
@@ -107,18 +111,17 @@ class MemoryTranslator:
 
     def _translate(self, texts: list[str], options: dict) -> list[list[Hypothesis]]:
         """The model's hypotheses of ``texts``, with the memory's terms where ``constraints`` asks."""
+        results = self.translator.translate_n_best(texts, **options)
         matches = [self.matches[text][0] if self.matches.get(text) else None for text in texts]
         if not self.constraints or self.translator.decoding.strategy != "beam" or not any(matches):
-            return self.translator.translate_n_best(texts, **options)
+            return results
         users = per_text(options.get("glossary"), len(texts)) if options.get("glossary") is not None else [None] * len(texts)
-        found = memory_terms(self.translator, texts, matches)
-        searched = [with_memory_terms(user, terms) for user, terms in zip(users, found)]
-        results = self.translator.translate_n_best(texts, **{**options, "glossary": searched})
-        for text, hyps, user, terms, glossary, match in zip(texts, results, users, found, searched, matches):
+        used = retranslate_unsure(self.translator, texts, results,
+                                  [(m.entry.source, m.entry.target) if m else None for m in matches], users, options,
+                                  self.unsure_below)
+        for text, terms, match in zip(texts, used, matches):
             if terms:
-                in_text = glossary.matches(text)
-                users_unmet(hyps, in_text, user.matches(text) if user is not None else [])
-                self.terms[text] = [(term, match.entry) for term in in_text if term in terms]
+                self.terms[text] = [(term, match.entry) for term in terms]
         return results
 
     def detokenize(self, hypothesis: Hypothesis) -> str:

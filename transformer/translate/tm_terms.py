@@ -8,6 +8,12 @@ aligned to the words of ``T'`` that translate it, and the pair becomes a glossar
 :class:`~transformer.translate.glossary.Term`: constrained beam search then writes the memory's
 wording into the model's translation of ``S``, and the model translates what differs.
 
+Only where the model is unsure of its own translation (:func:`retranslate_unsure`): its mean
+log-probability per token below :data:`UNSURE_LOG_PROB`. A model at home in the sentences' domain
+translates them better than pieces of another sentence's translation can (a shared phrase next to
+a changed word is often worded otherwise: "gilet de sauvetage rouge", "red life jacket"); one out
+of its domain translates them worse.
+
 Words are whitespace-separated, compared case-folded without the punctuation around them.
 
 Alignment: one teacher-forced pass of the model over ``(S', T')``. The encoder-decoder attention
@@ -31,13 +37,16 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from transformer.memory import Match
+from transformer.decoding import Hypothesis
 from transformer.text.tokenizer import WORD_BOUNDARY
 from transformer.translate.glossary import MAX_TERM_CHARS, Glossary, Term, fold
 
 _EDGE = re.compile(r"^\W+|\W+$")  # the punctuation around a word
 _CONTENT = re.compile(r"[^\W_]")  # a letter or a digit
 PAIRS_PER_PASS = 32  # fuzzy matches aligned in one forward pass
+UNSURE_LOG_PROB = -0.8
+"""The mean log-probability per token (``</s>`` counted) of a model's translation under which the
+memory's terms are given to it (chosen on Tatoeba's and Multi30k's validation sets, docs/memory.md)."""
 
 
 def _core(word: str) -> str:
@@ -110,9 +119,9 @@ def _edged(word: str, match_word: str, *, after: bool) -> bool:
     return bool(re.search(pattern, word) or re.search(pattern, match_word))
 
 
-def memory_terms(translator, sentences: Sequence[str], matches: Sequence[Match | None]) -> list[list[Term]]:
-    """The terms each sentence shares with its fuzzy match (see the module doc; ``[]`` where the
-    match is None or gives none), in the order of the sentence's words.
+def memory_terms(translator, sentences: Sequence[str], matches: Sequence[tuple[str, str] | None]) -> list[list[Term]]:
+    """The terms each sentence shares with its fuzzy match, a ``(source, target)`` entry (see the
+    module doc; ``[]`` where the match is None or gives none), in the order of the sentence's words.
 
     ``translator``: a :class:`~transformer.translate.translator.Translator` (its model, vocabularies
     and output length limit)."""
@@ -120,7 +129,7 @@ def memory_terms(translator, sentences: Sequence[str], matches: Sequence[Match |
         raise ValueError(f"{len(sentences)} sentences for {len(matches)} matches")
     out: list[list[Term]] = [[] for _ in sentences]
     rows = [i for i, (sentence, match) in enumerate(zip(sentences, matches)) if match is not None and sentence.split()]
-    pairs = [(" ".join(matches[i].entry.source.split()), " ".join(matches[i].entry.target.split())) for i in rows]
+    pairs = [(" ".join(matches[i][0].split()), " ".join(matches[i][1].split())) for i in rows]
     for i, (source, target), matrix in zip(rows, pairs, word_matrices(translator, pairs)):
         if matrix is not None:
             out[i] = _phrase_terms(" ".join(sentences[i].split()), source, target, matrix)
@@ -168,6 +177,36 @@ def word_matrices(translator, pairs: Sequence[tuple[str, str]]) -> list[np.ndarr
             out[i] = _word_matrix(cross[row, : len(t), : len(s)], src_words, len(source.split()), tgt_words,
                                   len(target.split()))
     return out
+
+
+def unsure(hypotheses: Sequence[Hypothesis], below: float = UNSURE_LOG_PROB) -> bool:
+    """Whether the best of ``hypotheses`` has a mean log-probability per token below ``below``."""
+    return bool(hypotheses) and hypotheses[0].log_prob / (len(hypotheses[0].tokens) + 1) < below
+
+
+def retranslate_unsure(translator, texts: Sequence[str], results: list[list[Hypothesis]],
+                       matches: Sequence[tuple[str, str] | None], users: Sequence[Glossary | None], options: dict,
+                       below: float = UNSURE_LOG_PROB) -> list[list[Term]]:
+    """Translate again, with the terms they share with their fuzzy ``matches`` after their users'
+    glossaries, the texts whose translations in ``results`` (the translator's, replaced in place)
+    are :func:`unsure`; returns the memory's terms each text was translated with.
+
+    ``options``: the ``translate_n_best`` options of ``results`` (its glossary is ``users``'). The
+    hypotheses' ``unmet`` name the users' terms alone (:func:`users_unmet`)."""
+    used: list[list[Term]] = [[] for _ in texts]
+    redo = [i for i, (hyps, match) in enumerate(zip(results, matches)) if match is not None and unsure(hyps, below)]
+    found = memory_terms(translator, [texts[i] for i in redo], [matches[i] for i in redo]) if redo else []
+    redo, found = [i for i, terms in zip(redo, found) if terms], [terms for terms in found if terms]
+    if not redo:
+        return used
+    searched = [with_memory_terms(users[i], terms) for i, terms in zip(redo, found)]
+    again = translator.translate_n_best([texts[i] for i in redo], **{**options, "glossary": searched})
+    for i, hyps, terms, glossary in zip(redo, again, found, searched):
+        in_text = glossary.matches(texts[i])
+        users_unmet(hyps, in_text, users[i].matches(texts[i]) if users[i] is not None else [])
+        results[i] = hyps
+        used[i] = [term for term in in_text if term in terms]
+    return used
 
 
 def with_memory_terms(glossary: Glossary | None, terms: Sequence[Term]) -> Glossary:
