@@ -120,13 +120,24 @@ def test_pairs_the_model_cannot_align_give_none(pair_translators):
 
 def test_the_users_glossary_wins_and_only_its_terms_are_reported_unmet():
     users = Glossary([Term("maison", "home")])
-    searched = with_memory_terms(users, WORD_FOR_WORD)
+    searched = with_memory_terms(users, WORD_FOR_WORD, SENTENCE)
     assert searched.terms == (Term("maison", "home"), WORD_FOR_WORD[0])
-    assert with_memory_terms(None, WORD_FOR_WORD).terms == tuple(WORD_FOR_WORD)
+    assert with_memory_terms(None, WORD_FOR_WORD, SENTENCE).terms == tuple(WORD_FOR_WORD)
     found = searched.matches(SENTENCE)  # in the sentence's order: the memory's phrase, then maison
     hypothesis = Hypothesis([5], -1.0, unmet=(0, 1))
     users_unmet([hypothesis], found, users.matches(SENTENCE))
     assert hypothesis.unmet == (0,)  # maison -> home, as numbered among the user's terms
+
+
+def test_a_memory_term_that_would_drop_a_users_term_from_the_search_is_left_out():
+    # longer than the user's "chat" and over it; or worded "house" as the user's "grande maison"
+    # is, and found first: either would leave the user's term unsearched
+    users = Glossary([Term("chat", "kitty"), Term("grande maison", "house")])
+    memory = [Term("Le petit chat dort dans la", "The little cat sleeps in the"), Term("Le petit", "The little"),
+              Term("dort dans", "house")]
+    searched = with_memory_terms(users, memory, SENTENCE)
+    assert searched.terms == (*users.terms, memory[1])
+    assert set(users.matches(SENTENCE)) <= set(searched.matches(SENTENCE))
 
 
 @pytest.fixture(scope="module")
@@ -207,3 +218,18 @@ def test_only_translations_the_model_is_unsure_of_get_the_memorys_terms(pair_tra
             else:
                 assert SENTENCE not in translating.terms and text == translator.detokenize(own)
                 assert translating.notes(SENTENCE)["memory_alternatives"][0]["id"] == entry_id
+
+
+def test_a_memory_phrase_over_a_glossary_term_leaves_the_term_to_the_glossary(run_dir, memory, word_for_word, tmp_path,
+                                                                               cli):
+    # "Le petit chat dort dans la" holds "chat", and a longer match wins a glossary's search: the
+    # memory's phrase would drop the user's term from the translation without a word
+    path, _ = memory
+    glossary = tmp_path / "terms.tsv"
+    glossary.write_text("chat\tkitty\n", encoding="utf-8")
+    status, out, err = translate(cli, run_dir, SENTENCE, "--tm", str(path), "--tm-constraints", "--json",
+                                 "--glossary", str(glossary))
+    assert status == 0, err
+    record = json.loads(out)
+    assert "kitty" in record["translation"] and "house" in record["translation"], record["translation"]
+    assert [t["source"] for t in record["sentences"][0]["memory_terms"]] == ["maison"]

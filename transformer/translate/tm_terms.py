@@ -188,31 +188,37 @@ def retranslate_unsure(translator, texts: Sequence[str], results: list[list[Hypo
                        matches: Sequence[tuple[str, str] | None], users: Sequence[Glossary | None], options: dict,
                        below: float = UNSURE_LOG_PROB) -> list[list[Term]]:
     """Translate again, with the terms they share with their fuzzy ``matches`` after their users'
-    glossaries, the texts whose translations in ``results`` (the translator's, replaced in place)
-    are :func:`unsure`; returns the memory's terms each text was translated with.
+    glossaries (:func:`with_memory_terms`), the texts whose translations in ``results`` (the
+    translator's, replaced in place) are :func:`unsure`; returns the memory's terms each text was
+    translated with (a text without one is not translated again).
 
     ``options``: the ``translate_n_best`` options of ``results`` (its glossary is ``users``'). The
     hypotheses' ``unmet`` name the users' terms alone (:func:`users_unmet`)."""
     used: list[list[Term]] = [[] for _ in texts]
     redo = [i for i, (hyps, match) in enumerate(zip(results, matches)) if match is not None and unsure(hyps, below)]
     found = memory_terms(translator, [texts[i] for i in redo], [matches[i] for i in redo]) if redo else []
-    redo, found = [i for i, terms in zip(redo, found) if terms], [terms for terms in found if terms]
+    offered = {i: terms for i, terms in zip(redo, found) if terms}
+    searched = {i: with_memory_terms(users[i], terms, texts[i]) for i, terms in offered.items()}
+    kept = {i: [term for term in searched[i].matches(texts[i]) if term in offered[i]] for i in searched}
+    redo = [i for i in searched if kept[i]]  # a sentence all of whose terms gave way to the user's: as it was
     if not redo:
         return used
-    searched = [with_memory_terms(users[i], terms) for i, terms in zip(redo, found)]
-    again = translator.translate_n_best([texts[i] for i in redo], **{**options, "glossary": searched})
-    for i, hyps, terms, glossary in zip(redo, again, found, searched):
-        in_text = glossary.matches(texts[i])
-        users_unmet(hyps, in_text, users[i].matches(texts[i]) if users[i] is not None else [])
+    again = translator.translate_n_best([texts[i] for i in redo], **{**options, "glossary": [searched[i] for i in redo]})
+    for i, hyps in zip(redo, again):
+        users_unmet(hyps, searched[i].matches(texts[i]), users[i].matches(texts[i]) if users[i] is not None else [])
         results[i] = hyps
-        used[i] = [term for term in in_text if term in terms]
+        used[i] = kept[i]
     return used
 
 
-def with_memory_terms(glossary: Glossary | None, terms: Sequence[Term]) -> Glossary:
-    """The glossary a sentence is searched with: ``glossary``'s terms (the user's, which win), then
-    the memory's ``terms`` whose source it does not already have."""
-    return (glossary or Glossary()).extended(terms)
+def with_memory_terms(glossary: Glossary | None, terms: Sequence[Term], sentence: str) -> Glossary:
+    """The glossary ``sentence`` is searched with: ``glossary``'s terms (the user's, which win),
+    then the memory's ``terms`` that leave every user's term found in it found. Of overlapping
+    matches the longest wins, and of two with one target the first, so a memory phrase holding a
+    user's term, or worded as one, would drop that term from the search without a word."""
+    glossary = glossary or Glossary()
+    wanted = set(glossary.matches(sentence))
+    return glossary.extended(term for term in terms if wanted <= set(glossary.extended([term]).matches(sentence)))
 
 
 def users_unmet(hypotheses, searched: Sequence[Term], users: Sequence[Term]) -> None:
