@@ -154,10 +154,11 @@ def register_serve_command(subparsers: argparse._SubParsersAction) -> argparse.A
     tm.add_argument("--tm-threshold", type=float, default=None, metavar="SIMILARITY",
                     help="the lowest similarity of a fuzzy match given as memory_alternatives, above 0 and at most 1 "
                     "(default: 0.75)")
-    tm.add_argument("--tm-constraints", action="store_true", help="the words a sentence shares with its best fuzzy "
-                    "match are translated as that entry's translation has them (aligned by the model's attention; "
-                    "glossary terms of the request's beam search, after its own glossary's; not with beam_size 1); "
-                    "answers list them as memory_terms")
+    tm.add_argument("--tm-constraints", action="store_true", help="a sentence the model is unsure of (mean "
+                    "log-probability per token below -0.8) is translated again, the words it shares with its best "
+                    "fuzzy match as that entry's translation has them (aligned by the model's attention; glossary "
+                    "terms of the request's beam search, after its own glossary's; not with beam_size 1); answers "
+                    "list them as memory_terms")
     tm.add_argument("--tm-auto-accept", action="store_true", help="a suggestion that passes every check is accepted "
                     "at once (translated as it from then on), not left pending for `transformer tm review`")
     tm.add_argument("--tm-suggest-limit", type=int, default=None, metavar="N",

@@ -105,9 +105,9 @@ class SentenceTranslation(BaseModel):
                                                          "translated: the accepted entries whose sources are most "
                                                          "like it (from --tm-threshold up), best first")
     memory_terms: list[MemoryTerm] = Field(default_factory=list, description="only on a server with "
-                                           "--tm-constraints, for a sentence the model translated by beam search: "
-                                           "the phrases it shares with its best fuzzy match and the words of that "
-                                           "entry's translation they were translated as")
+                                           "--tm-constraints, for a sentence the model was unsure of and translated "
+                                           "again by beam search: the phrases it shares with its best fuzzy match "
+                                           "and the words of that entry's translation they were translated as")
 
 
 class MemoryEntry(BaseModel):

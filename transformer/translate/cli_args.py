@@ -140,9 +140,10 @@ def register_translate_command(sub: argparse._SubParsersAction) -> None:
                    help="the lowest similarity of a fuzzy match that --json shows (and --tm-constraints uses), above "
                    "0 and at most 1 (default: 0.75; 1: none)")
     p.add_argument("--tm-constraints", action="store_true",
-                   help="with --tm: the words a sentence shares with its best fuzzy match are translated as that "
-                   "entry's translation has them (aligned by the model's attention; glossary terms of beam search, "
-                   "after --glossary's); --json lists them as memory_terms")
+                   help="with --tm: a sentence the model is unsure of (mean log-probability per token below -0.8) "
+                   "is translated again, the words it shares with its best fuzzy match as that entry's translation "
+                   "has them (aligned by the model's attention; glossary terms of beam search, after --glossary's); "
+                   "--json lists them as memory_terms")
     add_glossary_argument(p)
     add_decoding_arguments(p)
     p.set_defaults(handler="transformer.translate.cli:translate_command")
