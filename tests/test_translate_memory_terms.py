@@ -233,3 +233,17 @@ def test_a_memory_phrase_over_a_glossary_term_leaves_the_term_to_the_glossary(ru
     record = json.loads(out)
     assert "kitty" in record["translation"] and "house" in record["translation"], record["translation"]
     assert [t["source"] for t in record["sentences"][0]["memory_terms"]] == ["maison"]
+
+
+def test_a_glossary_per_text_goes_with_the_texts_the_model_translates(pair_translators, memory, word_for_word):
+    # the memory answers the first text: the model gets the second, and its glossary
+    path, _ = memory
+    translator = pair_translators["fr", "en"].with_decoding(strategy="beam", beam_size=4)
+    with TranslationMemory(path) as store:
+        translating = MemoryTranslator(translator, store, "fr", "en", constraints=True, unsure_below=0.0)
+        served, [best] = translating.translate_n_best(
+            [ENTRY[0], SENTENCE], glossary=[Glossary([Term("petit", "tiny")]), Glossary([Term("maison", "home")])])
+    text = translating.detokenize(best)
+    assert translating.detokenize(served[0]) == ENTRY[1]
+    assert "home" in text and WORD_FOR_WORD[0].target in text and "tiny" not in text, text
+    assert [term for term, _ in translating.terms[SENTENCE]] == WORD_FOR_WORD[:1]

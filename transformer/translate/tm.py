@@ -99,6 +99,9 @@ class MemoryTranslator:
         todo = [i for i, entry in enumerate(entries) if entry is None]
         results: list[list[Hypothesis]] = [[] for _ in texts]
         if todo:
+            if options.get("glossary") is not None:  # a glossary per text: the model's texts keep their own
+                glossaries = per_text(options["glossary"], len(texts))
+                options = {**options, "glossary": [glossaries[i] for i in todo]}
             for i, hyps in zip(todo, self._translate([texts[i] for i in todo], options)):
                 results[i] = hyps
         for i, entry in enumerate(entries):
