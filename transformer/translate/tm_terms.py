@@ -23,9 +23,9 @@ word-to-word matrix: a target word is linked to the source word it attends to mo
 word to the target word that attends to it most. A phrase's target side runs from the first to
 the last target word linked with a word of the phrase, either way, and is kept only where it is
 consistent: no target word inside it that holds a letter or a digit attends most to a word
-outside the phrase. A pair whose pieces do not
-fall into its whitespace words (a tokenizer marking word starts some other way, a source cut at
-the input limit) gives no terms, nor does one the model cannot read.
+outside the phrase. A pair whose pieces do not fall into its whitespace words (a tokenizer
+marking word starts some other way) gives no terms, nor does one the model cannot read whole (a
+source over the input limit, a target over the output limit).
 """
 
 from __future__ import annotations
@@ -212,13 +212,14 @@ def retranslate_unsure(translator, texts: Sequence[str], results: list[list[Hypo
 
 
 def with_memory_terms(glossary: Glossary | None, terms: Sequence[Term], sentence: str) -> Glossary:
-    """The glossary ``sentence`` is searched with: ``glossary``'s terms (the user's, which win),
-    then the memory's ``terms`` that leave every user's term found in it found. Of overlapping
+    """The glossary ``sentence`` is searched with: the terms of ``glossary`` (the user's, which
+    win) found in it, then the memory's ``terms`` that leave each of those found. Of overlapping
     matches the longest wins, and of two with one target the first, so a memory phrase holding a
-    user's term, or worded as one, would drop that term from the search without a word."""
-    glossary = glossary or Glossary()
-    wanted = set(glossary.matches(sentence))
-    return glossary.extended(term for term in terms if wanted <= set(glossary.extended([term]).matches(sentence)))
+    user's term, or worded as one, would drop that term from the search without a word. Built
+    from the terms found alone: a glossary file of millions of terms is not indexed again."""
+    wanted = glossary.matches(sentence) if glossary is not None else []
+    own = Glossary(wanted, name=glossary.name) if glossary is not None else Glossary()
+    return own.extended(term for term in terms if set(wanted) <= set(own.extended([term]).matches(sentence)))
 
 
 def users_unmet(hypotheses, searched: Sequence[Term], users: Sequence[Term]) -> None:
