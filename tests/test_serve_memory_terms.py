@@ -54,7 +54,7 @@ def listed(sentence):
     return [(term["source"], term["target"]) for term in sentence.get("memory_terms", [])]
 
 
-def test_the_memorys_terms_are_in_the_translation_on_both_apis(serve, word_for_word, model_calls):
+def test_the_memorys_terms_are_in_the_translation_on_both_apis(serve, word_for_word):
     with serve(constraints=True) as client:
         result = native(client, f"Il fait beau. {SENTENCE}")
         first, second = result["sentences"]

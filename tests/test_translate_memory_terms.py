@@ -247,3 +247,12 @@ def test_a_glossary_per_text_goes_with_the_texts_the_model_translates(pair_trans
     assert translating.detokenize(served[0]) == ENTRY[1]
     assert "home" in text and WORD_FOR_WORD[0].target in text and "tiny" not in text, text
     assert [term for term, _ in translating.terms[SENTENCE]] == WORD_FOR_WORD[:1]
+
+
+@pytest.mark.parametrize("command", ["translate", "serve"])
+def test_the_help_says_the_threshold_of_unsure(command):
+    from transformer.cli import build_parser
+    from transformer.translate.tm_terms import UNSURE_LOG_PROB
+
+    help_text = "".join(build_parser()._subparsers._group_actions[0].choices[command].format_help().split())
+    assert f"meanlog-probabilitypertokenbelow{UNSURE_LOG_PROB}" in help_text  # argparse may wrap at a hyphen
