@@ -5,9 +5,11 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from transformer.corpus.builtin import generate_pairs
 from transformer.memory import TranslationMemory
+from transformer.run.checkpoints import read_tensors
 from transformer.run.config import RunConfig
 from transformer.training.adapt import gate, split_held_out
 from transformer.training.cli_args import EXIT_NOT_BETTER
@@ -131,3 +133,22 @@ def test_the_gate():
     assert "did not rise" in gate((10.0, 10.0), (30.0, 30.0), min_gain=0.0, max_drop=1.0)
     assert "fell by more than 1" in gate((10.0, 15.0), (30.0, 28.9), min_gain=0.0, max_drop=1.0)
     assert gate((10.0, 15.0), (30.0, 29.0), min_gain=0.0, max_drop=1.0) is None  # exactly 1 BLEU lower is allowed
+
+
+def test_the_adapted_model_is_the_last_steps_not_the_best_on_validation(base, tmp_path, cli):
+    # entries that all say one thing, unlike the run's validation pairs: the more the model learns
+    # them, the higher its validation loss, so the trainer's best on validation is its first epoch
+    memory, out = tmp_path / "odd.db", tmp_path / "adapted"
+    with TranslationMemory(memory) as tm:
+        for source, _ in generate_pairs(40, seed=7):
+            tm.add(source, "zebra zebra zebra", "fr", "en", origin="reviewer", status="accepted")
+    status, _, err = cli("adapt", base, "--tm", memory, "--out", out, *QUICK[2:], "--steps", "40", "--replay", "0",
+                         "train.lr=0.01", "train.warmup=1",
+                         *ALWAYS)
+    assert status == 0, err
+    valid = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    losses = [(record["loss"], record["step"]) for record in valid if record["kind"] == "valid"]
+    assert min(losses)[1] < losses[-1][1] == 40  # the trainer's best on validation is an earlier step's
+    last, kept = (read_tensors(path) for path in (out / "checkpoints" / "step-00000040" / "model.safetensors",
+                                                  out / "model.safetensors"))
+    assert last.keys() == kept.keys() and all(torch.equal(last[name], kept[name]) for name in last)

@@ -4,7 +4,10 @@ The command is the existing fine-tuning (``train.init_from``) with the memory as
 corpus of a ``data.mix`` whose second corpus replays the run's own training pairs; the run's
 validation pairs stay its validation set. The run and the new model translate a held-back slice
 of the memory and that validation set, and the new run reaches ``--out`` only through the gate
-(:func:`gate`); it is trained in a temporary directory beside ``--out``.
+(:func:`gate`); it is trained in a temporary directory beside ``--out``. The new model is the
+weights of the last of ``--steps`` (of ``train.ema`` or ``train.average_last`` where given), not
+the epoch of lowest loss on the run's validation set, which a model moved towards the memory has
+at its start.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ from transformer.decoding import DecodeConfig
 from transformer.errors import UserError
 from transformer.memory import TranslationMemory
 from transformer.run.config import RunConfig
-from transformer.run.layout import RUN_CONFIG_FILE
+from transformer.run.layout import RUN_CONFIG_FILE, WEIGHTS_FILE
 from transformer.run_files import write_atomic
 from transformer.training.cli_args import EXIT_NOT_BETTER
 from transformer.training.data_setup import Pair, load_text_splits
+from transformer.training.averaging import average_last
 from transformer.training.trainer import Trainer
 from transformer.translate.evaluation import score
 from transformer.translate.translator import load_translator
@@ -182,6 +186,10 @@ def adapt_command(args: argparse.Namespace) -> int:
         cfg = RunConfig().with_overrides(settings + list(args.overrides))
         before = (_bleu(args.run_dir, held_pairs, args.beam), _bleu(args.run_dir, valid_pairs, args.beam))
         result = Trainer(cfg, run, show_progress=not args.quiet).train()
+        if not (cfg.train.ema or cfg.train.average_last):
+            # The model --steps trained: the trainer keeps the one of lowest loss on the run's
+            # validation set, which for a model moved towards the memory is its first epoch's.
+            average_last(run, 1, run / WEIGHTS_FILE)
         after = (_bleu(run, held_pairs, args.beam), _bleu(run, valid_pairs, args.beam))
         print(f"trained {result.steps} steps in {result.seconds:.0f} s")
         for what, n, b, a in (("held-out memory", len(held_pairs), before[0], after[0]),
