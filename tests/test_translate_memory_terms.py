@@ -174,16 +174,22 @@ def test_translate_puts_the_memorys_terms_in_the_translation(run_dir, memory, wo
     assert "memory_terms" not in json.loads(out)["sentences"][0]  # an option: off, the match is an alternative
 
 
-def test_a_glossary_term_wins_over_the_memorys(run_dir, memory, word_for_word, tmp_path, cli):
+@pytest.mark.parametrize("term, kept", [
+    (("maison", "home"), WORD_FOR_WORD[:1]),  # the same source: the user's target, the memory's other term
+    # "Le petit chat dort dans la" holds "chat", and a longer match wins a glossary's search: the
+    # memory's phrase would drop the user's term from the translation without a word
+    (("chat", "kitty"), WORD_FOR_WORD[1:]),
+])
+def test_the_users_glossary_wins_over_the_memorys_terms(term, kept, run_dir, memory, word_for_word, tmp_path, cli):
     path, _ = memory
     glossary = tmp_path / "terms.tsv"
-    glossary.write_text("maison\thome\n", encoding="utf-8")
+    glossary.write_text("\t".join(term) + "\n", encoding="utf-8")
     status, out, err = translate(cli, run_dir, SENTENCE, "--tm", str(path), "--tm-constraints", "--json",
                                  "--glossary", str(glossary))
     assert status == 0, err
     record = json.loads(out)
-    assert "home" in record["translation"] and WORD_FOR_WORD[0].target in record["translation"]
-    assert [t["source"] for t in record["sentences"][0]["memory_terms"]] == [WORD_FOR_WORD[0].source]
+    assert all(target in record["translation"] for target in [term[1], *(t.target for t in kept)]), record["translation"]
+    assert [t["source"] for t in record["sentences"][0]["memory_terms"]] == [t.source for t in kept]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -218,21 +224,6 @@ def test_only_translations_the_model_is_unsure_of_get_the_memorys_terms(pair_tra
             else:
                 assert SENTENCE not in translating.terms and text == translator.detokenize(own)
                 assert translating.notes(SENTENCE)["memory_alternatives"][0]["id"] == entry_id
-
-
-def test_a_memory_phrase_over_a_glossary_term_leaves_the_term_to_the_glossary(run_dir, memory, word_for_word, tmp_path,
-                                                                               cli):
-    # "Le petit chat dort dans la" holds "chat", and a longer match wins a glossary's search: the
-    # memory's phrase would drop the user's term from the translation without a word
-    path, _ = memory
-    glossary = tmp_path / "terms.tsv"
-    glossary.write_text("chat\tkitty\n", encoding="utf-8")
-    status, out, err = translate(cli, run_dir, SENTENCE, "--tm", str(path), "--tm-constraints", "--json",
-                                 "--glossary", str(glossary))
-    assert status == 0, err
-    record = json.loads(out)
-    assert "kitty" in record["translation"] and "house" in record["translation"], record["translation"]
-    assert [t["source"] for t in record["sentences"][0]["memory_terms"]] == ["maison"]
 
 
 def test_a_glossary_per_text_goes_with_the_texts_the_model_translates(pair_translators, memory, word_for_word):
