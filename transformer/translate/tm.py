@@ -99,10 +99,12 @@ class MemoryTranslator:
         todo = [i for i, entry in enumerate(entries) if entry is None]
         results: list[list[Hypothesis]] = [[] for _ in texts]
         if todo:
+            users = [None] * len(todo)
             if options.get("glossary") is not None:  # a glossary per text: the model's texts keep their own
                 glossaries = per_text(options["glossary"], len(texts))
-                options = {**options, "glossary": [glossaries[i] for i in todo]}
-            for i, hyps in zip(todo, self._translate([texts[i] for i in todo], options)):
+                users = [glossaries[i] for i in todo]
+                options = {**options, "glossary": users}
+            for i, hyps in zip(todo, self._translate([texts[i] for i in todo], options, users)):
                 results[i] = hyps
         for i, entry in enumerate(entries):
             if entry is not None:
@@ -112,13 +114,13 @@ class MemoryTranslator:
         self.served += len(texts) - len(todo)
         return results
 
-    def _translate(self, texts: list[str], options: dict) -> list[list[Hypothesis]]:
-        """The model's hypotheses of ``texts``, with the memory's terms where ``constraints`` asks."""
+    def _translate(self, texts: list[str], options: dict, users: list) -> list[list[Hypothesis]]:
+        """The model's hypotheses of ``texts``, with the memory's terms where ``constraints`` asks
+        (``users``: each text's glossary of ``options``, or None)."""
         results = self.translator.translate_n_best(texts, **options)
         matches = [self.matches[text][0] if self.matches.get(text) else None for text in texts]
         if not self.constraints or self.translator.decoding.strategy != "beam" or not any(matches):
             return results
-        users = per_text(options.get("glossary"), len(texts)) if options.get("glossary") is not None else [None] * len(texts)
         used = retranslate_unsure(self.translator, texts, results,
                                   [(m.entry.source, m.entry.target) if m else None for m in matches], users, options,
                                   self.unsure_below)

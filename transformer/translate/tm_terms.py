@@ -40,6 +40,7 @@ import torch
 from transformer.decoding import Hypothesis
 from transformer.text.tokenizer import WORD_BOUNDARY
 from transformer.translate.glossary import MAX_TERM_CHARS, Glossary, Term, fold
+from transformer.translate.translator import padded
 
 _EDGE = re.compile(r"^\W+|\W+$")  # the punctuation around a word
 _CONTENT = re.compile(r"[^\W_]")  # a letter or a digit
@@ -146,7 +147,7 @@ def word_matrices(translator, pairs: Sequence[tuple[str, str]]) -> list[np.ndarr
     vocab, model = translator.vocab, translator.model
     if not hasattr(model, "attention_maps"):
         return out
-    limit = int(translator.decoding.max_len_a * translator.max_input_tokens + translator.decoding.max_len_b)
+    limit = translator.longest_output
     framing = {vocab.src.bos_id, vocab.src.eos_id, vocab.src.pad_id}
     todo = []
     for i, (source, target) in enumerate(pairs):
@@ -163,13 +164,10 @@ def word_matrices(translator, pairs: Sequence[tuple[str, str]]) -> list[np.ndarr
         todo.append((i, src, tgt, src_words, tgt_words))
     for start in range(0, len(todo), PAIRS_PER_PASS):
         chunk = todo[start:start + PAIRS_PER_PASS]
-        src = torch.full((len(chunk), max(len(c[1]) for c in chunk)), vocab.src.pad_id, dtype=torch.long)
-        tgt = torch.full((len(chunk), max(len(c[2]) for c in chunk)), vocab.tgt.bos_id, dtype=torch.long)
-        for row, (_, s, t, _, _) in enumerate(chunk):
-            src[row, : len(s)] = torch.tensor(s)
-            tgt[row, 1 : len(t)] = torch.tensor(t[:-1])  # <s> + the target: row j predicts target piece j
-        mask = src != vocab.src.pad_id
-        maps = model.attention_maps(src.to(translator.device), tgt.to(translator.device), mask.to(translator.device))
+        src, mask = padded([c[1] for c in chunk], vocab.src.pad_id, translator.device)
+        # <s> + the target, padded after with <s> (causal: unseen): row j predicts target piece j
+        tgt, _ = padded([[vocab.tgt.bos_id, *c[2][:-1]] for c in chunk], vocab.tgt.bos_id, translator.device)
+        maps = model.attention_maps(src, tgt, mask)
         layer = len(maps.cross) - 2 if len(maps.cross) > 1 else 0
         cross = maps.cross[layer].float().mean(dim=1).cpu().numpy()  # (M, T, S)
         for row, (i, s, t, src_words, tgt_words) in enumerate(chunk):

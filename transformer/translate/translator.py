@@ -269,7 +269,7 @@ class Translator:
 
         glossaries = per_text(glossary, len(texts))
         found = [g.matches(text) for g, text in zip(glossaries, texts)]
-        limit = int(self.decoding.max_len_a * self.max_input_tokens + self.decoding.max_len_b)
+        limit = self.longest_output
         counted: dict[str, int] = {}
 
         def count(target: str) -> int:
@@ -451,6 +451,12 @@ class Translator:
             width = max(1, lens[group[-1]])
             memory[rows, :width] = self.model.encode(src[rows, :width], mask[rows, :width])
         return memory
+
+    @property
+    def longest_output(self) -> int:
+        """The most tokens a translation may have: the length limit of a source of
+        ``max_input_tokens`` (a glossary term or a memory term longer than it cannot be placed)."""
+        return int(self.decoding.max_len_a * self.max_input_tokens + self.decoding.max_len_b)
 
     def _width(self) -> int:
         """Decoder rows per sentence: beams (or n-best samples)."""
